@@ -1,0 +1,1 @@
+"""Tidehouse materializer: flow -> networkx DAG -> plan -> PySpark Structured Streaming queries per layer."""

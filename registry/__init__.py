@@ -1,0 +1,1 @@
+"""Tidehouse registry: strict flow and action specs, parsing with located errors, the versioned store."""

@@ -1,0 +1,119 @@
+"""The ``tidehouse`` command: a thin shell over :class:`runtime.project.Project`.
+
+Each command group lives in its own module and registers itself on :data:`main` (``runtime.cli.action``,
+``runtime.cli.flow``, ...). Commands call the façade, render text or JSON, and let errors propagate:
+:func:`main` maps a :class:`~runtime.errors.TidehouseError` to one clear message and its exit code (2 for
+user errors, 1 for internal ones); any other exception is an internal error. Tracebacks only with
+``--debug``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+
+import click
+
+from runtime.errors import ErrorCode, TidehouseError
+
+# Modules that add commands to the groups below. A module missing here is simply not loaded.
+COMMAND_MODULES = (
+    "runtime.cli.info",
+    "runtime.cli.action",
+    "runtime.cli.flow",
+    "runtime.cli.run",
+    "runtime.cli.tier",
+    "runtime.cli.query",
+    "runtime.cli.init",
+)
+
+
+class State:
+    """What every command receives: global options and the lazily opened project."""
+
+    def __init__(self, home: str | None, debug: bool) -> None:
+        self.home = home
+        self.debug = debug
+        self._project = None
+
+    @property
+    def project(self):
+        if self._project is None:
+            from runtime.project import Project
+
+            self._project = Project.open(home=self.home)
+        return self._project
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", envvar="TIDEHOUSE_HOME", type=click.Path(file_okay=False),
+              help="Home directory (default: $TIDEHOUSE_HOME, else .tidehouse/ in the project).")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(package_name="tidehouse")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, debug: bool) -> None:
+    """Tidehouse: declarative YAML data flows for a streaming lakehouse on PySpark."""
+    ctx.obj = State(home, debug)
+    ctx.call_on_close(lambda: ctx.obj._project and ctx.obj._project.close())
+
+
+@cli.group()
+def action() -> None:
+    """Register and inspect SQL actions."""
+
+
+@cli.group()
+def flow() -> None:
+    """Validate, register, plan, trigger and watch flows."""
+
+
+@cli.group()
+def tier() -> None:
+    """Tier hot tables into the Iceberg lake."""
+
+
+for _name in COMMAND_MODULES:
+    try:
+        importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:
+        if _exc.name != _name:
+            raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run the CLI and map errors to exit codes."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="tidehouse", standalone_mode=False)
+        return 0
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:  # usage errors
+        exc.show()
+        return 2
+    except TidehouseError as exc:
+        if debug:
+            traceback.print_exception(exc)
+        click.echo(f"error: {exc.render()}" if "\n" not in exc.render() else exc.render(), err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # internal error: one line, trace with --debug
+        if debug:
+            traceback.print_exception(exc)
+        click.echo(f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
+                   "(run with --debug for the trace)", err=True)
+        return 1
+
+
+def run() -> None:  # pragma: no cover - used by the console script
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Durations as users write them: ``500ms``, ``5s``, ``1m``, ``2h``, ``1d`` (or a bare number of seconds)."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Return seconds. Raises ``ValueError`` with a user-facing message on anything else."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '500ms', '5s' or '1m', got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration like '500ms', '5s' or '1m', got {value!r}")
+    match = _PATTERN.match(value)
+    if not match:
+        raise ValueError(f"expected a duration like '500ms', '5s' or '1m', got {value!r}")
+    number, unit = match.groups()
+    return float(number) * _UNITS[unit or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling of a duration in seconds (``0.5`` -> ``500ms``, ``60`` -> ``1m``)."""
+    if seconds == 0:
+        return "0s"
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS[unit]
+        if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
+            return f"{int(round(seconds / size))}{unit}"
+    return f"{int(round(seconds * 1000))}ms"

@@ -1,0 +1,74 @@
+"""Every setting in one place: dotted name, default, one-line description.
+
+The project file ``tidehouse.yaml`` sets any of them with nested keys (``storage: {fsync: false}`` sets
+``storage.fsync``). ``docs/configuration.md`` is generated from :data:`SETTINGS`, so it cannot drift.
+Values may use ``${ENV_VAR}`` (or ``${ENV_VAR:-default}``) for secrets; ``tidehouse info`` masks the
+settings marked secret and any value that came from an environment variable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from runtime.durations import parse_duration
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    description: str
+    parse: Callable[[Any], Any] = lambda v: v
+    secret: bool = False
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _mapping(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping, got {value!r}")
+    return {str(k): v for k, v in value.items()}
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("spark.master", "local[*]", "Spark master URL (local[*], spark://host:7077, yarn, k8s://...).", _str),
+    Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
+    Setting("registry.url", None, "SQLAlchemy URL of the registry database; default: SQLite under the home.", _str,
+            secret=True),
+    Setting("storage.root", None, "Root of the hot storage (a local path or any pyarrow filesystem URI, "
+            "e.g. s3://bucket/prefix); default: <home>/hot.", _str),
+    Setting("storage.fsync", True, "fsync every hot append before acknowledging it (false trades durability "
+            "on power loss for latency).", _bool),
+    Setting("storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _int),
+    Setting("storage.retention", 24 * 3600.0, "Delete hot log segments fully tiered to the lake and older than "
+            "this (a duration).", parse_duration),
+    Setting("lake.catalog", {}, "pyiceberg catalog properties (type: rest|glue|hive|sql, uri, warehouse, "
+            "credentials); default: a SQL catalog on SQLite under the home.", _mapping, secret=True),
+    Setting("lake.catalog_name", "tidehouse", "Name of the pyiceberg catalog.", _str),
+    Setting("tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration),
+    Setting("tiering.max_snapshots", 100, "Expire lake snapshots beyond this many per table.", _int),
+    Setting("tiering.compact_min_files", 32, "Compact a lake table when it has at least this many data files.",
+            _int),
+    Setting("checkpoints.root", None, "Where streaming checkpoints live; default: <home>/checkpoints.", _str),
+)
+
+SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -1,0 +1,1 @@
+"""The Spark bridge: session factory, the ``tidehouse`` Python data source, exactly-once writers."""

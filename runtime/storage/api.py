@@ -1,0 +1,212 @@
+"""The hot storage interface: what the Spark bridge, the tiering service and union reads rely on.
+
+Model (after Apache Fluss): a table has ``buckets``; each bucket is an append-only log of Arrow record
+batches with dense offsets starting at 0. A log table's log holds its rows. A primary-key table keeps the
+current row per key (persistent key-value state) and its log holds the **changelog** (``__change`` is one of
+``+I``, ``-U``, ``+U``, ``-D``).
+
+System columns (never written by users; added on read):
+
+* ``__offset``  int64            offset of the row in its bucket's log
+* ``__bucket``  int32            bucket number
+* ``__ts``      timestamp[us,UTC] commit time of the batch that holds the row
+* ``__change``  string           row kind; present for primary-key tables only
+
+Writes are idempotent per ``(writer, seq)`` and bucket: a replayed write whose ``seq`` is not greater than
+the last committed ``seq`` of that writer in that bucket is a no-op (that is how a Spark batch id replayed
+after a crash does nothing). A write is atomic and durable per bucket when it returns.
+
+The embedded implementation lives in :mod:`runtime.storage.local`; :func:`runtime.storage.open_store`
+chooses the implementation from the configuration.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterator, Literal, Mapping, Sequence
+
+import pyarrow as pa
+
+OFFSET = "__offset"
+BUCKET = "__bucket"
+TS = "__ts"
+CHANGE = "__change"
+SYSTEM_COLUMNS = (OFFSET, BUCKET, TS, CHANGE)
+TS_TYPE = pa.timestamp("us", tz="UTC")
+
+INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
+ROW_KINDS = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
+
+TableKind = Literal["log", "primary_key"]
+MergeEngine = Literal["last_row", "first_row", "aggregate", "partial_update"]
+AggregateFunction = Literal["sum", "min", "max", "count", "last_non_null", "last"]
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """A hot table's definition. ``schema`` holds the user columns only (no ``__`` columns)."""
+
+    name: str  # "<layer>.<name>", e.g. "dwd.clicks"
+    schema: pa.Schema
+    kind: TableKind = "log"
+    primary_key: tuple[str, ...] = ()
+    buckets: int = 1
+    bucket_key: tuple[str, ...] = ()  # default: the primary key (PK tables) or round-robin-free hash of all? see bucket_of
+    merge_engine: MergeEngine = "last_row"
+    # aggregate merge engine: column -> function; columns not named keep last_row semantics
+    aggregations: Mapping[str, AggregateFunction] = field(default_factory=dict)
+    schema_id: int = 0
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def layer(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def is_primary_key(self) -> bool:
+        return self.kind == "primary_key"
+
+    @property
+    def effective_bucket_key(self) -> tuple[str, ...]:
+        return self.bucket_key or self.primary_key
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ``write`` committed: per bucket, the offset range ``[start, end)`` it appended.
+
+    A replayed (already committed) write reports ``skipped=True`` and no ranges.
+    """
+
+    ranges: Mapping[int, tuple[int, int]]
+    skipped: bool = False
+
+    @property
+    def rows(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+
+def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], buckets: int) -> pa.Array:
+    """THE bucket function, used by writers, tiering and the lake layout.
+
+    ``bucket = int.from_bytes(blake2b(k1 0x1f k2 0x1f ...).digest()[:8], 'little') % buckets`` where each
+    key value is rendered as its canonical string (``None`` as the empty marker ``\\x00``). Stable across
+    processes, Python versions and machines (unlike ``hash()``). With no key columns every row goes to
+    bucket 0.
+    """
+    n = keys.num_rows
+    if buckets <= 1 or not key_columns:
+        return pa.array([0] * n, pa.int32())
+    cols = [keys.column(c).to_pylist() for c in key_columns]
+    out = []
+    for row in zip(*cols):
+        raw = "\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8")
+        out.append(int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") % buckets)
+    return pa.array(out, pa.int32())
+
+
+class TableStore(abc.ABC):
+    """The hot storage. Implementations must be safe for several processes sharing one root."""
+
+    # -- catalog ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def create_table(self, meta: TableMeta, *, exist_ok: bool = True) -> TableMeta:
+        """Create a table, or return the existing one. If it exists with a schema that differs only by new
+        nullable columns, evolve it (new ``schema_id``); any other difference raises SCHEMA_INCOMPATIBLE
+        naming both schemas."""
+
+    @abc.abstractmethod
+    def get_table(self, name: str) -> TableMeta:
+        """Raise ``TidehouseError(TABLE_UNKNOWN)`` if missing."""
+
+    @abc.abstractmethod
+    def list_tables(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def drop_table(self, name: str) -> None: ...
+
+    def has_table(self, name: str) -> bool:
+        return name in self.list_tables()
+
+    # -- writes -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def write(
+        self,
+        name: str,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        writer: str,
+        seq: int,
+        origin_ts: float | None = None,
+    ) -> WriteResult:
+        """Append (log table) or upsert/delete (primary-key table) ``data``.
+
+        ``data`` has the table's user columns (missing nullable columns are filled with nulls; for
+        ``partial_update`` the columns present are the ones this writer updates). For a primary-key table an
+        optional ``__change`` column says per row whether it is an upsert (``+I``/``+U``) or a delete
+        (``-U``/``-D``); rows are applied in order. Rows are routed with :func:`bucket_of`.
+
+        ``origin_ts`` (epoch seconds): the commit time, at the first layer, of the oldest source data this
+        write carries; stored with the batch so hot delay can be measured at any depth.
+        """
+
+    @abc.abstractmethod
+    def last_seq(self, name: str, writer: str) -> int | None:
+        """The highest ``seq`` committed by ``writer`` in any bucket of the table, or None."""
+
+    # -- reads ------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def end_offsets(self, name: str) -> list[int]:
+        """Per bucket, the offset after the last committed row."""
+
+    @abc.abstractmethod
+    def read(
+        self,
+        name: str,
+        bucket: int,
+        start: int,
+        end: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Committed rows with ``start <= __offset < end`` of one bucket's log, as record batches with the
+        requested user columns (default: all) followed by the system columns. Never yields uncommitted
+        or partial data."""
+
+    @abc.abstractmethod
+    def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+        """Current content: a log table's rows, a primary-key table's current state (no system columns)."""
+
+    @abc.abstractmethod
+    def lookup(self, name: str, keys: pa.Table) -> pa.Table:
+        """Current rows of a primary-key table for the given key rows (missing keys are absent)."""
+
+    @abc.abstractmethod
+    def batch_info(self, name: str, bucket: int) -> "BatchInfo | None":
+        """Facts about the last committed batch of a bucket (None when the bucket is empty)."""
+
+    @abc.abstractmethod
+    def offset_times(self, name: str, bucket: int, offset: int) -> "BatchInfo | None":
+        """Facts about the committed batch holding ``offset`` (None if no such offset)."""
+
+    # -- housekeeping -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
+        """Delete whole log segments that end at or before ``offset`` and were last written before epoch
+        ``older_than``; return how many segments were deleted. Reads below the earliest kept offset raise."""
+
+    def close(self) -> None:
+        """Release file handles and key-value stores."""
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    bucket: int
+    base_offset: int
+    rows: int
+    commit_ts: float  # epoch seconds
+    origin_ts: float | None
+    writer: str
+    seq: int

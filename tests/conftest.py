@@ -1,0 +1,85 @@
+"""Shared fixtures: one SparkSession per test session, projects on disk, the CLI runner.
+
+Markers (see pyproject.toml): ``spark`` (needs the shared session), ``slow``, ``reliability``, ``soak``.
+Randomized tests take their seed from ``TIDEHOUSE_SEED`` (printed by :func:`seed`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scale(ci: int, full: int) -> int:
+    """How many repetitions a randomized or fault-injection test runs: ``full`` with TIDEHOUSE_SCALE=full."""
+    return full if os.environ.get("TIDEHOUSE_SCALE") == "full" else ci
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A seed for randomized tests: $TIDEHOUSE_SEED or a fresh one, always printed."""
+    value = int(os.environ.get("TIDEHOUSE_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"\n[seed] {request.node.nodeid}: TIDEHOUSE_SEED={value}")
+    return value
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession of the test session (Spark takes ~14 s to start)."""
+    from runtime.spark.session import get_spark
+
+    session = get_spark("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An empty Tidehouse home for one test."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("TIDEHOUSE_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def project_dir(tmp_path, monkeypatch, home) -> Path:
+    """An empty project directory (cwd) with ``actions/`` and ``flows/``; copy what a test needs into it."""
+    root = tmp_path / "project"
+    (root / "actions").mkdir(parents=True)
+    (root / "flows").mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture
+def run_cli(project_dir):
+    """Run the real CLI in-process: ``run_cli("flow", "validate", "x.yaml")`` -> (exit_code, stdout, stderr)."""
+    from click.testing import CliRunner
+
+    from runtime.cli import main
+
+    def _run(*args: str):
+        runner = CliRunner()
+        result = runner.invoke(_Entry(main), list(args), catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
+
+    return _run
+
+
+class _Entry:
+    """Adapts :func:`runtime.cli.main` (which returns an exit code) to CliRunner's command protocol."""
+
+    def __init__(self, main):
+        self._main = main
+
+    def main(self, args=None, prog_name=None, **_):
+        raise SystemExit(self._main(list(args or [])))
