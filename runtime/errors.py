@@ -63,6 +63,8 @@ class ErrorCode(str, Enum):
     STORAGE_IO = "TH304"
     STORAGE_LOCKED = "TH305"
     WRITE_INVALID = "TH306"
+    TABLE_INVALID = "TH307"
+    STORAGE_RANGE = "TH308"
 
     # spark bridge and materializer
     SPARK_START = "TH400"
