@@ -1,0 +1,384 @@
+"""Spec -> plan: resolve a flow's actions, dry-run every table's SQL with Spark, decide strategies.
+
+The dry run starts no stream: each table's inputs are bound as empty DataFrames with the upstream schemas
+(temp views in a private session), the action SQL is analysed with its named parameters
+(``spark.sql(sql, args=...)``), and the analysed plan yields the output schema and the facts the strategy
+decision needs. It runs layer by layer, so a table's output schema is the next table's input schema.
+Spark's AnalysisException is wrapped in ``TidehouseError(ACTION_SQL_INVALID)`` pointing at the action file
+(the line of the SQL body where Spark located the error) and naming the flow table that uses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from materializer import shape as shape_mod
+from materializer.dag import FlowGraph, is_source, node_location, source_node
+from materializer.plan import (
+    QUARANTINE_DDL, Expectation, FlowPlan, Input, Param, SourcePlan, TablePlan, fingerprint, quarantine_name,
+)
+from runtime.errors import ErrorCode, Location, TidehouseError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResolvedFlow:
+    """A flow spec with the action version each table uses (``{"dwd.clicks": ActionVersion}``)."""
+
+    spec: Any  # registry.specs.FlowSpec
+    version: int | None
+    actions: Mapping[str, Any]
+
+
+# -- resolving ------------------------------------------------------------------------------------------
+def resolve(project, flow: str | Path, *, register: bool = False) -> ResolvedFlow:
+    """A flow by registered NAME, or by PATH to a YAML file.
+
+    A PATH first registers the actions of the project's ``actions/`` folder (identical content is a no-op);
+    with ``register=True`` the flow itself is registered too (``flow trigger``), otherwise it is only
+    validated (``flow plan``).
+    """
+    registry = project.registry
+    path = Path(flow)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"no flow file {flow}",
+                                 hint="give a path to a flow YAML file or the name of a registered flow")
+        if project.actions_dir.is_dir():
+            registry.register_actions([project.actions_dir])
+        if register:
+            version = registry.register_flow(path)
+            return _from_version(registry, version)
+        spec = registry.validate_flow(path)
+        actions = {}
+        for table, tspec in spec.tables():
+            name, _, number = tspec.action.partition("@")
+            actions[table] = registry.get_action(name, int(number) if number else None)
+        return ResolvedFlow(spec, None, actions)
+    return _from_version(registry, registry.get_flow(str(flow)))
+
+
+def _from_version(registry, version) -> ResolvedFlow:
+    actions = {}
+    for table, tspec in version.spec.tables():
+        ref = version.pins.get(table, tspec.action)
+        name, _, number = ref.partition("@")
+        actions[table] = registry.get_action(name, int(number) if number else None)
+    return ResolvedFlow(version.spec, version.version, actions)
+
+
+# -- parameters -----------------------------------------------------------------------------------------
+def bind_params(action_spec, given: Mapping[str, Any]) -> tuple[Param, ...]:
+    out = []
+    for name in sorted(action_spec.params):
+        pspec = action_spec.params[name]
+        if name in given:
+            value = given[name]
+        elif getattr(pspec, "default", None) is not None:
+            value = pspec.default
+        else:
+            raise TidehouseError(ErrorCode.PARAM_MISSING, f"action {action_spec.name} needs parameter '{name}'")
+        out.append(Param(name, pspec.type, _jsonable(value)))
+    return tuple(out)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def spark_args(params: tuple[Param, ...]) -> dict[str, Any]:
+    """Named-parameter arguments for ``spark.sql(sql, args=...)``: literal Columns cast to the declared type.
+
+    Values are never spliced into the SQL text; arrays and maps become ``array()``/``map()`` constructors.
+    """
+    from pyspark.sql import functions as F
+
+    def literal(value: Any):
+        if isinstance(value, list):
+            return F.array(*[literal(v) for v in value])
+        if isinstance(value, dict):
+            parts = []
+            for k, v in value.items():
+                parts += [F.lit(k), literal(v)]
+            return F.create_map(*parts)
+        return F.lit(value)
+
+    return {p.name: literal(p.value).cast(p.type) for p in params}
+
+
+# -- schema helpers ---------------------------------------------------------------------------------
+def nullable_ddl(struct) -> str:
+    """Spark DDL of a StructType with every top-level column nullable (deletes carry only keys)."""
+    from pyspark.sql import types as T
+
+    from runtime.spark.types import arrow_to_ddl, spark_to_arrow
+
+    relaxed = T.StructType([T.StructField(f.name, f.dataType, True) for f in struct.fields])
+    return arrow_to_ddl(spark_to_arrow(relaxed))
+
+
+def struct_of(ddl: str, location: Location | None = None):
+    from runtime.spark.types import parse_ddl
+
+    return parse_ddl(ddl, location)
+
+
+# -- plan inspection --------------------------------------------------------------------------------
+_NONDET = re.compile(r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|spark_partition_id|"
+                     r"input_file_name|random|try_reflect|reflect)\s*\(", re.I)
+
+
+def sql_shape(df) -> shape_mod.SqlShape:
+    """Facts about an analysed query, read from its logical plan (classic Spark, through py4j)."""
+    plan = df._jdf.queryExecution().analyzed()
+    nodes: set[str] = set()
+    distinct_agg = False
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        name = node.nodeName()
+        nodes.add(name)
+        if name == "Aggregate" and "DISTINCT" in node.toString().upper().split("\n")[0]:
+            distinct_agg = True
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    top_node = plan
+    while top_node.nodeName() in shape_mod.PASS_THROUGH and top_node.children().size() == 1:
+        top_node = top_node.children().apply(0)
+    deterministic = bool(plan.deterministic())
+    hint = ""
+    if not deterministic:
+        found = _NONDET.search(plan.toString())
+        hint = f" ({found.group(1).lower()}())" if found else ""
+    return shape_mod.SqlShape(frozenset(nodes), top_node.nodeName(), deterministic, hint, distinct_agg,
+                              bool(nodes & {"GlobalLimit", "LocalLimit"}))
+
+
+def _sql_error(exc: Exception, action_spec, table: str, table_location: Location | None) -> TidehouseError:
+    line = getattr(action_spec, "sql_line", 1) or 1
+    col = None
+    sql = action_spec.sql
+    try:
+        contexts = exc.getQueryContext() if hasattr(exc, "getQueryContext") else []
+        if contexts:
+            start = contexts[0].startIndex()
+            if start is not None and start >= 0:
+                line += sql.count("\n", 0, start)
+                col = start - (sql.rfind("\n", 0, start) + 1) + 1
+    except Exception:  # the position is a nicety
+        pass
+    message = str(getattr(exc, "getMessage", lambda: str(exc))()).split("\n")[0]
+    message = re.sub(r"\s*SQLSTATE: \w+;?.*$", "", message)
+    used_by = table_location.prefix() if table_location else table
+    return TidehouseError(
+        ErrorCode.ACTION_SQL_INVALID,
+        f"action {action_spec.name}: {message} (used by {used_by})",
+        location=Location(action_spec.path or f"<action {action_spec.name}>", line, col),
+        params={"table": table, "table_location": used_by},
+    )
+
+
+# -- building the plan ------------------------------------------------------------------------------
+def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
+    """Analyse every table of a resolved flow and return its :class:`FlowPlan`."""
+    spec = resolved.spec
+    location_of = getattr(spec, "location_of", None)
+    table_specs = dict(spec.tables())
+    graph = FlowGraph.build(spec.sources.keys(), {t: dict(s.inputs) for t, s in table_specs.items()},
+                            location_of=location_of)
+    spark = spark or project.spark()
+    session = spark.newSession()
+    _quiet_spark_logs()
+
+    sources = {name: _source_plan(project, name, src, session) for name, src in sorted(spec.sources.items())}
+    # node -> (kind, ddl, fingerprint, primary key)
+    known: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+        s.ref: ("source", s.ddl or "", s.fingerprint, ()) for s in sources.values()
+    }
+    for node in graph.order():
+        if graph.kind(node) == "external":
+            known[node] = _external(project, node)
+    ckpt_root = project.config.checkpoint_root
+    flow_trigger = float(getattr(spec, "trigger", 1.0) or 0.0)
+    flow_tiering = float(spec.tiering.interval) if getattr(spec, "tiering", None) else 30.0
+
+    tables: list[TablePlan] = []
+    for name in graph.tables():
+        tspec = table_specs[name]
+        version = resolved.actions[name]
+        action = version.spec
+        tloc = node_location(location_of, name)
+        params = bind_params(action, dict(tspec.params or {}))
+        inputs = []
+        for relation, ref in sorted(tspec.inputs.items()):
+            node = source_node(ref) if ref in spec.sources and "." not in ref else ref
+            kind, ddl, _, pk = known[node]
+            inputs.append(Input(relation, node, kind, ddl, pk))
+        df = _analyse(session, action, params, inputs, name, tloc)
+        out_ddl = nullable_ddl(df.schema)
+        primary_key = tuple(tspec.primary_key or ())
+        _check_output(name, df, action, primary_key, tspec, tloc)
+        decision = shape_mod.decide(name, sql_shape(df), [(i.name, i.kind) for i in inputs],
+                                    primary_key=primary_key, merge_engine=tspec.merge_engine or "last_row",
+                                    location=tloc)
+        expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
+        _check_expectations(name, df, expect, tloc)
+        has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
+        quarantine = quarantine_name(name) if has_source or any(e.on_violation == "quarantine" for e in expect) \
+            else None
+        kind = "primary_key" if primary_key else "log"
+        payload = {
+            "name": name, "kind": kind, "strategy": decision.strategy, "sql": action.sql,
+            "params": [(p.name, p.type, p.value) for p in params],
+            "inputs": [(i.name, i.ref, known[i.ref][2]) for i in inputs],
+            "ddl": out_ddl, "pk": primary_key, "merge": tspec.merge_engine or "last_row",
+            "aggs": sorted((tspec.aggregations or {}).items()), "buckets": int(tspec.buckets or 1),
+            "bucket_key": tuple(tspec.bucket_key or ()), "expect": [(e.name, e.condition, e.on_violation)
+                                                                    for e in expect],
+        }
+        fp = fingerprint(payload)
+        flow_name = spec.flow
+        plan = TablePlan(
+            name=name, layer=name.split(".", 1)[0], kind=kind, strategy=decision.strategy,
+            reason=decision.reason, action=f"{action.name}@{version.version}",
+            action_path=_rel(project, action.path), sql_line=int(getattr(action, "sql_line", 1) or 1),
+            sql=action.sql, params=params, inputs=tuple(inputs), ddl=out_ddl, primary_key=primary_key,
+            merge_engine=tspec.merge_engine or "last_row",
+            aggregations=tuple(sorted((tspec.aggregations or {}).items())), buckets=int(tspec.buckets or 1),
+            bucket_key=tuple(tspec.bucket_key or ()),
+            trigger=float(tspec.trigger if tspec.trigger is not None else flow_trigger),
+            tiering_interval=float(tspec.tiering.interval if tspec.tiering else flow_tiering),
+            expect=expect, quarantine=quarantine, fingerprint=fp,
+            checkpoint=str(Path(ckpt_root) / flow_name / name / fp[:12]),
+        )
+        known[name] = (kind, out_ddl, fp, primary_key)
+        tables.append(plan)
+    generations = tuple(tuple(g) for g in graph.table_generations())
+    return FlowPlan(spec.flow, resolved.version, tuple(sources.values()), tuple(tables), generations,
+                    tuple(graph.edges()))
+
+
+def analyze(project, flow: str | Path, spark=None) -> FlowPlan:
+    """Resolve (without registering the flow) and dry-run a flow: its plan, or a TidehouseError."""
+    return build_plan(project, resolve(project, flow), spark)
+
+
+def _rel(project, path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(project.config.project_dir))
+    except ValueError:
+        return str(path)
+
+
+def _source_plan(project, name: str, src, session) -> SourcePlan:
+    path = getattr(src, "path", None)
+    if path and "://" not in path and not Path(path).is_absolute():
+        path = str((project.config.project_dir / path).resolve())
+    options = tuple(sorted((str(k), str(v)) for k, v in (getattr(src, "options", None) or {}).items()))
+    ddl = getattr(src, "schema_", None)
+    if ddl is not None:
+        ddl = nullable_ddl(struct_of(ddl))
+    else:
+        try:
+            reader = session.readStream.format(src.format).options(**dict(options))
+            ddl = nullable_ddl((reader.load(path) if path else reader.load()).schema)
+        except Exception as exc:
+            raise TidehouseError(ErrorCode.SOURCE_INVALID, f"source {name}: cannot read format "
+                                 f"'{src.format}' without a schema: {str(exc).splitlines()[0]}",
+                                 hint="declare the source's schema: as a Spark DDL string") from exc
+    fp = fingerprint({"format": src.format, "path": getattr(src, "path", None), "ddl": ddl, "options": options})
+    return SourcePlan(name, src.format, path, ddl, options, fp)
+
+
+def _external(project, table: str) -> tuple[str, str, str, tuple[str, ...]]:
+    from runtime.spark.types import arrow_to_ddl
+
+    store = project.store
+    if not store.has_table(table):
+        raise TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"table {table} is produced by another flow that has "
+                             "not run yet", hint="trigger the flow that produces it first")
+    meta = store.get_table(table)
+    kind = "primary_key" if meta.is_primary_key else "log"
+    ddl = arrow_to_ddl(meta.schema)
+    return kind, ddl, fingerprint({"external": table, "ddl": ddl}), tuple(meta.primary_key)
+
+
+def _analyse(session, action, params, inputs, table: str, tloc):
+    from pyspark.errors import PySparkException
+
+    for inp in inputs:
+        session.createDataFrame([], struct_of(inp.ddl)).createOrReplaceTempView(inp.name)
+    try:
+        df = session.sql(action.sql, args=spark_args(params))
+        df.schema  # noqa: B018 - forces analysis
+        return df
+    except PySparkException as exc:
+        raise _sql_error(exc, action, table, tloc) from exc
+    finally:
+        for inp in inputs:
+            session.catalog.dropTempView(inp.name)
+
+
+def _check_output(table: str, df, action, primary_key, tspec, tloc) -> None:
+    columns = df.columns
+    bad = [c for c in columns if c.startswith("__")]
+    if bad:
+        raise TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"table {table}: output column '{bad[0]}' starts with "
+                             "two underscores, which are reserved for system columns", location=tloc,
+                             hint="rename it with AS, or select only the user columns")
+    if len(set(columns)) != len(columns):
+        dup = sorted({c for c in columns if columns.count(c) > 1})[0]
+        raise TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"table {table}: output column '{dup}' appears twice",
+                             location=tloc, hint="give each output column its own name with AS")
+    for label, cols in (("primary_key", primary_key), ("bucket_key", tuple(tspec.bucket_key or ())),
+                        ("aggregations", tuple((tspec.aggregations or {}).keys()))):
+        missing = [c for c in cols if c not in columns]
+        if missing:
+            raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table}: {label} column '{missing[0]}' is "
+                                 f"not an output column of action {action.name} ({', '.join(columns)})",
+                                 location=tloc)
+    output = getattr(action, "output", None)
+    if output:
+        if isinstance(output, str):
+            expected = [f.name for f in struct_of(output).fields]
+        else:
+            expected = list(output)
+        if sorted(expected) != sorted(columns):
+            raise TidehouseError(ErrorCode.ACTION_SQL_INVALID,
+                                 f"action {action.name}: the SQL's output columns ({', '.join(columns)}) do not "
+                                 f"match its output contract ({', '.join(expected)})",
+                                 location=Location(action.path or action.name, getattr(action, "sql_line", None)),
+                                 params={"table": table})
+
+
+def _check_expectations(table: str, df, expect, tloc) -> None:
+    from pyspark.errors import PySparkException
+
+    for e in expect:
+        try:
+            df.selectExpr(f"CAST(({e.condition}) AS BOOLEAN) AS ok").schema  # noqa: B018
+        except PySparkException as exc:
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"table {table}: expectation '{e.name}' is not a valid "
+                                 f"condition over the output columns: {str(exc).splitlines()[0]}",
+                                 location=tloc) from exc
+
+
+def _quiet_spark_logs() -> None:
+    """PySpark logs every captured analysis error at ERROR before we wrap it; the wrapped error says it all."""
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
+QUARANTINE_SCHEMA_DDL = QUARANTINE_DDL

@@ -1,0 +1,197 @@
+"""The plan: pure data that execution runs and ``tidehouse flow plan`` prints.
+
+A :class:`FlowPlan` holds, per table, everything the runner needs — the resolved action and its SQL, the
+named-parameter bindings, the inputs and how they are read, the analysed output schema (Spark DDL), the
+strategy, keys, buckets, trigger, tiering interval, checkpoint location and a fingerprint of everything that
+affects the table's content. It is built by :func:`materializer.analyze.build_plan`; this module only
+holds the data and renders it (text, JSON, mermaid). Rendering is deterministic: same flow, same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from runtime.durations import format_duration
+
+QUARANTINE_SUFFIX = "__quarantine"
+QUARANTINE_DDL = "raw string, reason string, source string, quarantined_at timestamp"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One named-parameter binding: ``:name`` in the SQL is bound to ``value`` cast to ``type``."""
+
+    name: str
+    type: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Input:
+    """One relation the SQL reads: ``name`` (the view name in the SQL) bound to ``ref``.
+
+    ``ref`` is ``source:<name>`` or ``<layer>.<table>``; ``kind`` is ``source``, ``log`` or
+    ``primary_key``; ``ddl`` is its user-column schema.
+    """
+
+    name: str
+    ref: str
+    kind: str
+    ddl: str
+    primary_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expectation:
+    name: str
+    condition: str
+    on_violation: Literal["drop", "quarantine", "fail"]
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    name: str
+    format: str
+    path: str | None  # absolute (relative paths resolve against the project directory)
+    ddl: str | None  # the declared schema; None lets the format decide (rate, ...)
+    options: tuple[tuple[str, str], ...] = ()
+    fingerprint: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"source:{self.name}"
+
+    @property
+    def quarantines(self) -> bool:
+        """Formats that parse text records route malformed ones to a quarantine table."""
+        return self.format in ("json", "csv") and self.ddl is not None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    name: str  # "dwd.clicks"
+    layer: str
+    kind: Literal["log", "primary_key"]
+    strategy: str
+    reason: str
+    action: str  # "clean_clicks@2"
+    action_path: str | None
+    sql_line: int
+    sql: str
+    params: tuple[Param, ...]
+    inputs: tuple[Input, ...]
+    ddl: str  # output schema (user columns), Spark DDL
+    primary_key: tuple[str, ...]
+    merge_engine: str
+    aggregations: tuple[tuple[str, str], ...]
+    buckets: int
+    bucket_key: tuple[str, ...]
+    trigger: float  # seconds; 0 = as fast as possible
+    tiering_interval: float
+    expect: tuple[Expectation, ...]
+    quarantine: str | None  # quarantine table fed by this table (malformed source rows, expectations)
+    fingerprint: str
+    checkpoint: str
+
+    @property
+    def writer_id(self) -> str:
+        """The hot-storage writer of this table's query; tied to the checkpoint, whose batch ids it uses."""
+        return f"mat:{self.name}:{self.fingerprint[:12]}"
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    flow: str
+    version: int | None
+    sources: tuple[SourcePlan, ...]
+    tables: tuple[TablePlan, ...]  # topological order
+    generations: tuple[tuple[str, ...], ...]  # table names by topological generation
+    edges: tuple[tuple[str, str, str], ...] = field(default=())  # (upstream, table, relation)
+
+    def table(self, name: str) -> TablePlan:
+        for plan in self.tables:
+            if plan.name == name:
+                return plan
+        raise KeyError(name)
+
+    def source(self, name: str) -> SourcePlan:
+        for src in self.sources:
+            if src.name == name:
+                return src
+        raise KeyError(name)
+
+    # -- rendering --------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "flow": self.flow,
+            "version": self.version,
+            "generations": [list(g) for g in self.generations],
+            "sources": [asdict(s) for s in self.sources],
+            "tables": [asdict(t) for t in self.tables],
+            "edges": [list(e) for e in self.edges],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+
+    def to_text(self) -> str:
+        lines = [f"flow {self.flow}" + (f" (version {self.version})" if self.version else "")]
+        for src in self.sources:
+            lines.append(f"  source {src.name}: {src.format}" + (f" {src.path}" if src.path else "")
+                         + (f"  schema: {src.ddl}" if src.ddl else ""))
+        by_name = {t.name: t for t in self.tables}
+        for i, gen in enumerate(self.generations):
+            layers = sorted({by_name[n].layer for n in gen})
+            lines.append(f"generation {i} ({', '.join(layers)})")
+            for name in gen:
+                t = by_name[name]
+                key = f" primary key ({', '.join(t.primary_key)})" if t.primary_key else ""
+                lines.append(f"  {t.name}: {t.kind}{key}, {t.buckets} bucket(s), strategy {t.strategy}")
+                lines.append(f"    why: {t.reason}")
+                lines.append(f"    action {t.action}" + (f" ({t.action_path}:{t.sql_line})" if t.action_path else ""))
+                lines.append("    inputs: " + ", ".join(f"{i.name} <- {i.ref} [{i.kind}]" for i in t.inputs))
+                if t.params:
+                    lines.append("    params: " + ", ".join(f":{p.name} = {json.dumps(p.value, default=str)}"
+                                                          f" ({p.type})" for p in t.params))
+                lines.append(f"    schema: {t.ddl}")
+                lines.append(f"    trigger {format_duration(t.trigger)}, tiering every "
+                             f"{format_duration(t.tiering_interval)}, fingerprint {t.fingerprint[:12]}")
+                if t.expect:
+                    lines.append("    expect: " + "; ".join(f"{e.name}: {e.condition} ({e.on_violation})"
+                                                           for e in t.expect))
+                if t.quarantine:
+                    lines.append(f"    quarantine: {t.quarantine}")
+                lines.append("    sql: " + " ".join(t.sql.split()))
+        return "\n".join(lines)
+
+    def to_mermaid(self) -> str:
+        def node_id(name: str) -> str:
+            return name.replace(":", "_").replace(".", "_")
+
+        lines = ["flowchart LR"]
+        for src in self.sources:
+            lines.append(f'  {node_id(src.ref)}[("{src.name} ({src.format})")]')
+        by_layer: dict[str, list[TablePlan]] = {}
+        for t in self.tables:
+            by_layer.setdefault(t.layer, []).append(t)
+        for layer, tables in by_layer.items():
+            lines.append(f"  subgraph {layer}")
+            for t in tables:
+                lines.append(f'    {node_id(t.name)}["{t.name}<br/>{t.kind} · {t.strategy}"]')
+            lines.append("  end")
+        for upstream, table, relation in self.edges:
+            lines.append(f"  {node_id(upstream)} -->|{relation}| {node_id(table)}")
+        return "\n".join(lines)
+
+
+def fingerprint(payload: Any) -> str:
+    """sha256 of a canonical JSON rendering."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def quarantine_name(table: str) -> str:
+    return f"{table}{QUARANTINE_SUFFIX}"

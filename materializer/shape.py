@@ -1,0 +1,173 @@
+"""How a table is kept equal to the batch result of its SQL: the strategy decision.
+
+The decision is a pure function of facts about the analysed SQL (:class:`SqlShape`, read from Spark's
+analysed logical plan by :mod:`materializer.analyze`) and of the kinds of the table's inputs and output, so
+it is unit-tested without Spark.
+
+Strategies (the correctness oracle for each is "the batch result of the SQL over the complete input"):
+
+``append``
+    Stateless SQL (projection, filter, explode, lookup joins) over exactly one append-only input (a source or
+    a log table). Each micro-batch runs the SQL in batch mode over the new rows and appends (log output) or
+    upserts (primary-key output) the result. Primary-key inputs are read as *lookups*: their current state
+    at the micro-batch (processing-time semantics, like Flink's lookup join).
+``aggregate``
+    A top-level aggregation over one append-only input into a primary-key table: a Spark streaming
+    aggregation (output mode ``update``) whose changed groups are upserted per micro-batch.
+``changelog``
+    Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
+    evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
+    a filter deletes the downstream row.
+``recompute``
+    Anything else into a primary-key table (top-N, joins between primary-key tables, aggregations over a
+    changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL
+    over the current state of every input and writes the difference. Always correct; costs O(input) per
+    micro-batch — fine for serving tables.
+
+Anything that fits none of these is refused with ``SHAPE_UNSUPPORTED`` saying why and what to write instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from runtime.errors import ErrorCode, Location, TidehouseError
+
+Strategy = Literal["append", "aggregate", "changelog", "recompute"]
+InputKind = Literal["source", "log", "primary_key"]
+
+APPEND_ONLY: frozenset[str] = frozenset({"source", "log"})
+# logical plan nodes that need state across rows of different micro-batches
+STATEFUL_NODES = frozenset({
+    "Aggregate", "Window", "Distinct", "GlobalLimit", "LocalLimit", "Tail", "Offset", "Deduplicate",
+    "DeduplicateWithinWatermark", "Intersect", "Except", "WindowGroupLimit", "Sort",
+})
+PASS_THROUGH = frozenset({"Project", "SubqueryAlias", "View", "EventTimeWatermark"})
+
+
+@dataclass(frozen=True)
+class SqlShape:
+    """Facts about an analysed query that decide its strategy."""
+
+    nodes: frozenset[str]  # names of every logical plan node
+    top: str  # first node below the top Project/SubqueryAlias chain, e.g. "Aggregate", "Filter"
+    deterministic: bool = True
+    nondeterministic_hint: str = ""  # e.g. "rand()"
+    distinct_aggregate: bool = False
+    has_limit: bool = False
+
+    @property
+    def stateful(self) -> frozenset[str]:
+        return self.nodes & STATEFUL_NODES
+
+    @property
+    def sort_only(self) -> bool:
+        """ORDER BY without LIMIT (the only stateful node is a Sort)."""
+        return self.stateful == {"Sort"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    strategy: Strategy
+    reason: str
+
+
+def _refuse(table: str, why: str, fix: str, location: Location | None) -> TidehouseError:
+    return TidehouseError(ErrorCode.SHAPE_UNSUPPORTED, f"table {table} cannot be maintained: {why}",
+                          location=location, hint=fix)
+
+
+def decide(
+    table: str,
+    shape: SqlShape,
+    inputs: Sequence[tuple[str, InputKind]],
+    *,
+    primary_key: Sequence[str] = (),
+    merge_engine: str = "last_row",
+    location: Location | None = None,
+) -> Decision:
+    """Pick the strategy for ``table`` or raise ``TidehouseError(SHAPE_UNSUPPORTED)``."""
+    if not shape.deterministic:
+        raise _refuse(table, f"its SQL calls a non-deterministic function{shape.nondeterministic_hint}, so a "
+                      "replayed micro-batch or a re-run would give different rows than the batch result",
+                      "compute such values upstream in the source data, or derive them deterministically "
+                      "(e.g. xxhash64 of columns)", location)
+    appends = sorted(name for name, kind in inputs if kind in APPEND_ONLY)
+    lookups = sorted(name for name, kind in inputs if kind == "primary_key")
+    if not inputs:
+        raise _refuse(table, "its SQL reads no input", "name the inputs the SQL reads in the action header",
+                      location)
+    stateful = shape.stateful
+    is_pk = bool(primary_key)
+
+    if not is_pk:
+        return _decide_log(table, shape, appends, lookups, location)
+
+    if merge_engine != "last_row" and (stateful - {"Sort"} or len(appends) != 1):
+        raise _refuse(table, f"merge engine '{merge_engine}' combines the rows a stateless query writes, but "
+                      "this SQL is not stateless over one append-only input",
+                      "use merge_engine: last_row (the default), or move the aggregation into the merge "
+                      "engine and keep the SQL a plain projection", location)
+
+    if not (stateful - {"Sort"}) and len(appends) == 1:
+        how = f"stateless over {appends[0]}; upserts each micro-batch's rows"
+        if lookups:
+            how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
+        return Decision("append", how)
+    if (shape.top == "Aggregate" and len(appends) == 1 and not lookups and stateful == {"Aggregate"}
+            and not shape.distinct_aggregate and "Join" not in shape.nodes):
+        return Decision("aggregate", f"streaming aggregation over {appends[0]} (output mode update), "
+                                     "changed groups upserted per micro-batch")
+    if not (stateful - {"Sort"}) and len(lookups) == 1 and not appends and "Join" not in shape.nodes:
+        return Decision("changelog", f"follows the changelog of {lookups[0]}: before-images delete, "
+                                     "after-images upsert")
+    why = []
+    if shape.distinct_aggregate:
+        why.append("DISTINCT aggregate")
+    if "Aggregate" in stateful and shape.top != "Aggregate":
+        why.append("filter or join over an aggregation")
+    for node, label in (("Window", "window function"), ("GlobalLimit", "LIMIT / top-N"),
+                        ("Distinct", "DISTINCT"), ("Join", "join")):
+        if node in shape.nodes:
+            why.append(label)
+    if lookups and "Aggregate" in stateful:
+        why.append("aggregation over a primary-key table")
+    if len(appends) + len(lookups) > 1:
+        why.append(f"{len(inputs)} inputs")
+    detail = ", ".join(dict.fromkeys(why)) or "not incrementally maintainable"
+    return Decision("recompute", f"{detail}: re-evaluated over the current state of its inputs when they "
+                                 "change, difference written (O(input) per micro-batch)")
+
+
+def _decide_log(table: str, shape: SqlShape, appends: list[str], lookups: list[str],
+                location: Location | None) -> Decision:
+    stateful = shape.stateful
+    if not appends:
+        raise _refuse(table, f"it is a log table (append-only) but reads only primary-key tables "
+                      f"({', '.join(lookups)}), whose rows change and disappear",
+                      "declare a primary_key for this table", location)
+    if len(appends) > 1:
+        raise _refuse(table, f"it reads several append-only inputs ({', '.join(appends)}); joining or "
+                      "merging two streams into a log table is not supported",
+                      "make all but one input a primary-key table (read as a lookup), or declare a "
+                      "primary_key for this table", location)
+    if shape.sort_only:
+        raise _refuse(table, "ORDER BY without LIMIT has no meaning for a log table (rows arrive in micro-"
+                      "batches and are never re-sorted)", "drop the ORDER BY; sort when you query the table",
+                      location)
+    if {"Aggregate", "Distinct"} & stateful:
+        raise _refuse(table, "it aggregates into a log table, which is append-only and cannot correct a "
+                      "group's earlier result", "declare primary_key: [<the GROUP BY columns>]", location)
+    if {"GlobalLimit", "LocalLimit", "Tail", "Offset"} & stateful:
+        raise _refuse(table, "LIMIT into a log table would keep the first rows that ever arrived, not the "
+                      "batch result", "declare a primary_key so the table holds the current top rows",
+                      location)
+    if stateful:
+        raise _refuse(table, f"{', '.join(sorted(stateful))} needs rows from several micro-batches at once",
+                      "declare a primary_key for this table (it is then recomputed as inputs change)",
+                      location)
+    how = f"stateless over {appends[0]}; appends each micro-batch's rows"
+    if lookups:
+        how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
+    return Decision("append", how)
