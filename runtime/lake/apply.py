@@ -1,0 +1,127 @@
+"""Staging hot changes as ONE Iceberg snapshot inside a pyiceberg transaction.
+
+* Log tables: the rows are appended (``merge_append``, so manifests are merged and planning stays fast after
+  thousands of cycles).
+* Primary-key tables: the changelog range is collapsed to the last row kind per key; then, copy-on-write,
+  every lake data file holding an affected key is replaced by a file without those keys, and the new images
+  (``+I``/``+U``) are added — a single ``overwrite`` snapshot. This is what ``Table.upsert`` would do, minus
+  its per-row cost (an upstream report: ~17 min for 1M rows), and with the deletes in the same snapshot.
+
+Both carry the snapshot properties given (``tidehouse.offsets``) so a compaction, an append and a changelog
+application all advance the lake's offsets atomically with the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.table import Table, Transaction
+
+from runtime.lake.schema import to_lake_arrow
+from runtime.storage.api import BUCKET, CHANGE, DELETE, UPDATE_BEFORE
+
+_ROW = "__row"
+_KEY_FILTER_LIMIT = 10_000  # above this many keys, prune by partition only (the filter itself gets costly)
+
+
+@dataclass(frozen=True)
+class Staged:
+    rows_added: int
+    rows_deleted_keys: int
+    files_removed: int
+    files_added: int
+
+
+def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
+    """Write ``data`` as Parquet data files of the table and add them to the snapshot ``producer``."""
+    if data.num_rows == 0:
+        return 0
+    n = 0
+    for data_file in _dataframe_to_data_files(tx.table_metadata, data, table.io, write_uuid=producer.commit_uuid):
+        producer.append_data_file(data_file)
+        n += 1
+    return n
+
+
+def stage_append(tx: Transaction, table: Table, rows: pa.Table, properties: dict[str, str]) -> Staged:
+    """Append log rows (already shaped by :func:`runtime.lake.schema.to_lake_arrow`)."""
+    with tx.update_snapshot(snapshot_properties=properties).merge_append() as append:
+        added = write_files(tx, table, rows, append)
+    return Staged(rows.num_rows, 0, 0, added)
+
+
+def collapse_changelog(changelog: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """The last row per key of a changelog in log order: (new images to write, every affected key).
+
+    A key whose last kind is ``-D`` (or a dangling ``-U``) is deleted; ``+I``/``+U`` is its new image.
+    """
+    indexed = changelog.append_column(_ROW, pa.array(range(changelog.num_rows), pa.int64()))
+    last = indexed.group_by(list(key_columns), use_threads=False).aggregate([(_ROW, "max")])
+    rows = last.column(f"{_ROW}_max").combine_chunks()
+    picked = indexed.take(rows.take(pc.sort_indices(rows)))  # one row per key, in log order
+    kinds = picked.column(CHANGE)
+    alive = pc.invert(pc.is_in(kinds, value_set=pa.array([DELETE, UPDATE_BEFORE])))
+    images = picked.filter(alive).drop_columns([_ROW])
+    keys = picked.select(list(key_columns))
+    return images, keys
+
+
+def _key_mask(rows: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> pa.Array:
+    """True for the rows of ``rows`` whose key is in ``keys``."""
+    if len(key_columns) == 1:
+        col = key_columns[0]
+        values = keys.column(col).cast(rows.column(col).type)
+        return pc.fill_null(pc.is_in(rows.column(col), value_set=values), False)
+    left = rows.select(list(key_columns)).append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+    right = pa.table({c: keys.column(c).cast(rows.column(c).type) for c in key_columns})
+    hit = left.join(right, keys=list(key_columns), join_type="left semi", use_threads=False)
+    return pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=hit.column(_ROW))
+
+
+def _affected_filter(table: Table, keys: pa.Table, key_columns: Sequence[str],
+                     buckets: list[int] | None) -> BooleanExpression:
+    expr: BooleanExpression = AlwaysTrue()
+    if buckets is not None:
+        expr = In(BUCKET, set(buckets))
+    if keys.num_rows <= _KEY_FILTER_LIMIT:  # prune files by the first key column's min/max statistics
+        values = set(keys.column(key_columns[0]).drop_null().to_pylist())  # key columns are required
+        if values:
+            by_key = In(key_columns[0], values)
+            expr = by_key if isinstance(expr, AlwaysTrue) else And(expr, by_key)
+    return expr
+
+
+def stage_changelog(tx: Transaction, table: Table, changelog: pa.Table, key_columns: Sequence[str],
+                    properties: dict[str, str]) -> Staged:
+    """Apply a primary-key changelog range (user columns + ``__change`` + ``__bucket``) as one snapshot."""
+    images, keys = collapse_changelog(changelog, key_columns)
+    schema = table.schema()
+    partitioned = not table.spec().is_unpartitioned()
+    buckets = sorted(set(changelog.column(BUCKET).to_pylist())) if partitioned else None
+    removed: list = []
+    kept: list[pa.Table] = []
+    if table.current_snapshot() is not None:
+        scan = table.scan(row_filter=_affected_filter(table, keys, key_columns, buckets))
+        tasks = list(scan.plan_files())
+        reader = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
+        for task in tasks:
+            rows = reader.to_table([task])
+            mask = _key_mask(rows, keys, key_columns)
+            if not pc.any(mask).as_py():
+                continue
+            removed.append(task.file)
+            remaining = rows.filter(pc.invert(mask))
+            if remaining.num_rows:
+                kept.append(to_lake_arrow(remaining, schema))
+    new_rows = to_lake_arrow(images, schema)
+    out = pa.concat_tables([*kept, new_rows]) if kept else new_rows
+    with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+        for data_file in removed:
+            overwrite.delete_data_file(data_file)
+        added = write_files(tx, table, out, overwrite)
+    return Staged(images.num_rows, keys.num_rows, len(removed), added)

@@ -1,0 +1,160 @@
+"""The lake: Iceberg tables behind any pyiceberg catalog.
+
+The embedded default is pyiceberg's SQL catalog on SQLite under the home directory with a local warehouse
+(``<home>/lake/catalog.db`` and ``<home>/lake/warehouse``); the project file's ``lake.catalog`` points it at any
+other pyiceberg catalog (REST e.g. Polaris, Glue, Hive). A hot table ``<layer>.<name>`` is the lake table
+``<name>`` in namespace ``<layer>``; see :mod:`runtime.lake.schema` for the columns it keeps.
+
+Tables created here carry properties that make the tiering protocol safe:
+
+* ``commit.retry.num-retries = 0``: pyiceberg's own retry rebuilds a failed append on the new parent, which
+  would commit the same hot offset range twice. A conflict must surface so the cycle re-reads the lake's
+  offsets (see :mod:`runtime.lake.tiering`).
+* ``write.metadata.delete-after-commit.enabled``: old metadata files are removed, the warehouse stays small.
+* ``tidehouse.kind`` / ``tidehouse.primary_key`` / ``tidehouse.buckets``: what the hot table was.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError,
+)
+from pyiceberg.table import Table
+
+from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.lake.schema import lake_schema, missing_columns, partition_spec
+from runtime.storage.api import TableMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.config import Config
+
+log = logging.getLogger(__name__)
+
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "commit.retry.num-retries": "0",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"dwd.clicks"`` -> ``("dwd", "clicks")``; anything else is a user error."""
+    layer, dot, table = name.partition(".")
+    if not dot or not layer or not table or "." in table:
+        raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"'{name}' is not a table name of the form <layer>.<name>",
+                             location=Location(path=name))
+    return layer, table
+
+
+class Lake:
+    """The Iceberg side of Tidehouse: one pyiceberg catalog plus where tiering keeps its local state."""
+
+    def __init__(self, catalog: Catalog, *, run_dir: Path, properties: dict[str, Any] | None = None,
+                 max_snapshots: int = 100, compact_min_files: int = 32, retention_s: float = 24 * 3600.0) -> None:
+        self.catalog = catalog
+        self.run_dir = Path(run_dir)
+        self.properties = dict(properties or {})
+        self.max_snapshots = max_snapshots
+        self.compact_min_files = compact_min_files
+        self.retention_s = retention_s
+
+    @classmethod
+    def open(cls, config: "Config") -> "Lake":
+        """The lake a project's configuration names (embedded SQLite SQL catalog by default)."""
+        props = config.lake_catalog_properties
+        _make_local_dirs(props)
+        try:
+            catalog = load_catalog(config.get("lake.catalog_name"), **props)
+        except Exception as exc:  # pyiceberg raises many kinds here (ValueError, SQLAlchemy, HTTP, ...)
+            raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot open the lake catalog: {exc}",
+                                 location=Location("tidehouse.yaml", path="lake.catalog"),
+                                 hint="check lake.catalog in the project file (tidehouse info shows it)") from exc
+        return cls(catalog, run_dir=config.run_dir, properties=props,
+                   max_snapshots=config.get("tiering.max_snapshots"),
+                   compact_min_files=config.get("tiering.compact_min_files"),
+                   retention_s=config.get("storage.retention"))
+
+    # -- tables ------------------------------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        return self.catalog.table_exists(split_name(name))
+
+    def load(self, name: str) -> Table:
+        """The lake table of a hot table name; TABLE_UNKNOWN if it was never tiered."""
+        try:
+            return self.catalog.load_table(split_name(name))
+        except (NoSuchTableError, NoSuchNamespaceError) as exc:
+            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"lake table {name} does not exist",
+                                 location=Location(path=name),
+                                 hint="run `tidehouse tier run` to create and fill it") from exc
+
+    def list_tables(self) -> list[str]:
+        out: list[str] = []
+        for ns in self.catalog.list_namespaces():
+            for ident in self.catalog.list_tables(ns):
+                out.append(".".join(ident))
+        return sorted(out)
+
+    def ensure_table(self, meta: TableMeta) -> Table:
+        """Create the lake table of a hot table, or evolve it with the hot schema's new columns."""
+        layer, _ = split_name(meta.name)
+        try:
+            self.catalog.create_namespace(layer)
+        except NamespaceAlreadyExistsError:
+            pass
+        if not self.exists(meta.name):
+            schema = lake_schema(meta)
+            props = dict(TABLE_PROPERTIES)
+            props.update({"tidehouse.kind": meta.kind, "tidehouse.primary_key": ",".join(meta.primary_key),
+                          "tidehouse.buckets": str(meta.buckets)})
+            try:
+                return self.catalog.create_table(split_name(meta.name), schema=schema,
+                                                 partition_spec=partition_spec(meta, schema), properties=props)
+            except TableAlreadyExistsError:  # another process created it first: fine
+                pass
+            except Exception as exc:
+                raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake table {meta.name}: {exc}",
+                                     location=Location(path=meta.name)) from exc
+        table = self.load(meta.name)
+        new = missing_columns(meta, table.schema())
+        if new:
+            log.info("lake table %s: adding columns %s", meta.name, [f.name for f in new])
+            with table.update_schema() as update:
+                for f in new:
+                    update.add_column(f.name, f.field_type, doc=f.doc)
+            table = self.load(meta.name)
+        if table.properties.get("commit.retry.num-retries") != "0":  # created elsewhere: make it safe
+            with table.transaction() as tx:
+                tx.set_properties({"commit.retry.num-retries": "0"})
+            table = self.load(meta.name)
+        return table
+
+    def drop(self, name: str) -> None:
+        try:
+            self.catalog.drop_table(split_name(name))
+        except NoSuchTableError:
+            pass
+
+    def close(self) -> None:
+        engine = getattr(self.catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+
+def _make_local_dirs(props: dict[str, Any]) -> None:
+    """Create the directories of a local SQLite catalog and ``file://`` warehouse (no-op for remote ones)."""
+    uri = str(props.get("uri", ""))
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    warehouse = str(props.get("warehouse", ""))
+    parsed = urlparse(warehouse)
+    if parsed.scheme == "file":
+        Path(parsed.path).mkdir(parents=True, exist_ok=True)
+    elif warehouse and not parsed.scheme:
+        Path(warehouse).mkdir(parents=True, exist_ok=True)

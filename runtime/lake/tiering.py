@@ -1,0 +1,216 @@
+"""One tiering cycle of one table: hot offset range -> one Iceberg snapshot, exactly once.
+
+Protocol (after Apache Fluss's tiering service; the lake commit is the only commit):
+
+1. Take the table's tiering lock (``flock`` under ``<home>/run/tiering/``; released if the process dies).
+2. Load the lake table and read the offsets its latest snapshot covers (``tidehouse.offsets``); read the hot
+   end offsets. Equal: nothing to do, no commit, no cost beyond two reads.
+3. Read the hot log range ``[lake offsets, end offsets)`` of every bucket; log tables append it, primary-key
+   tables apply it as a changelog (:mod:`runtime.lake.apply`), in ONE snapshot whose summary records the end
+   offsets.
+4. Commit. The commit requires the lake table's ``main`` to still be the snapshot read in step 2 (pyiceberg's
+   ``AssertRefSnapshotId``, checked by the catalog atomically), and pyiceberg's own retry is disabled on
+   these tables (``commit.retry.num-retries = 0``), because that retry would rebuild the append on the new
+   parent and commit the same range twice. A conflict therefore surfaces as ``CommitFailedException``; the
+   cycle then starts over from step 2 (re-reading the offsets from the lake, never blindly re-committing).
+
+A crash before step 4 leaves the lake's offsets where they were: the next cycle repeats the range (the data
+files written by the crashed attempt are unreferenced orphans). A crash after step 4 leaves the new offsets
+in the lake: the range is never repeated.
+
+Lake delay (how far the lake copy is behind the hot copy, in seconds) is computed from the backlog: 0 when
+the lake's offsets equal the hot end offsets, else ``now - commit time of the oldest hot batch not yet in the
+lake``. It never reports "time since the last commit", so an idle table is not a false alarm.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.table import Table
+
+from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.lake.apply import stage_append, stage_changelog
+from runtime.lake.schema import missing_columns, to_lake_arrow
+from runtime.lake.state import (
+    OFFSETS_PROPERTY, append_history, lake_offsets, offsets_json, read_history, table_lock,
+)
+from runtime.storage.api import TableMeta, TableStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.lake.catalog import Lake
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+STATUS_WINDOW_S = 300.0
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """What one tiering cycle did."""
+
+    table: str
+    rows: int  # hot log rows covered (changelog rows for primary-key tables)
+    seconds: float
+    committed: bool
+    snapshot_id: int | None  # the lake's current snapshot after the cycle
+    offsets_before: tuple[int, ...]
+    offsets_after: tuple[int, ...]
+    lake_delay_s: float  # after the cycle: how far the lake is behind the hot end now
+    delay_at_commit_s: float  # just before this cycle's commit landed (the peak of the sawtooth)
+    attempts: int = 1
+    maintenance: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["offsets_before"] = list(self.offsets_before)
+        out["offsets_after"] = list(self.offsets_after)
+        out["maintenance"] = list(self.maintenance)
+        return out
+
+
+def lake_table(lake: "Lake", meta: TableMeta) -> Table:
+    """The lake table of a hot table, created or evolved to the hot schema as needed."""
+    if lake.exists(meta.name):
+        table = lake.load(meta.name)
+        if not missing_columns(meta, table.schema()) and table.properties.get("commit.retry.num-retries") == "0":
+            return table
+    return lake.ensure_table(meta)
+
+
+def pending_since(store: TableStore, name: str, start: list[int], end: list[int]) -> float | None:
+    """Commit time (epoch s) of the oldest hot batch at or after ``start`` and before ``end`` (None: none)."""
+    oldest = None
+    for bucket, (lo, hi) in enumerate(zip(start, end)):
+        if hi > lo:
+            info = store.offset_times(name, bucket, lo)
+            if info is not None and (oldest is None or info.commit_ts < oldest):
+                oldest = info.commit_ts
+    return oldest
+
+
+def lake_delay(store: TableStore, name: str, start: list[int], end: list[int], now: float | None = None) -> float:
+    since = pending_since(store, name, start, end)
+    return 0.0 if since is None else max(0.0, (now or time.time()) - since)
+
+
+def read_range(store: TableStore, meta: TableMeta, start: list[int], end: list[int]) -> pa.Table:
+    """The hot log rows ``[start, end)`` of every bucket, bucket by bucket in offset order."""
+    parts = []
+    for bucket, (lo, hi) in enumerate(zip(start, end)):
+        if hi > lo:
+            parts.extend(pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi) if b.num_rows)
+    expected = sum(hi - lo for lo, hi in zip(start, end))
+    data = pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+    if data.num_rows != expected:
+        raise TidehouseError(ErrorCode.STORAGE_CORRUPT,
+                             f"hot table {meta.name}: read {data.num_rows} rows of the range "
+                             f"{start}..{end}, expected {expected}", location=Location(path=meta.name))
+    return data
+
+
+def _check_ranges(meta: TableMeta, before: list[int], ends: list[int]) -> None:
+    behind = [b for b, (lo, hi) in enumerate(zip(before, ends)) if hi < lo]
+    if behind:
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"table {meta.name}: the lake covers offsets {before} but the hot end offsets are {ends} "
+            f"(buckets {behind} went backwards)", location=Location(path=meta.name),
+            hint="the hot storage was reset while the lake kept its data; drop the lake table to re-tier")
+
+
+def tier_table(store: TableStore, lake: "Lake", table_name: str, *, lock_timeout: float = 600.0,
+               maintain: bool = True) -> CycleResult:
+    """Run one tiering cycle of ``table_name`` now (see the module docstring for the protocol)."""
+    started = time.monotonic()
+    meta = store.get_table(table_name)
+    with table_lock(lake.run_dir, table_name, timeout=lock_timeout):
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            table = lake_table(lake, meta)
+            before, _ = lake_offsets(table, meta.buckets)
+            ends = store.end_offsets(table_name)
+            _check_ranges(meta, before, ends)
+            if before == ends:
+                result = CycleResult(table_name, 0, time.monotonic() - started, False,
+                                     _snapshot_id(table), tuple(before), tuple(ends), 0.0, 0.0, attempt)
+                break
+            since = pending_since(store, table_name, before, ends)
+            data = read_range(store, meta, before, ends)
+            props = {OFFSETS_PROPERTY: offsets_json(ends), "tidehouse.rows": str(data.num_rows)}
+            tx = table.transaction()
+            if meta.is_primary_key:
+                stage_changelog(tx, table, data, meta.primary_key, props)
+            else:
+                stage_append(tx, table, to_lake_arrow(data, table.schema()), props)
+            try:
+                table = tx.commit_transaction()
+            except (CommitFailedException, ValidationException) as exc:  # a concurrent commit won
+                log.warning("tiering %s: lake commit conflict (attempt %d/%d): %s", table_name, attempt,
+                            MAX_ATTEMPTS, exc)
+                if attempt == MAX_ATTEMPTS:
+                    raise TidehouseError(ErrorCode.LAKE_COMMIT_CONFLICT,
+                                         f"lake table {table_name}: {MAX_ATTEMPTS} commits in a row lost to "
+                                         "concurrent commits", location=Location(path=table_name)) from exc
+                continue
+            now = time.time()
+            notes: tuple[str, ...] = ()
+            if maintain:
+                from runtime.lake.maintenance import maintain_table
+
+                notes = tuple(maintain_table(store, lake, meta, table, ends))
+            ends_now = store.end_offsets(table_name)
+            result = CycleResult(
+                table_name, data.num_rows, time.monotonic() - started, True, _snapshot_id(lake.load(table_name)),
+                tuple(before), tuple(ends), lake_delay(store, table_name, ends, ends_now),
+                0.0 if since is None else max(0.0, now - since), attempt, notes)
+            break
+        append_history(lake.run_dir, table_name, {
+            "at": time.time(), "rows": result.rows, "seconds": round(result.seconds, 4),
+            "committed": result.committed, "snapshot_id": result.snapshot_id,
+            "delay": round(result.lake_delay_s, 3), "delay_at_commit": round(result.delay_at_commit_s, 3),
+            "offsets": list(result.offsets_after)})
+    return result
+
+
+def _snapshot_id(table: Table) -> int | None:
+    snap = table.current_snapshot()
+    return snap.snapshot_id if snap is not None else None
+
+
+def lake_status(store: TableStore, lake: "Lake", table: str, *, window_s: float = STATUS_WINDOW_S) -> dict:
+    """Per-table tiering figures for ``flow status``: offsets, backlog, lake delay now and its recent max."""
+    meta = store.get_table(table)
+    ends = store.end_offsets(table)
+    lake_exists = lake.exists(table)
+    snap = None
+    offsets = [0] * meta.buckets
+    if lake_exists:
+        ice = lake.load(table)
+        offsets, _ = lake_offsets(ice, meta.buckets)
+        snap = ice.current_snapshot()
+    now = time.time()
+    delay = lake_delay(store, table, offsets, ends, now)
+    history = read_history(lake.run_dir, table, since=now - window_s)
+    last = next((h for h in reversed(history) if h.get("committed")), None)
+    peaks = [max(h.get("delay", 0.0), h.get("delay_at_commit", 0.0)) for h in history]
+    return {
+        "table": table,
+        "lake_table": lake_exists,
+        "lake_offsets": offsets,
+        "hot_end_offsets": ends,
+        "pending_rows": sum(max(0, e - o) for o, e in zip(offsets, ends)),
+        "lake_delay_s": round(delay, 3),
+        "max_lake_delay_s": round(max([delay, *peaks]), 3),  # over the last window_s seconds
+        "window_s": window_s,
+        "last_snapshot_id": snap.snapshot_id if snap else None,
+        "last_snapshot_at": snap.timestamp_ms / 1000.0 if snap else None,
+        "last_cycle_rows": last["rows"] if last else None,
+        "last_cycle_seconds": last["seconds"] if last else None,
+        "cycles_in_window": len(history),
+    }

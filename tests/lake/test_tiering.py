@@ -1,0 +1,129 @@
+"""A tiering cycle makes the lake equal the hot table: log tables, primary-key tables, schema evolution."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from runtime.lake.state import lake_offsets
+from runtime.lake.tiering import lake_status, tier_table
+from runtime.storage.api import CHANGE, TableMeta
+from tests.lake.conftest import lake_rows, rows_of
+
+CLICKS = pa.schema([("user_id", pa.string()), ("item", pa.int64()), ("price", pa.float64()),
+                    ("ts", pa.timestamp("us", tz="UTC"))])
+ACTIVITY = pa.schema([("user_id", pa.string()), ("events", pa.int64()), ("last_item", pa.string())])
+
+
+def clicks(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"user_id": [f"u{i % 7}" for i in range(start, start + n)],
+                     "item": list(range(start, start + n)),
+                     "price": [i / 10 for i in range(start, start + n)],
+                     "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)],
+                                    pa.timestamp("us", tz="UTC"))}, schema=CLICKS)
+
+
+def test_log_table_lake_equals_hot_after_each_cycle(store, lake):
+    store.create_table(TableMeta("ods.clicks", CLICKS, buckets=3, bucket_key=("user_id",)))
+    seq = 0
+    for cycle, n in enumerate([50, 0, 7, 120]):
+        if n:
+            store.write("ods.clicks", clicks(n, start=seq * 1000), writer="w", seq=seq)
+            seq += 1
+        result = tier_table(store, lake, "ods.clicks")
+        assert result.committed == bool(n), cycle
+        assert result.rows == n
+        assert lake_rows(lake, "ods.clicks") == rows_of(store.scan("ods.clicks"))
+        assert list(result.offsets_after) == store.end_offsets("ods.clicks")
+        assert result.lake_delay_s == 0.0
+    # every hot offset is in the lake exactly once
+    data = lake.load("ods.clicks").scan(selected_fields=("__bucket", "__offset")).to_arrow().to_pylist()
+    pairs = sorted((r["__bucket"], r["__offset"]) for r in data)
+    ends = store.end_offsets("ods.clicks")
+    assert pairs == [(b, o) for b in range(3) for o in range(ends[b])]
+
+
+def test_empty_table_makes_no_snapshot(store, lake):
+    store.create_table(TableMeta("ods.empty", CLICKS))
+    for _ in range(3):
+        result = tier_table(store, lake, "ods.empty")
+        assert not result.committed and result.rows == 0 and result.snapshot_id is None
+    assert lake.load("ods.empty").snapshots() == []
+
+
+def _apply(state: dict, batch: list[dict]) -> None:
+    for row in batch:
+        if row.get(CHANGE) == "-D":
+            state.pop(row["user_id"], None)
+        else:
+            state[row["user_id"]] = {k: row[k] for k in ("user_id", "events", "last_item")}
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_primary_key_table_with_updates_and_deletes(store, lake, seed, buckets):
+    rng = random.Random(seed)
+    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",),
+                                 buckets=buckets))
+    expected: dict = {}
+    for seq in range(12):
+        batch = []
+        for _ in range(rng.randrange(0, 40)):
+            user = f"u{rng.randrange(30)}"
+            if rng.random() < 0.25:
+                batch.append({"user_id": user, "events": None, "last_item": None, CHANGE: "-D"})
+            else:
+                batch.append({"user_id": user, "events": rng.randrange(100), "last_item": f"i{rng.randrange(9)}",
+                              CHANGE: "+U"})
+        if batch:
+            store.write("dws.activity", pa.Table.from_pylist(batch, schema=ACTIVITY.append(
+                pa.field(CHANGE, pa.string()))), writer="w", seq=seq)
+            _apply(expected, batch)
+        if rng.random() < 0.6 or seq == 11:
+            tier_table(store, lake, "dws.activity")
+            assert lake_rows(lake, "dws.activity") == rows_of(store.scan("dws.activity"))
+            assert lake_rows(lake, "dws.activity") == sorted(expected.values(), key=repr)
+
+
+def test_composite_primary_key(store, lake):
+    schema = pa.schema([("shop", pa.string()), ("day", pa.int32()), ("total", pa.float64())])
+    store.create_table(TableMeta("ads.totals", schema, kind="primary_key", primary_key=("shop", "day"), buckets=2))
+    t = lambda rows: pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))  # noqa: E731
+    store.write("ads.totals", t([{"shop": "a", "day": 1, "total": 1.0, CHANGE: "+I"},
+                                 {"shop": "a", "day": 2, "total": 2.0, CHANGE: "+I"},
+                                 {"shop": "b", "day": 1, "total": 3.0, CHANGE: "+I"}]), writer="w", seq=0)
+    tier_table(store, lake, "ads.totals")
+    store.write("ads.totals", t([{"shop": "a", "day": 1, "total": 10.0, CHANGE: "+U"},
+                                 {"shop": "b", "day": 1, "total": None, CHANGE: "-D"}]), writer="w", seq=1)
+    tier_table(store, lake, "ads.totals")
+    assert lake_rows(lake, "ads.totals") == [{"shop": "a", "day": 1, "total": 10.0},
+                                             {"shop": "a", "day": 2, "total": 2.0}]
+    assert lake.load("ads.totals").schema().identifier_field_names() == {"shop", "day"}
+
+
+def test_schema_evolution_adds_lake_columns(store, lake):
+    store.create_table(TableMeta("ods.clicks", CLICKS))
+    store.write("ods.clicks", clicks(5), writer="w", seq=0)
+    tier_table(store, lake, "ods.clicks")
+    wider = CLICKS.append(pa.field("country", pa.string()))
+    store.create_table(TableMeta("ods.clicks", wider))
+    store.write("ods.clicks", clicks(3, start=5).append_column("country", pa.array(["fr"] * 3)), writer="w", seq=1)
+    tier_table(store, lake, "ods.clicks")
+    rows = lake_rows(lake, "ods.clicks")
+    assert sorted(r["country"] or "" for r in rows) == [""] * 5 + ["fr"] * 3
+    assert rows == rows_of(store.scan("ods.clicks"))
+
+
+def test_lake_status_reports_backlog_and_delay(store, lake):
+    store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
+    store.write("ods.clicks", clicks(10), writer="w", seq=0)
+    status = lake_status(store, lake, "ods.clicks")
+    assert status["pending_rows"] == 10 and status["lake_delay_s"] >= 0.0 and not status["lake_table"]
+    tier_table(store, lake, "ods.clicks")
+    status = lake_status(store, lake, "ods.clicks")
+    assert status["pending_rows"] == 0 and status["lake_delay_s"] == 0.0
+    assert status["last_cycle_rows"] == 10 and status["last_snapshot_id"] is not None
+    assert status["lake_offsets"] == store.end_offsets("ods.clicks")
+    offsets, snap = lake_offsets(lake.load("ods.clicks"), 2)
+    assert offsets == status["lake_offsets"] and snap.snapshot_id == status["last_snapshot_id"]
