@@ -41,6 +41,7 @@ class ErrorCode(str, Enum):
     ACTION_UNKNOWN = "TH221"
     ACTION_VERSION_UNKNOWN = "TH222"
     ACTION_SQL_INVALID = "TH223"
+    ACTION_DUPLICATE = "TH224"  # two files in one registration define the same action
     INPUT_MISSING = "TH230"
     INPUT_EXTRA = "TH231"
     INPUT_UNKNOWN_TABLE = "TH232"
@@ -54,6 +55,7 @@ class ErrorCode(str, Enum):
     SHAPE_UNSUPPORTED = "TH244"
     FLOW_UNKNOWN = "TH250"
     FLOW_VERSION_UNKNOWN = "TH251"
+    REGISTRY_UNAVAILABLE = "TH252"  # the registry database cannot be reached or used
 
     # storage
     TABLE_UNKNOWN = "TH300"
