@@ -1,0 +1,34 @@
+/*---
+name: sessionize
+description: >
+  Group each key's events into sessions: a session ends after `gap` without an event (Spark's
+  session_window). Output: the key column, session_start, session_end (last event + gap), events and
+  duration_seconds. Declare `primary_key: [<key>, session_start]`. Carries a watermark like windowed_count;
+  a streaming run emits a session once the watermark passes its end.
+inputs: [events]
+params:
+  key:
+    type: string
+    default: user_id
+    description: The column whose events form sessions.
+  ts:
+    type: string
+    default: ts
+    description: The event-time column (a timestamp).
+  gap:
+    type: string
+    default: 30 minutes
+    description: Inactivity that closes a session ("30 seconds", "30 minutes").
+  watermark_seconds:
+    type: int
+    default: 60
+    description: How late (in seconds of event time) a row may arrive and still count.
+---*/
+SELECT IDENTIFIER(:key),
+       session_window.start AS session_start,
+       session_window.end   AS session_end,
+       count(*)             AS events,
+       CAST(unix_micros(session_window.end) - unix_micros(session_window.start) AS DOUBLE) / 1e6
+                            AS duration_seconds
+FROM events WATERMARK IDENTIFIER(:ts) DELAY OF INTERVAL :watermark_seconds SECONDS
+GROUP BY IDENTIFIER(:key), session_window(IDENTIFIER(:ts), :gap)
