@@ -71,7 +71,7 @@ def collapse_changelog(changelog: pa.Table, key_columns: Sequence[str]) -> tuple
     return images, keys
 
 
-def _key_mask(rows: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> pa.Array:
+def key_mask(rows: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> pa.Array:
     """True for the rows of ``rows`` whose key is in ``keys``."""
     if len(key_columns) == 1:
         col = key_columns[0]
@@ -111,7 +111,7 @@ def stage_changelog(tx: Transaction, table: Table, changelog: pa.Table, key_colu
         reader = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
         for task in tasks:
             rows = reader.to_table([task])
-            mask = _key_mask(rows, keys, key_columns)
+            mask = key_mask(rows, keys, key_columns)
             if not pc.any(mask).as_py():
                 continue
             removed.append(task.file)

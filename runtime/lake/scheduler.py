@@ -1,0 +1,152 @@
+"""The tiering service: one APScheduler interval job per table, in parallel across tables.
+
+Scheduling choices (APScheduler 3's defaults would silently drop runs):
+
+* ``misfire_grace_time=None``: a run that starts late (a busy thread pool, a long GC pause) still runs,
+  however late; the default (1 s) drops it with only a log line.
+* ``coalesce=True``: if several runs of a table are overdue, ONE run is made. No data is skipped by this:
+  a cycle always tiers everything up to the hot end offsets, so one run covers all the missed ones.
+* No overlap, no skip: APScheduler skips a run whose previous instance is still running
+  (``max_instances``). Jobs here allow 2 instances, and a per-table lock serialises them: a run that fires
+  while the previous one is still going waits for it and then runs at once, instead of being dropped until
+  the next interval (which would double the lake delay). The cross-process file lock in
+  :func:`~runtime.lake.tiering.tier_table` fences other processes.
+* Errors of one table's cycle are logged and counted in :attr:`TieringService.stats`; they never stop the
+  other tables or the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+from apscheduler.executors.pool import ThreadPoolExecutor as APThreadPool
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from runtime.errors import TidehouseError
+from runtime.lake.tiering import CycleResult, tier_table
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableStats:
+    interval: float
+    runs: int = 0
+    commits: int = 0
+    errors: int = 0
+    dropped: int = 0  # fires APScheduler dropped: only while one run is active AND one is queued (no loss)
+    last: CycleResult | None = None
+    last_error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class TieringService:
+    """Per-table tiering jobs on their intervals. ``start()``, ``stop()``, ``run_all_now()``.
+
+    ``source`` is a :class:`runtime.project.Project` (its ``store`` and ``lake`` are used) or a
+    ``(store, lake)`` pair. ``tables`` maps ``"layer.name"`` to its interval in seconds.
+    ``on_cycle(result)`` / ``on_error(table, exc)`` are called after each cycle (progress lines).
+    """
+
+    def __init__(self, source: Any, tables: Mapping[str, float], *, max_workers: int | None = None,
+                 on_cycle: Callable[[CycleResult], None] | None = None,
+                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+        if isinstance(source, tuple):
+            self.store, self.lake = source
+        else:
+            self.store, self.lake = source.store, source.lake
+        self.stats: dict[str, TableStats] = {name: TableStats(float(iv)) for name, iv in tables.items()}
+        self._on_cycle = on_cycle
+        self._on_error = on_error
+        self._workers = max_workers or max(1, min(len(self.stats), 8))
+        self._scheduler: BackgroundScheduler | None = None
+
+    # -- one cycle ---------------------------------------------------------------------------------
+    def run_table(self, name: str) -> CycleResult | None:
+        """One cycle of one table now (waits for a running cycle of the same table to finish first)."""
+        stats = self.stats[name]
+        with stats.lock:
+            stats.runs += 1
+            try:
+                result = tier_table(self.store, self.lake, name)
+            except Exception as exc:  # one table's failure never stops the others
+                stats.errors += 1
+                stats.last_error = exc.render() if isinstance(exc, TidehouseError) else f"{type(exc).__name__}: {exc}"
+                log.error("tiering %s failed: %s", name, stats.last_error, exc_info=not isinstance(exc, TidehouseError))
+                if self._on_error:
+                    self._on_error(name, exc)
+                return None
+            stats.last = result
+            stats.last_error = None
+            stats.commits += int(result.committed)
+        if self._on_cycle:
+            self._on_cycle(result)
+        return result
+
+    def run_all_now(self) -> dict[str, CycleResult | None]:
+        """One cycle of every table now, in parallel (``--until-idle``'s final cycle). None = that table failed."""
+        with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="tier-now") as pool:
+            futures = {name: pool.submit(self.run_table, name) for name in self.stats}
+            return {name: f.result() for name, f in futures.items()}
+
+    # -- the schedule ------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._scheduler is not None:
+            return
+        scheduler = BackgroundScheduler(
+            executors={"default": APThreadPool(max_workers=self._workers)},
+            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 2},
+            timezone=timezone.utc,
+        )
+        scheduler.add_listener(self._dropped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+        now = datetime.now(timezone.utc)
+        for name, stats in self.stats.items():
+            scheduler.add_job(self.run_table, "interval", args=[name], id=name, name=f"tier {name}",
+                              seconds=stats.interval, next_run_time=now)
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def _dropped(self, event) -> None:
+        stats = self.stats.get(event.job_id)
+        if stats is not None:
+            stats.dropped += 1
+            log.warning("tiering run of %s was dropped by the scheduler (%s)", event.job_id, event.code)
+
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop scheduling; with ``wait`` let running cycles finish (they are safe to interrupt anyway)."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=wait)
+            self._scheduler = None
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None
+
+    def __enter__(self) -> "TieringService":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return {name: {"interval": s.interval, "runs": s.runs, "commits": s.commits, "errors": s.errors,
+                       "dropped": s.dropped, "last_error": s.last_error,
+                       "last": s.last.to_dict() if s.last else None} for name, s in self.stats.items()}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` seconds passed (used by tests and ``--until-idle``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
