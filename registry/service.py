@@ -1,0 +1,309 @@
+"""The registry: versioned actions and flows, validated on the way in.
+
+```python
+registry = Registry.open("sqlite:///.tidehouse/registry.db")   # any SQLAlchemy URL
+registry.register_actions([Path("actions")])                     # -> [ActionVersion(name, version, ...)]
+flow = registry.register_flow("flows/shop.yaml")                  # validated; actions pinned
+registry.resolve(flow.pins["dws.user_activity"]).spec.sql
+```
+
+Actions: identical content (line endings aside) answers the existing version; changed content makes the
+next one. Flows: a flow version is its YAML text *and* the action versions it was pinned to, so
+registering an unchanged file after one of its actions changed makes a new flow version with new pins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
+from registry.specs.flow import ACTION_REF_RE
+from registry.store import SqlStore, StoredVersion, VersionStore
+from registry.validation import ActionCatalog, FlowCheck, validate_flow_spec
+from registry.yamlsource import read_text
+from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+
+
+@dataclass(frozen=True)
+class ActionVersion:
+    """One registered version of an action."""
+
+    name: str
+    version: int
+    spec: ActionSpec
+    content_hash: str
+    created_at: datetime
+    text: str = ""
+    path: str | None = None
+    unchanged: bool = False  # registering it found this identical version already there
+    version_count: int | None = None  # in listings: how many versions the action has
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class FlowVersion:
+    """One registered version of a flow: the original YAML and the action version of every table."""
+
+    name: str
+    version: int
+    spec: FlowSpec
+    pins: dict[str, str]  # "dws.user_activity" -> "count_by_key@2"
+    source_text: str
+    path: str | None
+    created_at: datetime
+    content_hash: str = ""
+    unchanged: bool = False
+    version_count: int | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def _normalize(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip() + "\n"
+
+
+def content_hash(text: str, pins: Mapping[str, str] | None = None) -> str:
+    digest = hashlib.sha256(_normalize(text).encode("utf-8"))
+    if pins is not None:
+        digest.update(b"\0pins\0" + json.dumps(dict(sorted(pins.items()))).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def split_ref(ref: str, what: str = "action") -> tuple[str, int | None]:
+    """``"name@3"`` -> ``("name", 3)``; ``"name"`` -> ``("name", None)``."""
+    match = ACTION_REF_RE.match(ref or "")
+    if not match:
+        raise TidehouseError(ErrorCode.SPEC_BAD_IDENTIFIER, f"{ref!r} is not a {what} reference: write 'name' or "
+                                                            "'name@N'")
+    return match.group(1), int(match.group(2)) if match.group(2) else None
+
+
+def action_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Files to register: each file as given, each folder's ``*.sql`` files (recursively, sorted)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*.sql") if p.is_file())
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "no such file or folder", location=Location(str(path)))
+    return out
+
+
+class _Versions(Mapping):
+    """name -> {version: ActionSpec}, loaded from the store on first access of each name."""
+
+    def __init__(self, registry: "Registry") -> None:
+        self._registry = registry
+        self._names = None
+        self._loaded: dict[str, dict[int, ActionSpec]] = {}
+
+    def _all_names(self) -> list[str]:
+        if self._names is None:
+            self._names = [v.name for v in self._registry.store.latest("action")]
+        return self._names
+
+    def __getitem__(self, name: str) -> dict[int, ActionSpec]:
+        if name not in self._loaded:
+            stored = self._registry.store.versions("action", name)
+            if not stored:
+                raise KeyError(name)
+            self._loaded[name] = {s.version: self._registry._action_spec(s) for s in stored}
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(self._all_names())
+
+    def __len__(self) -> int:
+        return len(self._all_names())
+
+
+class Registry:
+    """Versioned actions and flows over a :class:`~registry.store.VersionStore`."""
+
+    def __init__(self, store: VersionStore) -> None:
+        self.store = store
+        self._specs: dict[tuple[str, str, int], object] = {}  # versions are immutable: parse each once
+
+    @classmethod
+    def open(cls, url: str) -> "Registry":
+        """Open (and create if needed) the registry at a SQLAlchemy URL."""
+        return cls(SqlStore.open(url))
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- actions -----------------------------------------------------------------------------------
+    def register_action(self, path_or_text: str | Path, *, path: str | None = None) -> ActionVersion:
+        """Register one action from a file, or from its text (anything containing ``/*---``)."""
+        if isinstance(path_or_text, str) and "/*---" in path_or_text:
+            text, where = path_or_text, path or "<string>"
+        else:
+            where = str(path_or_text)
+            text = read_text(where)
+        spec = parse_action_text(text, where)
+        return self._store_action(spec, text)
+
+    def register_actions(self, paths: Sequence[str | Path]) -> list[ActionVersion]:
+        """Register action files and folders. Every file is parsed first: any error registers nothing."""
+        parsed: list[tuple[ActionSpec, str]] = []
+        errors: list[TidehouseError] = []
+        first_file: dict[str, str] = {}
+        for file in action_files(paths):
+            try:
+                text = read_text(file)
+                spec = parse_action_text(text, str(file))
+            except TidehouseErrors as exc:
+                errors += exc.errors
+                continue
+            except TidehouseError as exc:
+                errors.append(exc)
+                continue
+            if spec.name in first_file:
+                errors.append(TidehouseError(
+                    ErrorCode.ACTION_DUPLICATE, f"action '{spec.name}' is also defined in {first_file[spec.name]}",
+                    location=Location(str(file), path="name"), hint="give each action its own name"))
+                continue
+            first_file[spec.name] = str(file)
+            parsed.append((spec, text))
+        TidehouseErrors.raise_if_any(errors)
+        return [self._store_action(spec, text) for spec, text in parsed]
+
+    def _store_action(self, spec: ActionSpec, text: str) -> ActionVersion:
+        stored = self.store.put("action", spec.name, content_hash(text), text, spec.path)
+        return self._action_version(stored, spec=spec if stored.created else None)
+
+    def _action_spec(self, stored: StoredVersion) -> ActionSpec:
+        key = ("action", stored.name, stored.version)
+        if key not in self._specs:
+            self._specs[key] = parse_action_text(stored.text, stored.path or f"<action {stored.name}@{stored.version}>")
+        return self._specs[key]
+
+    def _action_version(self, stored: StoredVersion, spec: ActionSpec | None = None) -> ActionVersion:
+        if spec is not None:
+            self._specs.setdefault(("action", stored.name, stored.version), spec)
+        return ActionVersion(name=stored.name, version=stored.version, spec=spec or self._action_spec(stored),
+                             content_hash=stored.content_hash, created_at=stored.created_at, text=stored.text,
+                             path=stored.path, unchanged=not stored.created, version_count=stored.version_count)
+
+    def get_action(self, name: str, version: int | None = None) -> ActionVersion:
+        """An action version (the latest when ``version`` is None); unknown ones raise with a 'did you mean'."""
+        stored = self.store.get("action", name, version)
+        if stored is None:
+            if version is not None and self.store.get("action", name) is not None:
+                versions = ", ".join(str(v.version) for v in self.store.versions("action", name))
+                raise TidehouseError(ErrorCode.ACTION_VERSION_UNKNOWN, f"action '{name}' has no version {version}",
+                                     hint=f"registered versions: {versions}")
+            names = [v.name for v in self.store.latest("action")]
+            raise TidehouseError(ErrorCode.ACTION_UNKNOWN, f"unknown action '{name}'",
+                                 hint=did_you_mean(name, names) or "see `tidehouse action list`")
+        return self._action_version(stored)
+
+    def resolve(self, ref: str) -> ActionVersion:
+        """``"name@3"`` or ``"name"`` (latest) -> the action version."""
+        name, version = split_ref(ref)
+        return self.get_action(name, version)
+
+    def list_actions(self) -> list[ActionVersion]:
+        """The latest version of every action, with ``version_count``."""
+        return [self._action_version(s) for s in self.store.latest("action")]
+
+    def action_versions(self, name: str) -> list[ActionVersion]:
+        self.get_action(name)  # raises when unknown
+        return [self._action_version(s) for s in self.store.versions("action", name)]
+
+    def catalog(self, local: Iterable[ActionSpec] = ()) -> ActionCatalog:
+        """What flows are validated against: registered versions plus optional unregistered ``local`` specs."""
+        return ActionCatalog(_Versions(self), {spec.name: spec for spec in local})
+
+    # -- flows -------------------------------------------------------------------------------------
+    def _flow_spec(self, stored: StoredVersion) -> FlowSpec:
+        key = ("flow", stored.name, stored.version)
+        if key not in self._specs:
+            self._specs[key] = parse_flow_text(stored.text, stored.path or f"<flow {stored.name}@{stored.version}>")
+        return self._specs[key]
+
+    def _flow_version(self, stored: StoredVersion, spec: FlowSpec | None = None) -> FlowVersion:
+        return FlowVersion(name=stored.name, version=stored.version, spec=spec or self._flow_spec(stored),
+                           pins=dict(stored.pins), source_text=stored.text, path=stored.path,
+                           created_at=stored.created_at, content_hash=stored.content_hash,
+                           unchanged=not stored.created, version_count=stored.version_count)
+
+    def other_flows(self, except_name: str | None = None) -> dict[str, FlowSpec]:
+        """The latest spec of every registered flow (but ``except_name``), to check tables across flows."""
+        return {s.name: self._flow_spec(s) for s in self.store.latest("flow") if s.name != except_name}
+
+    def check_flow(self, spec: FlowSpec, *, local_actions: Iterable[ActionSpec] = (),
+                   pins: Mapping[str, str] | None = None) -> FlowCheck:
+        """All semantic problems of a parsed flow (not raised) and the action each table resolves to."""
+        return validate_flow_spec(spec, self.catalog(local_actions), self.other_flows(spec.flow), pins)
+
+    def validate_flow(self, path: str | Path, *, text: str | None = None,
+                      local_actions: Iterable[ActionSpec] = ()) -> FlowSpec:
+        """Parse and validate a flow file (or ``text``); raises every problem found at once."""
+        where = str(path)
+        spec = parse_flow_text(read_text(where) if text is None else text, where)
+        TidehouseErrors.raise_if_any(self.check_flow(spec, local_actions=local_actions).errors)
+        return spec
+
+    def validate_registered_flow(self, name: str, version: int | None = None) -> FlowVersion:
+        """Re-check a registered flow against today's registry (its pins, the other flows)."""
+        flow = self.get_flow(name, version)
+        TidehouseErrors.raise_if_any(self.check_flow(flow.spec, pins=flow.pins).errors)
+        return flow
+
+    def register_flow(self, path: str | Path, *, text: str | None = None) -> FlowVersion:
+        """Validate and register a flow, pinning each unpinned action to its latest version."""
+        where = str(path)
+        text = read_text(where) if text is None else text
+        spec = parse_flow_text(text, where)
+        check = self.check_flow(spec)
+        TidehouseErrors.raise_if_any(check.errors)
+        pins = {qualified: res.ref for qualified, res in check.resolved.items()}
+        stored_path = None if where.startswith("<") else str(Path(where).resolve())
+        stored = self.store.put("flow", spec.flow, content_hash(text, pins), text, stored_path, pins)
+        return self._flow_version(stored, spec=spec if stored.created else None)
+
+    def get_flow(self, name: str, version: int | None = None) -> FlowVersion:
+        stored = self.store.get("flow", name, version)
+        if stored is None:
+            if version is not None and self.store.get("flow", name) is not None:
+                versions = ", ".join(str(v.version) for v in self.store.versions("flow", name))
+                raise TidehouseError(ErrorCode.FLOW_VERSION_UNKNOWN, f"flow '{name}' has no version {version}",
+                                     hint=f"registered versions: {versions}")
+            names = [v.name for v in self.store.latest("flow")]
+            raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"unknown flow '{name}'",
+                                 hint=did_you_mean(name, names) or "see `tidehouse flow list`")
+        return self._flow_version(stored)
+
+    def resolve_flow(self, ref: str) -> FlowVersion:
+        name, version = split_ref(ref, "flow")
+        return self.get_flow(name, version)
+
+    def list_flows(self) -> list[FlowVersion]:
+        """The latest version of every flow, with ``version_count``."""
+        return [self._flow_version(s) for s in self.store.latest("flow")]
+
+    def flow_versions(self, name: str) -> list[FlowVersion]:
+        self.get_flow(name)
+        return [self._flow_version(s) for s in self.store.versions("flow", name)]
+
+    def producer_of(self, table: str) -> FlowVersion | None:
+        """The registered flow that produces ``layer.table`` (latest versions), if any."""
+        for flow in self.list_flows():
+            if any(q == table for q, _ in flow.spec.tables()):
+                return flow
+        return None

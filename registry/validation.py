@@ -1,0 +1,300 @@
+"""Semantic flow validation: what a flow means against the registered actions and the other flows.
+
+The spec models check one file on its own. Here we check what needs more context, and report every
+problem at its YAML node:
+
+* the action of each table exists (at the pinned or requested version);
+* inputs: none missing, none extra, each bound to something that exists, following the layer rules (ODS
+  reads sources only; other layers read tables of their own or an earlier layer, never sources);
+* parameters: none unknown, none missing, each value fits the parameter's Spark type;
+* primary key, bucket key and aggregation columns exist in the action's output contract (when declared);
+* no table is produced by two flows, and no cycle runs through the flow (across flows too).
+
+SQL analysis (does the SQL parse, do columns exist) needs Spark and happens in the materializer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import networkx as nx
+
+from registry.specs import LAYERS, ActionSpec, FlowSpec, check_value, did_you_mean
+from registry.specs.sparktypes import describe
+from runtime.errors import ErrorCode, Location, TidehouseError
+
+
+@dataclass
+class ActionCatalog:
+    """The actions a flow may use: registered versions, plus unregistered local files that would be next."""
+
+    versions: Mapping[str, Mapping[int, ActionSpec]]
+    local: Mapping[str, ActionSpec] = field(default_factory=dict)  # name -> spec not registered (yet)
+
+    def names(self) -> set[str]:
+        return set(self.versions) | set(self.local)
+
+    def latest(self, name: str) -> int | None:
+        return max(self.versions[name]) if self.versions.get(name) else None
+
+
+@dataclass
+class Resolution:
+    """The action a table resolved to: ``version`` is ``None`` for a local action not registered yet."""
+
+    name: str
+    version: int | None
+    spec: ActionSpec
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}" if self.version is not None else self.name
+
+
+@dataclass
+class FlowCheck:
+    errors: list[TidehouseError]
+    resolved: dict[str, Resolution]  # "dws.user_activity" -> the action it uses
+
+
+class _Locator:
+    def __init__(self, flow: FlowSpec) -> None:
+        self.flow = flow
+        self.doc = flow._document
+
+    def at(self, *path, key: bool = False, shown: tuple | None = None) -> Location:
+        if self.doc is None:
+            from registry.yamlsource import format_path
+
+            return Location(self.flow.path, path=format_path(shown or path))
+        return self.doc.location(path, key=key, shown=shown)
+
+
+def validate_flow_spec(
+    flow: FlowSpec,
+    catalog: ActionCatalog,
+    other_flows: Mapping[str, FlowSpec] = {},
+    pins: Mapping[str, str] | None = None,
+) -> FlowCheck:
+    """Check ``flow`` against the actions in ``catalog`` and the tables of ``other_flows`` (by flow name)."""
+    loc = _Locator(flow)
+    errors: list[TidehouseError] = []
+    resolved: dict[str, Resolution] = {}
+    own = {q for q, _ in flow.tables()}
+    external = {q: name for name, other in other_flows.items() if name != flow.flow for q, _ in other.tables()}
+    known_tables = own | set(external)
+
+    for qualified, table in flow.tables():
+        layer, name = qualified.split(".")
+        base = ("layers", layer, name)
+        res = _resolve_action(flow, qualified, table, catalog, pins, loc, errors)
+        if res is not None:
+            resolved[qualified] = res
+        _check_references(flow, layer, table, base, known_tables, loc, errors)
+        if res is not None:
+            _check_inputs(table, base, res.spec, loc, errors)
+            _check_params(table, base, res.spec, loc, errors)
+            _check_columns(table, base, res.spec, loc, errors)
+
+    for qualified in own:
+        if qualified in external:
+            other = other_flows[external[qualified]]
+            where = other.location_of("layers." + qualified).prefix() or other.path or "the registry"
+            layer, name = qualified.split(".")
+            errors.append(TidehouseError(
+                ErrorCode.TABLE_DUPLICATE,
+                f"table '{qualified}' is also produced by flow '{external[qualified]}' ({where})",
+                location=loc.at("layers", layer, name, key=True),
+                hint="a table is produced by one flow only: rename one of them, or read it from the other flow"))
+
+    errors += _cycles(flow, other_flows, loc)
+    errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))
+    return FlowCheck(errors, resolved)
+
+
+def _resolve_action(flow, qualified, table, catalog, pins, loc, errors) -> Resolution | None:
+    layer, name = qualified.split(".")
+    where = loc.at("layers", layer, name, "action")
+    action, version = table.action_name, table.action_version
+    if version is None and pins and qualified in pins:
+        pinned_name, _, pinned = pins[qualified].partition("@")
+        if pinned_name == action and pinned.isdigit():
+            version = int(pinned)
+    if version is None and action in catalog.local:
+        return Resolution(action, None, catalog.local[action])
+    versions = catalog.versions.get(action)
+    if not versions:
+        errors.append(TidehouseError(ErrorCode.ACTION_UNKNOWN, f"unknown action '{action}'", location=where,
+                                     hint=did_you_mean(action, catalog.names())
+                                     or "register it with `tidehouse action register`"))
+        return None
+    if version is None:
+        version = max(versions)
+    if version not in versions:
+        listed = ", ".join(str(v) for v in sorted(versions))
+        errors.append(TidehouseError(ErrorCode.ACTION_VERSION_UNKNOWN,
+                                     f"action '{action}' has no version {version}",
+                                     location=where, hint=f"registered versions: {listed}"))
+        return None
+    return Resolution(action, version, versions[version])
+
+
+def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set[str], loc, errors) -> None:
+    order = LAYERS.index(layer)
+    for input_name, ref in table.inputs.items():
+        where = loc.at(*base, "inputs", input_name)
+        if layer == "ods":
+            if "." in ref:
+                errors.append(TidehouseError(
+                    ErrorCode.LAYER_VIOLATION, f"ODS tables read sources only, not the table '{ref}'",
+                    location=where, hint=_hint_choices("sources", flow.sources)))
+            elif ref not in flow.sources:
+                errors.append(TidehouseError(
+                    ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown source '{ref}'", location=where,
+                    hint=did_you_mean(ref, flow.sources) or _hint_choices("sources", flow.sources)))
+            continue
+        if "." not in ref:
+            if ref in flow.sources:
+                readers = [q for q, t in flow.tables() if q.startswith("ods.") and ref in t.inputs.values()]
+                errors.append(TidehouseError(
+                    ErrorCode.LAYER_VIOLATION, f"only ODS tables read sources; {layer} tables read tables, "
+                                               f"not the source '{ref}'", location=where,
+                    hint=f"read {readers[0]}" if readers else f"add an ODS table that ingests '{ref}'"))
+            else:
+                errors.append(TidehouseError(
+                    ErrorCode.INPUT_UNKNOWN_TABLE, f"'{ref}' is not a table: write 'layer.table'", location=where,
+                    hint=_closest_table(ref, known)))
+            continue
+        ref_layer = ref.split(".", 1)[0]
+        if ref_layer not in LAYERS:
+            errors.append(TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown layer '{ref_layer}' in '{ref}'",
+                                         location=where, hint=did_you_mean(ref, known)
+                                         or "layers are " + ", ".join(LAYERS)))
+        elif ref not in known:
+            errors.append(TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown table '{ref}'", location=where,
+                                         hint=did_you_mean(ref, known)
+                                         or "no flow (this one or a registered one) produces it"))
+        elif LAYERS.index(ref_layer) > order:
+            errors.append(TidehouseError(
+                ErrorCode.LAYER_VIOLATION, f"a {layer} table cannot read '{ref}' from the later layer {ref_layer}",
+                location=where, hint="tables read their own or an earlier layer: " + " -> ".join(LAYERS)))
+
+
+def _closest_table(name: str, known: Iterable[str]) -> str | None:
+    """A 'did you mean' for a bare table name: the known ``layer.table`` whose name is closest."""
+    import difflib
+
+    by_name = {q.split(".")[1]: q for q in sorted(known)}
+    close = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.6)
+    return f"did you mean '{by_name[close[0]]}'?" if close else None
+
+
+def _hint_choices(what: str, names: Iterable[str]) -> str:
+    names = sorted(names)
+    return f"{what}: {', '.join(names)}" if names else f"the flow declares no {what}"
+
+
+def _check_inputs(table, base: tuple, action: ActionSpec, loc, errors) -> None:
+    wanted, given = list(action.inputs), list(table.inputs)
+    missing = [n for n in wanted if n not in given]
+    for name in given:
+        if name not in wanted:
+            errors.append(TidehouseError(
+                ErrorCode.INPUT_EXTRA, f"action '{action.name}' has no input '{name}'",
+                location=loc.at(*base, "inputs", name, key=True),
+                hint=did_you_mean(name, missing) or _hint_choices("its inputs", wanted)))
+    for name in missing:
+        errors.append(TidehouseError(
+            ErrorCode.INPUT_MISSING, f"input '{name}' of action '{action.name}' is not bound",
+            location=loc.at(*base, "inputs", shown=base + ("inputs", name)),
+            hint=f"add inputs: {{{name}: <{'source' if base[1] == 'ods' else 'layer.table'}>}}"))
+
+
+def _check_params(table, base: tuple, action: ActionSpec, loc, errors) -> None:
+    declared = action.params
+    for name, value in table.params.items():
+        spec = declared.get(name)
+        if spec is None:
+            errors.append(TidehouseError(
+                ErrorCode.PARAM_UNKNOWN, f"action '{action.name}' has no parameter '{name}'",
+                location=loc.at(*base, "params", name, key=True),
+                hint=did_you_mean(name, declared) or _hint_choices("its parameters", declared)))
+            continue
+        if value is None:
+            errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"expected a {spec.type} value, got null",
+                                         location=loc.at(*base, "params", name)))
+            continue
+        for sub, message in check_value(value, spec.spark_type):
+            errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"parameter '{name}' ({spec.type}): {message}",
+                                         location=loc.at(*base, "params", name, *sub)))
+    for name, spec in declared.items():
+        if spec.required and name not in table.params:
+            errors.append(TidehouseError(
+                ErrorCode.PARAM_MISSING, f"parameter '{name}' of action '{action.name}' is required",
+                location=loc.at(*base, "params", shown=base + ("params", name)),
+                hint=f"add params: {{{name}: <{spec.type}>}}"))
+
+
+def _check_columns(table, base: tuple, action: ActionSpec, loc, errors) -> None:
+    columns = action.output_columns
+    if columns is None:
+        return
+    lowered = {c.lower() for c in columns}
+    listed = ", ".join(columns)
+    for field_name, code in (("primary_key", ErrorCode.PRIMARY_KEY_INVALID),
+                             ("bucket_key", ErrorCode.PRIMARY_KEY_INVALID)):
+        for i, col in enumerate(getattr(table, field_name)):
+            if col.lower() not in lowered:
+                errors.append(TidehouseError(
+                    code, f"{field_name.replace('_', ' ')} column '{col}' is not in the output of action "
+                          f"'{action.name}' ({listed})",
+                    location=loc.at(*base, field_name, i), hint=did_you_mean(col, columns)))
+    for col in table.aggregations:
+        if col.lower() not in lowered:
+            errors.append(TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE, f"aggregated column '{col}' is not in the output of action "
+                                          f"'{action.name}' ({listed})",
+                location=loc.at(*base, "aggregations", col, key=True), hint=did_you_mean(col, columns)))
+
+
+def _edges(flow: FlowSpec) -> Iterable[tuple[str, str, str]]:
+    """``(read_table, table, input_name)`` for every input that reads a table."""
+    for qualified, table in flow.tables():
+        if qualified.startswith("ods."):
+            continue
+        for input_name, ref in table.inputs.items():
+            if "." in ref:
+                yield ref, qualified, input_name
+
+
+def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec], loc) -> list[TidehouseError]:
+    graph = nx.DiGraph()
+    for name, other in other_flows.items():
+        if name != flow.flow:
+            graph.add_edges_from((a, b) for a, b, _ in _edges(other))
+    inputs_of: dict[tuple[str, str], str] = {}
+    for a, b, input_name in _edges(flow):
+        graph.add_edge(a, b)
+        inputs_of[(a, b)] = input_name
+    own = {q for q, _ in flow.tables()}
+    errors = []
+    for component in sorted(nx.strongly_connected_components(graph), key=lambda c: sorted(c)):
+        start = min(component)
+        if len(component) == 1 and not graph.has_edge(start, start):
+            continue
+        if not component & own:
+            continue
+        start = min(component & own)
+        cycle = nx.find_cycle(graph.subgraph(component), source=start)
+        nodes = [cycle[0][0]] + [edge[1] for edge in cycle]
+        # point at the first edge of the cycle that this flow's file declares
+        a, b = next(((x, y) for x, y in cycle if (x, y) in inputs_of), cycle[0])
+        layer, name = b.split(".")
+        errors.append(TidehouseError(ErrorCode.FLOW_CYCLE, "cycle: " + " --> ".join(nodes),
+                                     location=loc.at("layers", layer, name, "inputs", inputs_of.get((a, b), "")),
+                                     hint="a table cannot depend on itself, directly or through other tables"))
+    return errors
+
+
+__all__ = ["ActionCatalog", "FlowCheck", "Resolution", "validate_flow_spec", "describe"]
