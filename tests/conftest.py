@@ -78,6 +78,8 @@ def run_cli(project_dir):
 class _Entry:
     """Adapts :func:`runtime.cli.main` (which returns an exit code) to CliRunner's command protocol."""
 
+    name = "tidehouse"  # CliRunner.invoke reads the command's name for the program name
+
     def __init__(self, main):
         self._main = main
 

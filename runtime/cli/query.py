@@ -1,0 +1,29 @@
+"""``tidehouse query SQL``: union read (lake + hot tail) of every table the SQL names, with DuckDB."""
+
+from __future__ import annotations
+
+import click
+
+from runtime.cli import cli, pass_state
+from runtime.cli._render import echo_json, table_csv, table_text
+
+
+@cli.command("query")
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@pass_state
+def query_cmd(state, sql: str, fmt: str) -> None:
+    """Run SQL (DuckDB dialect) over union reads: `layer.t` = lake + hot tail, `layer.t$lake` = lake only,
+    `layer.t$changelog` = the hot changelog with its system columns."""
+    from runtime.lake.union import query
+
+    result = query(state.project, sql)
+    headers = result.column_names
+    rows = result.to_pylist()
+    if fmt == "json":
+        echo_json(rows)
+    elif fmt == "csv":
+        click.echo(table_csv(headers, ([r[h] for h in headers] for r in rows)))
+    else:
+        click.echo(table_text(headers, ([row[h] for h in headers] for row in rows)))
+        click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

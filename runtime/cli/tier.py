@@ -1,0 +1,113 @@
+"""``tidehouse tier run`` (one cycle now) and ``tidehouse tier schedule`` (the tiering service)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import click
+
+from runtime.cli import pass_state, tier
+from runtime.cli._render import echo_json, table_text
+from runtime.errors import ErrorCode, Location, TidehouseError
+
+
+def tables_to_tier(project, flow: str | None, table: str | None) -> dict[str, float]:
+    """``{"layer.name": interval_s}``: a flow's tables (with their own intervals), one table, or every hot table."""
+    store = project.store
+    default = float(project.config.get("tiering.interval"))
+    if flow:
+        spec = project.registry.get_flow(flow).spec
+        wanted = {name: float(spec.tiering_of(name)) for name, _ in spec.tables()}
+        for name, interval in list(wanted.items()):  # quarantine tables of the flow are tiered like their table
+            if store.has_table(f"{name}__quarantine"):
+                wanted[f"{name}__quarantine"] = interval
+        missing = [n for n in wanted if not store.has_table(n)]
+        for name in missing:  # a flow never triggered has no hot tables yet: nothing to tier
+            wanted.pop(name)
+    else:
+        wanted = {name: default for name in store.list_tables()}
+    if table:
+        if table not in wanted:
+            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"no hot table {table}"
+                                 + (f" in flow {flow}" if flow else ""), location=Location(path=table),
+                                 hint="tables: " + (", ".join(sorted(wanted)) or "none"))
+        wanted = {table: wanted[table]}
+    return wanted
+
+
+def _line(result) -> str:
+    state = f"snapshot {result.snapshot_id}" if result.committed else "up to date"
+    extra = f" ({', '.join(result.maintenance)})" if result.maintenance else ""
+    return (f"{result.table}: {result.rows} rows in {result.seconds:.3f}s, {state}, "
+            f"lake delay {result.lake_delay_s:.1f}s{extra}")
+
+
+@tier.command("run")
+@click.option("--flow", "flow", help="Tier the tables of this registered flow (default: every hot table).")
+@click.option("--table", "table", help="Tier only this table (layer.name).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@pass_state
+def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
+    """Run one tiering cycle of each table now."""
+    from runtime.lake.scheduler import TieringService
+
+    project = state.project
+    tables = tables_to_tier(project, flow, table)
+    service = TieringService(project, tables)
+    results = service.run_all_now()
+    if fmt == "json":
+        echo_json({"tables": service.summary()})
+    else:
+        rows = []
+        for name in tables:
+            r = results[name]
+            if r is None:
+                rows.append([name, "-", "-", "-", "-", "failed: " + (service.stats[name].last_error or "")])
+            else:
+                rows.append([name, r.rows, f"{r.seconds:.3f}", r.snapshot_id if r.snapshot_id is not None else "-",
+                             f"{r.lake_delay_s:.1f}", "committed" if r.committed else "up to date"])
+        click.echo(table_text(["table", "rows", "seconds", "snapshot", "lake delay s", "state"], rows)
+                   if rows else "no hot tables to tier")
+    failed = [n for n, r in results.items() if r is None]
+    if failed:
+        raise TidehouseError(ErrorCode.TIERING_FAILED, f"tiering failed for {', '.join(failed)}",
+                             hint="see the messages above; run with --debug for the trace")
+
+
+@tier.command("schedule")
+@click.option("--flow", "flow", help="Tier the tables of this registered flow on their intervals.")
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until stopped).")
+@pass_state
+def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
+    """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM."""
+    from runtime.lake.scheduler import TieringService
+
+    project = state.project
+    tables = tables_to_tier(project, flow, None)
+    if not tables:
+        raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "no hot tables to tier",
+                             hint="trigger a flow first (tidehouse flow trigger)")
+    stop = threading.Event()
+
+    def _stop(signum, _frame) -> None:
+        click.echo(f"{signal.Signals(signum).name}: stopping the tiering service", err=True)
+        stop.set()
+
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    service = TieringService(project, tables, on_cycle=lambda r: r.committed and click.echo(_line(r)),
+                             on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True))
+    click.echo(f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items()))
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        service.start()
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            stop.wait(0.2)
+    finally:
+        service.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = service.summary()
+    click.echo("stopped: " + ", ".join(f"{n} {s['commits']} commits/{s['errors']} errors"
+                                         for n, s in summary.items()))

@@ -1,0 +1,55 @@
+"""`tidehouse tier run`, `tier schedule` and `query` through the real CLI, on a project on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from pyiceberg.catalog import load_catalog
+
+from runtime.project import Project
+from runtime.storage.api import TableMeta
+from tests.lake.test_tiering import CLICKS, clicks
+
+
+def _seed_hot(rows: int = 20) -> None:
+    project = Project.open()
+    project.store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
+    project.store.write("ods.clicks", clicks(rows), writer="test", seq=0)
+    project.close()
+
+
+def test_tier_run_then_query(run_cli, home):
+    _seed_hot(20)
+    code, out, err = run_cli("tier", "run")
+    assert code == 0, err
+    assert "ods.clicks" in out and "committed" in out
+    code, out, _ = run_cli("tier", "run", "--table", "ods.clicks", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["tables"]["ods.clicks"]["last"]["committed"] is False
+    # the lake is a plain Iceberg table for any engine with the printed catalog settings
+    config = Project.open().config
+    table = load_catalog(config.get("lake.catalog_name"), **config.lake_catalog_properties).load_table("ods.clicks")
+    assert table.scan().to_arrow().num_rows == 20
+    code, out, err = run_cli("query", "SELECT count(*) AS n, max(item) AS top FROM ods.clicks", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out) == [{"n": 20, "top": 19}]
+    code, out, _ = run_cli("query", "SELECT user_id, count(*) n FROM ods.clicks GROUP BY 1 ORDER BY 1", "--format", "csv")
+    assert out.splitlines()[0] == "user_id,n" and len(out.splitlines()) == 8
+    code, out, _ = run_cli("query", "SELECT item FROM ods.clicks ORDER BY item LIMIT 2")
+    assert code == 0 and "(2 rows)" in out
+
+
+def test_query_errors_exit_2(run_cli, home):
+    _seed_hot(1)
+    code, _, err = run_cli("query", "SELECT * FROM ods.missing")
+    assert code == 2 and "TH510" in err
+    code, _, err = run_cli("tier", "run", "--table", "ods.missing")
+    assert code == 2 and "TH300" in err
+
+
+def test_tier_schedule_runs_for_a_duration(run_cli, home):
+    _seed_hot(5)
+    code, out, err = run_cli("tier", "schedule", "--duration", "1.5")
+    assert code == 0, err
+    assert "ods.clicks: 5 rows" in out and "1 commits/0 errors" in out
