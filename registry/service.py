@@ -183,6 +183,8 @@ class Registry:
         return [self._store_action(spec, text) for spec, text in parsed]
 
     def _store_action(self, spec: ActionSpec, text: str) -> ActionVersion:
+        if spec.path is not None:  # keep where it came from, independent of the current directory
+            spec = spec.model_copy(update={"path": str(Path(spec.path).resolve())})
         stored = self.store.put("action", spec.name, content_hash(text), text, spec.path)
         return self._action_version(stored, spec=spec if stored.created else None)
 

@@ -1,0 +1,158 @@
+"""``tidehouse flow register|list|show|validate``: the authoring side of flows.
+
+``flow plan|trigger|status`` are added to the same group by :mod:`runtime.cli.run`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime.cli import flow, pass_state
+from runtime.cli._render import echo_json, table_text
+from runtime.errors import ErrorCode, TidehouseError, TidehouseErrors
+
+
+def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
+    """A flow version as JSON-friendly data (what ``--format json`` prints)."""
+    spec = fv.spec
+    out: dict[str, Any] = {
+        "name": fv.name,
+        "version": fv.version,
+        "ref": fv.ref,
+        "description": spec.description,
+        "path": fv.path,
+        "created_at": fv.created_at.isoformat() if fv.created_at else None,
+        "content_hash": fv.content_hash,
+        "tables": [q for q, _ in spec.tables()],
+        "pins": dict(fv.pins),
+    }
+    if fv.version_count is not None:
+        out["versions"] = fv.version_count
+    if text:
+        out["source_text"] = fv.source_text
+    return out
+
+
+@flow.command("register")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@pass_state
+def register(state, path: str, fmt: str) -> None:
+    """Validate a flow file and register it, pinning its actions to their current versions."""
+    fv = state.project.registry.register_flow(path)
+    if fmt == "json":
+        echo_json({**flow_dict(fv), "unchanged": fv.unchanged})
+        return
+    click.echo(fv.ref + (" (unchanged)" if fv.unchanged else ""))
+    for table, pin in fv.pins.items():
+        click.echo(f"  {table}: {pin}")
+
+
+@flow.command("list")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@pass_state
+def list_(state, fmt: str) -> None:
+    """The latest version of every registered flow."""
+    flows = state.project.registry.list_flows()
+    if fmt == "json":
+        echo_json([flow_dict(f) for f in flows])
+        return
+    if not flows:
+        click.echo("no flows registered (tidehouse flow register flows/<flow>.yaml)")
+        return
+    click.echo(table_text(["flow", "latest", "versions", "tables", "registered", "file"],
+                          [[f.name, f.version, f.version_count, len(f.pins),
+                            f"{f.created_at:%Y-%m-%d %H:%M:%S}", f.path or "-"] for f in flows]))
+
+
+@flow.command("show")
+@click.argument("ref")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--source", is_flag=True, help="Also print the registered YAML.")
+@pass_state
+def show(state, ref: str, fmt: str, source: bool) -> None:
+    """One flow: NAME (latest) or NAME@N, with the action version pinned for each table."""
+    registry = state.project.registry
+    fv = registry.resolve_flow(ref)
+    versions = registry.flow_versions(fv.name)
+    if fmt == "json":
+        echo_json({**flow_dict(fv, text=True), "all_versions": [
+            {"version": v.version, "created_at": v.created_at.isoformat(), "pins": v.pins} for v in versions]})
+        return
+    spec = fv.spec
+    click.echo(f"{fv.ref}  (versions: {', '.join(str(v.version) for v in versions)})")
+    if spec.description:
+        click.echo(f"  {spec.description}")
+    click.echo(f"file:    {fv.path or '-'}  registered {fv.created_at:%Y-%m-%d %H:%M:%S} UTC")
+    rows = []
+    for qualified, table in spec.tables():
+        kind = f"pk({', '.join(table.primary_key)})" if table.primary_key else "log"
+        rows.append([qualified, fv.pins.get(qualified, table.action), kind, table.buckets,
+                     ", ".join(f"{k}={v}" for k, v in table.inputs.items())])
+    click.echo(table_text(["table", "action (pinned)", "kind", "buckets", "inputs"], rows))
+    if source:
+        click.echo("---")
+        click.echo(fv.source_text.rstrip("\n"))
+
+
+@flow.command("validate")
+@click.argument("target")
+@click.option("--actions", "actions_dir", type=click.Path(file_okay=False),
+              help="Also use the (unregistered) actions in this folder; default: the project's actions/.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@pass_state
+def validate(state, target: str, actions_dir: str | None, fmt: str) -> None:
+    """Check a flow file (PATH) or a registered flow (NAME[@N]): exit 0 if valid, else 2 with every error."""
+    project = state.project
+    registry = project.registry
+    try:
+        if Path(target).is_file() or not re.fullmatch(r"[a-z_][a-z0-9_]*(@\d+)?", target):
+            local = _local_actions(Path(actions_dir) if actions_dir else project.actions_dir, bool(actions_dir))
+            spec = registry.validate_flow(target, local_actions=local)
+            result = {"ok": True, "flow": spec.flow, "path": target, "tables": [q for q, _ in spec.tables()]}
+        else:
+            fv = registry.validate_registered_flow(*_split(target))
+            result = {"ok": True, "flow": fv.name, "version": fv.version, "tables": list(fv.pins)}
+    except TidehouseError as exc:
+        errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
+        if fmt == "json":
+            echo_json({"ok": False, "errors": [e.to_dict() for e in errors]})
+        else:
+            for error in errors:
+                click.echo(error.render(), err=True)
+        raise click.exceptions.Exit(max(e.exit_code for e in errors))
+    if fmt == "json":
+        echo_json(result)
+    else:
+        click.echo("ok")
+
+
+def _split(ref: str) -> tuple[str, int | None]:
+    name, _, version = ref.partition("@")
+    return name, int(version) if version else None
+
+
+def _local_actions(folder: Path, explicit: bool):
+    """Parse the actions of a folder (not registering them) so a flow can be checked before `flow trigger`."""
+    from registry.service import action_files
+    from registry.specs import parse_action
+
+    if not folder.is_dir():
+        if explicit:
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE,
+                                 f"no such folder: {folder}")
+        return []
+    specs, errors = [], []
+    for file in action_files([folder]):
+        try:
+            specs.append(parse_action(file))
+        except TidehouseErrors as exc:
+            errors += exc.errors
+        except TidehouseError as exc:
+            errors.append(exc)
+    TidehouseErrors.raise_if_any(errors)
+    return specs
