@@ -1,0 +1,1 @@
+"""Project scaffolding: the templates ``tidehouse init`` writes and the sample data generator."""
