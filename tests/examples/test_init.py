@@ -1,0 +1,78 @@
+"""``tidehouse init``: a project that loads, validates and holds everything the README promises (fast)."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from runtime.scaffold.project import project_file_text
+from runtime.settings import SETTINGS
+
+from ._library import ACTIONS, REPO
+
+
+def test_init_scaffolds_a_valid_project(run_cli, tmp_path):
+    code, out, err = run_cli("init", str(tmp_path / "shop"), "--events", "300")
+    assert code == 0, err
+    root = tmp_path / "shop"
+    assert "initialised" in out and "tidehouse action register actions/" in out
+    assert sorted(p.name for p in (root / "actions").glob("*.sql")) == sorted(p.name for p in ACTIONS.glob("*.sql"))
+    assert sorted(p.name for p in (root / "flows").glob("*.yaml")) == sorted(
+        p.name for p in (REPO / "flows").glob("*.yaml"))
+    for folder in ("events", "orders", "touches"):
+        assert list((root / "data" / folder).glob("part-*.json")), folder
+    assert (root / "README.md").read_text().startswith("# shop")
+    assert ".tidehouse/" in (root / ".gitignore").read_text()
+
+    from runtime.config import load_config
+    from registry.service import Registry
+
+    config = load_config(project_dir=root)
+    assert config.project_dir == root.resolve() and config.home == (root / ".tidehouse").resolve()
+    registry = Registry.open(f"sqlite:///{tmp_path / 'reg.db'}")
+    try:
+        registry.register_actions([root / "actions"])
+        for flow in (root / "flows").glob("*.yaml"):
+            registry.validate_flow(flow)
+    finally:
+        registry.close()
+
+
+def test_init_refuses_an_existing_project_unless_forced(run_cli, tmp_path):
+    target = tmp_path / "p"
+    assert run_cli("init", str(target), "--no-data")[0] == 0
+    assert not (target / "data").exists()
+    (target / "flows" / "mine.yaml").write_text("flow: mine\n")
+    code, _, err = run_cli("init", str(target), "--no-data")
+    assert code == 2 and "TH100" in err and "tidehouse.yaml" in err and "--force" in err
+    assert run_cli("init", str(target), "--no-data", "--force")[0] == 0
+    assert (target / "flows" / "mine.yaml").read_text() == "flow: mine\n", "user files are kept"
+
+
+def test_init_in_the_current_directory(run_cli, project_dir):
+    code, out, _ = run_cli("init", "--no-data")
+    assert code == 0 and (project_dir / "tidehouse.yaml").is_file()
+    assert "cd " not in out
+
+
+def test_project_file_shows_every_setting_at_its_default(tmp_path):
+    text = project_file_text()
+    for setting in SETTINGS:
+        assert setting.description in text, setting.name
+    # uncomment the default lines (not the "e.g." examples): the config must equal the embedded defaults
+    nested: dict = {}
+    group = None
+    for line in text.splitlines():
+        if re.match(r"^# [a-z]+:$", line):
+            group = line[2:-1]
+        elif re.match(r"^#   [a-z_]+: ", line) and "# e.g." not in line:
+            nested.setdefault(group, {}).update(yaml.safe_load(line[4:]))
+    assert set(nested) == {"spark", "storage", "lake", "tiering"}
+    (tmp_path / "tidehouse.yaml").write_text(yaml.safe_dump(nested))
+    from runtime.config import load_config
+
+    config = load_config(home=tmp_path / "h", project_dir=tmp_path)
+    assert config.values, "the uncommented settings were read"
+    for name, value in config.values.items():
+        assert value == next(s.default for s in SETTINGS if s.name == name), name
