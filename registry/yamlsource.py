@@ -190,8 +190,10 @@ class _Builder:
     def build(self, node: Node, path: tuple, depth: int = 0) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise TidehouseError(ErrorCode.YAML_TOO_LARGE, f"more than {MAX_NODES} values (alias expansion?)",
-                                 location=self.loc(node, path), hint="do not nest anchors and aliases")
+            mark = self.mark(node)
+            raise TidehouseError(ErrorCode.YAML_TOO_LARGE, f"more than {MAX_NODES:,} values (alias expansion?)",
+                                 location=Location(self.doc.file, mark.line, mark.col),
+                                 hint="do not nest anchors and aliases this deep")
         if depth > MAX_DEPTH:
             raise TidehouseError(ErrorCode.YAML_TOO_DEEP, f"nested deeper than {MAX_DEPTH} levels",
                                  location=self.loc(node, path))

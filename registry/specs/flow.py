@@ -225,7 +225,7 @@ class FlowSpec(Spec):
     @model_validator(mode="after")
     def _has_tables(self) -> "FlowSpec":
         if not any(self.layers.values()):
-            raise custom(MISSING, "the flow has no tables: add one under layers.ods", at=("layers",))
+            raise custom(BAD_VALUE, "the flow has no tables: add one under layers.ods", at=("layers",))
         return self
 
     @model_validator(mode="after")

@@ -93,7 +93,7 @@ def located_errors(exc: ValidationError, doc: Document, model: type[BaseModel]) 
         if kind == "missing" or (kind == "th_missing" and ctx.get("at")):
             code = ErrorCode.SPEC_MISSING_KEY
             name = loc[-1]
-            shown = real + (name,)
+            shown = real if tuple(real) == tuple(loc) else real + (name,)
             message = err["msg"] if kind == "th_missing" else f"missing required key '{name}'"
             location = doc.location(real, shown=shown)
         elif kind == "extra_forbidden":
