@@ -223,7 +223,7 @@ def split_action(text: str, path: str) -> tuple[str, int, str, int]:
     while rest and not rest[0].strip():
         rest.pop(0)
         sql_line += 1
-    sql = "\n".join(rest).rstrip()
+    sql = "\n".join(rest).strip(" \t\n")
     while sql.endswith(";"):
         sql = sql[:-1].rstrip()
     return header, i + 2, sql, sql_line
