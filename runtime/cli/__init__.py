@@ -76,12 +76,17 @@ def tier() -> None:
     """Tier hot tables into the Iceberg lake."""
 
 
+_GROUPS = {"action": action, "flow": flow, "tier": tier}
+
 for _name in COMMAND_MODULES:
     try:
         importlib.import_module(_name)
     except ModuleNotFoundError as _exc:
         if _exc.name != _name:
             raise
+    # importing runtime.cli.flow sets this package's attribute `flow` to that module, hiding the group
+    # from the next module's `from runtime.cli import flow`: put the groups back
+    globals().update(_GROUPS)
 
 
 def main(argv: list[str] | None = None) -> int:
