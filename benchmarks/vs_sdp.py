@@ -1,0 +1,938 @@
+"""Side by side with Spark Declarative Pipelines: the same 4-layer flow, freshness per layer (issue 8).
+
+One generator writes JSON event files at a steady rate into a directory. The same four layers —
+land raw (ODS) → clean (DWD) → spend per user (DWS) → the 100 biggest spenders (ADS) — run as
+
+* an idiomatic SDP pipeline (``benchmarks/sdp_project``: streaming tables for ODS/DWD, materialized views for
+  DWS/ADS), driven the way its users keep it fresh: ``spark-pipelines run`` in a loop with no pause, and on
+  a 60 s schedule;
+* a Tidehouse flow (``benchmarks/vs_sdp_flow``) under ``tidehouse flow trigger`` with tiering every 5 s and
+  every 30 s.
+
+Probes are marker events (a unique ``user_id`` with a large price) written at known times; per layer we
+record when the marker's effect first becomes visible to an outside reader — SDP: a batch read of the
+warehouse's committed Parquet files; Tidehouse: the hot table through the store, and the lake table
+through pyiceberg. The systems run one after the other on the same input rate (the machine has 2 cores).
+
+    .venv/bin/pip install -e '.[bench]' && .venv/bin/python benchmarks/vs_sdp.py          # full, < 20 min
+    .venv/bin/python benchmarks/vs_sdp.py --quick                                          # smoke, ~3 min
+
+Writes the ``vs_sdp`` section of docs/benchmarks.md and docs/img/vs_sdp.png; docs/vs_sdp.md explains the
+settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+from urllib.parse import unquote, urlparse
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `benchmarks` and the runtime importable
+    sys.path.insert(0, str(REPO))
+
+LAYERS = ("ODS", "DWD", "DWS", "ADS")
+SDP_TABLES = {"ODS": "ods_events", "DWD": "dwd_events", "DWS": "dws_user_spend", "ADS": "ads_top_spenders"}
+SDP_STREAMING = {"ODS", "DWD"}  # streaming tables (file sink with a commit log); the others are views
+TH_TABLES = {"ODS": "ods.events", "DWD": "dwd.events", "DWS": "dws.user_spend", "ADS": "ads.top_spenders"}
+PROBE_PREFIX = "zz-probe-"  # sorts after every generated user id, so lake min/max statistics prune it
+# A probe's price is PROBE_PRICE + its number: each new probe user becomes the top spender (rank 1 of the
+# ADS top 100) and stays in the top 100 for the next 99 probes, long enough for any tiering cycle to see it.
+PROBE_PRICE = 1_000_000.0
+IMG = REPO / "docs" / "img" / "vs_sdp.png"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# statistics
+# ---------------------------------------------------------------------------------------------------------
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    p50: float
+    p95: float
+    max: float
+
+    @classmethod
+    def of(cls, delays: Sequence[float]) -> "Summary":
+        return cls(len(delays), percentile(delays, 50), percentile(delays, 95), max(delays) if delays else math.nan)
+
+
+def delay_slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of delay over time, in seconds of delay per minute of input.
+
+    ``points`` are ``(written_at, delay)``. A system that keeps up has a slope near 0 (its delay saw-tooths
+    around a level); one that falls behind has a positive slope.
+    """
+    if len(points) < 2:
+        return 0.0
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0
+    return 60.0 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def keeps_up(points: Sequence[tuple[float, float]], *, tolerance_s: float = 2.0) -> bool:
+    """True if the delay did not grow over the window: the fitted growth across the whole window stays
+    within ``tolerance_s`` or half the median delay, whichever is larger (a saw-tooth cut at the window's
+    edges fits a small slope of its own; a system falling behind grows by more than its median)."""
+    if len(points) < 3:
+        return True
+    span_min = (max(p[0] for p in points) - min(p[0] for p in points)) / 60.0
+    growth = delay_slope(points) * span_min
+    return growth <= max(tolerance_s, 0.5 * percentile([p[1] for p in points], 50))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# memory of a process tree
+# ---------------------------------------------------------------------------------------------------------
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of a process and all its descendants (Linux /proc), in bytes."""
+    children, total, todo, seen = _children_map(), 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# input: one generator for both systems
+# ---------------------------------------------------------------------------------------------------------
+class Generator:
+    """Writes event files into ``directory`` at ``rate`` rows/s (one file every ``file_interval`` s) and,
+    while probing, one marker file every ``probe_interval`` s.
+
+    Files are written under a hidden name and renamed, so readers never see a partial file; the moment of
+    the rename is a marker's ``written_at``. Rows come from a pool rendered once (the generator must stay
+    cheap on 2 cores); each file stamps the current time into ``ts``. About 2% of rows are malformed (an
+    unknown event type or a negative price) so the clean layer has work to do.
+    """
+
+    def __init__(self, directory: Path, rate: int, *, file_interval: float = 0.5, seed: int = 8,
+                 users: int = 20_000, pool: int = 50_000) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.rate, self.file_interval = rate, file_interval
+        rnd = random.Random(seed)
+        types = ["click", "view", "add_to_cart", "CLICK", "View"]
+        lines = []
+        for _ in range(pool):
+            bad = rnd.random() < 0.02
+            event = "bogus" if bad and rnd.random() < 0.5 else rnd.choice(types)
+            price = -1.0 if bad and event != "bogus" else round(rnd.uniform(0.5, 500.0), 2)
+            lines.append(json.dumps({"user_id": f"u{rnd.randrange(users):06d}", "event_type": event,
+                                     "item_id": f"i{rnd.randrange(5000)}", "price": price, "ts": "@TS@"}))
+        self._pool, self._cursor, self._seq = lines, 0, 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._probe_until = 0.0
+        self._next_probe = 0.0
+        self.probe_interval = 4.0
+        self.probes: dict[str, float] = {}  # marker id -> written_at (measured)
+        self.warmups: dict[str, float] = {}  # markers that only wait for a system to be up (not measured)
+        self.rows_written = 0
+        self._lock = threading.Lock()
+
+    def _write(self, stem: str, body: str) -> float:
+        tmp = self.directory / f".{stem}.tmp"
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, self.directory / f"{stem}.json")
+        return time.time()
+
+    def write_batch(self, rows: int) -> None:
+        if rows <= 0:
+            return
+        chunk = []
+        while len(chunk) < rows:
+            take = self._pool[self._cursor:self._cursor + rows - len(chunk)]
+            chunk.extend(take)
+            self._cursor = (self._cursor + len(take)) % len(self._pool)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+        self._seq += 1
+        self._write(f"data-{self._seq:08d}", "\n".join(chunk).replace("@TS@", stamp) + "\n")
+        self.rows_written += rows
+
+    def write_probe(self, name: str, *, warmup: bool = False) -> str:
+        marker = f"{PROBE_PREFIX}{name}"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+        self._seq += 1
+        row = {"user_id": marker, "event_type": "click", "item_id": "probe", "price": PROBE_PRICE + self._seq,
+               "ts": stamp}
+        written = self._write(f"probe-{self._seq:08d}", json.dumps(row) + "\n")
+        with self._lock:
+            (self.warmups if warmup else self.probes)[marker] = written
+        return marker
+
+    def probe_window(self, seconds: float, interval: float) -> None:
+        """Write a probe every ``interval`` s for the next ``seconds`` s (from the generator's thread)."""
+        self.probe_interval = interval
+        self._next_probe = time.time()
+        self._probe_until = time.time() + seconds
+
+    def probing(self) -> bool:
+        return time.time() < self._probe_until
+
+    def pending(self) -> dict[str, float]:
+        with self._lock:
+            return {**self.warmups, **self.probes}
+
+    def new_phase(self) -> None:
+        """Forget the markers of an earlier phase (the data keeps flowing)."""
+        with self._lock:
+            self.probes, self.warmups = {}, {}
+        self._probe_until = 0.0
+
+    def measured(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.probes)
+
+    def start(self) -> "Generator":
+        self._thread = threading.Thread(target=self._run, name="generator", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        next_file, carry, probe_no = time.time(), 0.0, 0
+        while not self._stop.is_set():
+            now = time.time()
+            if self.probing() and now >= self._next_probe:
+                probe_no += 1
+                self.write_probe(f"{self._seq:08d}-{probe_no:04d}")
+                self._next_probe += self.probe_interval
+            if now >= next_file:
+                carry += self.rate * self.file_interval
+                rows = int(carry)
+                carry -= rows
+                self.write_batch(rows)
+                next_file += self.file_interval
+                if next_file < now - 5 * self.file_interval:  # fell far behind: do not burst to catch up
+                    next_file = now
+            self._stop.wait(max(0.0, min(next_file, self._next_probe if self.probing() else next_file)
+                                - time.time()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# readers: which markers does a table show right now?
+# ---------------------------------------------------------------------------------------------------------
+Reader = Callable[[set[str]], set[str]]  # wanted markers -> the ones visible now
+
+
+def _markers_in(column, wanted: set[str]) -> set[str]:
+    import pyarrow.compute as pc
+
+    if not wanted or len(column) == 0:
+        return set()
+    hits = pc.filter(column, pc.is_in(column, value_set=__import__("pyarrow").array(sorted(wanted))))
+    return set(hits.to_pylist())
+
+
+def _read_user_ids(path: str):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["user_id"]).column("user_id")
+
+
+class SdpTableReader:
+    """A batch read of one SDP table in the Spark warehouse, as any outside reader would do it.
+
+    A streaming table is a file-sink directory: only files listed in its ``_spark_metadata`` commit log are
+    committed. A materialized view is rewritten by each run: its committed files are the ``part-*`` files
+    (the job commit moves them out of ``_temporary``). Every Parquet file is immutable, so each is read once
+    and the markers it holds are remembered.
+    """
+
+    def __init__(self, table_dir: Path, streaming: bool) -> None:
+        self.table_dir, self.streaming = Path(table_dir), streaming
+        self._read: dict[str, set[str]] = {}
+        self._logs_done: set[str] = set()
+        self._committed: set[str] = set()
+
+    def _files(self) -> list[str]:
+        if self.streaming:
+            log = self.table_dir / "_spark_metadata"
+            if not log.is_dir():
+                return []
+            for entry in sorted(os.listdir(log)):
+                if entry.startswith(".") or entry in self._logs_done:
+                    continue
+                try:
+                    lines = (log / entry).read_text(encoding="utf-8").splitlines()[1:]
+                except (OSError, UnicodeDecodeError):
+                    continue
+                for line in lines:
+                    item = json.loads(line)
+                    if item.get("action", "add") == "add":
+                        self._committed.add(unquote(urlparse(item["path"]).path))
+                self._logs_done.add(entry)
+            return sorted(self._committed)
+        try:
+            names = os.listdir(self.table_dir)
+        except OSError:
+            return []
+        return [str(self.table_dir / n) for n in names if n.startswith("part-") and n.endswith(".parquet")]
+
+    def __call__(self, wanted: set[str]) -> set[str]:
+        found: set[str] = set()
+        current = self._files()
+        for path in current:
+            if path not in self._read:
+                try:
+                    ids = _read_user_ids(path)
+                except (OSError, ValueError):  # an overwritten view file vanished: read it next time
+                    continue
+                self._read[path] = _markers_in(ids, wanted)
+        for path in current:
+            found |= self._read.get(path, set())
+        if not self.streaming:  # forget files of older view versions
+            live = set(current)
+            self._read = {p: v for p, v in self._read.items() if p in live}
+        return found & wanted
+
+
+class HotReader:
+    """Reads a Tidehouse hot table's log (or changelog) incrementally through the store."""
+
+    def __init__(self, store, table: str) -> None:
+        self.store, self.table = store, table
+        self._next: list[int] = []
+
+    def __call__(self, wanted: set[str]) -> set[str]:
+        from runtime.errors import TidehouseError
+
+        try:
+            ends = self.store.end_offsets(self.table)
+        except TidehouseError:  # not created yet
+            return set()
+        self._next += [0] * (len(ends) - len(self._next))
+        found: set[str] = set()
+        for bucket, end in enumerate(ends):
+            if end > self._next[bucket]:
+                for batch in self.store.read(self.table, bucket, self._next[bucket], end, columns=["user_id"]):
+                    found |= _markers_in(batch.column("user_id"), wanted)
+                self._next[bucket] = end
+        return found
+
+
+class LakeReader:
+    """Reads a Tidehouse lake table with plain pyiceberg whenever it has a new snapshot."""
+
+    def __init__(self, lake, table: str) -> None:
+        self.lake, self.table = lake, table
+        self._iceberg = None
+        self._snapshot = None
+        self._seen: set[str] = set()
+
+    def __call__(self, wanted: set[str]) -> set[str]:
+        from pyiceberg.expressions import In
+
+        from runtime.errors import TidehouseError
+
+        try:
+            if self._iceberg is None:
+                self._iceberg = self.lake.load(self.table)
+            else:
+                self._iceberg.refresh()
+        except TidehouseError:
+            return set()
+        snapshot = self._iceberg.current_snapshot()
+        pending = wanted - self._seen
+        if snapshot is None or not pending or snapshot.snapshot_id == self._snapshot:
+            return self._seen & wanted
+        self._snapshot = snapshot.snapshot_id
+        ids = self._iceberg.scan(row_filter=In("user_id", pending), selected_fields=("user_id",)).to_arrow()
+        self._seen |= _markers_in(ids.column("user_id"), pending)
+        return self._seen & wanted
+
+
+# ---------------------------------------------------------------------------------------------------------
+# probes: poll every reader, record first visibility
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Observation:
+    """First-visibility times of markers in one (system, layer, tier) series."""
+
+    label: str
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def delays(self, probes: dict[str, float]) -> list[float]:
+        return [self.seen[m] - t for m, t in probes.items() if m in self.seen]
+
+    def points(self, probes: dict[str, float]) -> list[tuple[float, float]]:
+        return sorted((t, self.seen[m] - t) for m, t in probes.items() if m in self.seen)
+
+
+class Prober:
+    """Polls every reader every ``interval`` s in one thread; a marker's visibility time is the end of the
+    read that first returned it (an upper bound, off by at most one poll plus one read).
+
+    It also samples the resident memory of the system's process tree (``pids()`` gives the current roots)."""
+
+    def __init__(self, generator: Generator, readers: dict[str, Reader], pids: Callable[[], Iterable[int]],
+                 interval: float = 0.25) -> None:
+        self.generator, self.readers, self.pids, self.interval = generator, readers, pids, interval
+        self.observations = {label: Observation(label) for label in readers}
+        self.peak_rss = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
+
+    def start(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        last_mem = 0.0
+        while not self._stop.is_set():
+            probes = self.generator.pending()
+            for label, reader in self.readers.items():
+                obs = self.observations[label]
+                wanted = set(probes) - set(obs.seen)
+                if not wanted:
+                    continue
+                try:
+                    visible = reader(wanted)
+                except Exception as exc:  # a reader racing a writer: note it, try again next poll
+                    self.errors.append(f"{label}: {type(exc).__name__}: {exc}")
+                    continue
+                now = time.time()
+                for marker in visible - set(obs.seen):
+                    obs.seen[marker] = now
+            if time.time() - last_mem >= 1.0:
+                last_mem = time.time()
+                self.peak_rss = max(self.peak_rss, sum(tree_rss_bytes(p) for p in self.pids()))
+            self._stop.wait(self.interval)
+
+    def all_seen(self, markers: Iterable[str]) -> bool:
+        markers = set(markers)
+        return all(markers <= set(o.seen) for o in self.observations.values())
+
+    def wait_seen(self, markers: Iterable[str], timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.all_seen(markers):
+                return True
+            if not alive():
+                return False
+            time.sleep(0.2)
+        return self.all_seen(markers)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the two systems
+# ---------------------------------------------------------------------------------------------------------
+VENV_BIN = Path(sys.executable).parent
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # spark-pipelines calls find-spark-home
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env.pop("SPARK_HOME", None)
+    return env
+
+
+def _terminate(proc: subprocess.Popen | None, grace: float) -> None:
+    """SIGTERM the process (graceful stop), then SIGKILL its whole process group after ``grace`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# Spark settings both systems share (Tidehouse gets them from runtime.spark.session's defaults): a 2-core
+# machine wants 2 shuffle partitions, not 200; no UI; UTC.
+SDP_SERVER_CONF = {
+    "spark.sql.catalogImplementation": "hive",  # tables must outlive one run: embedded Derby metastore
+    "spark.ui.enabled": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.default.parallelism": "2",
+}
+SDP_PIPELINE_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+class Sdp:
+    """The SDP pipeline under ``workdir/sdp``, run by the real ``spark-pipelines`` CLI."""
+
+    def __init__(self, workdir: Path, input_dir: Path) -> None:
+        import yaml
+
+        self.project = workdir / "sdp"
+        shutil.copytree(REPO / "benchmarks" / "sdp_project", self.project,
+                        ignore=shutil.ignore_patterns("__pycache__", "spark-warehouse", "metastore_db"))
+        spec_path = self.project / "spark-pipeline.yml"
+        spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+        spec["storage"] = (workdir / "sdp-storage").as_uri()
+        spec["configuration"] = {**spec.get("configuration", {}), **SDP_PIPELINE_CONF,
+                                 "tidehouse.bench.input": str(input_dir)}
+        spec_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+        self.log = workdir / "sdp.log"
+        self.warehouse = self.project / "spark-warehouse"
+        self.runs: list[tuple[float, float]] = []
+        self.proc: subprocess.Popen | None = None
+        self.failure: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def command(self) -> list[str]:
+        conf = [arg for k, v in SDP_SERVER_CONF.items() for arg in ("--conf", f"{k}={v}")]
+        return [str(VENV_BIN / "spark-pipelines"), *conf, "run"]
+
+    def readers(self) -> dict[str, Reader]:
+        return {f"{layer} SDP": SdpTableReader(self.warehouse / SDP_TABLES[layer], layer in SDP_STREAMING)
+                for layer in LAYERS}
+
+    def run_once(self) -> None:
+        start = time.time()
+        with open(self.log, "a", encoding="utf-8") as log:
+            log.write(f"\n===== run at {time.strftime('%H:%M:%S')} =====\n")
+            log.flush()
+            self.proc = subprocess.Popen(self.command(), cwd=self.project, env=_env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            rc = self.proc.wait()
+        if self._stop.is_set():
+            return  # stopped on purpose mid-run
+        if rc != 0:
+            raise RuntimeError(f"spark-pipelines run exited {rc}; the end of {self.log}:\n{_tail(self.log)}")
+        self.runs.append((start, time.time()))
+
+    def _drive(self, period: float | None) -> None:
+        origin = time.time()
+        try:
+            while not self._stop.is_set():
+                self.run_once()
+                if period:  # cron-like: the next tick of the schedule; ticks during a run are skipped
+                    next_tick = origin + math.ceil((time.time() - origin) / period) * period
+                    self._stop.wait(max(0.0, next_tick - time.time()))
+        except Exception as exc:
+            self.failure = str(exc)
+
+    def start(self, period: float | None = None) -> None:
+        """Run the pipeline back to back (``period=None``) or at every ``period`` s tick, in a thread."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._drive, args=(period,), name="sdp", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self.failure is None
+
+    def pids(self) -> list[int]:
+        proc = self.proc
+        return [proc.pid] if proc is not None and proc.poll() is None else []
+
+    def stop(self) -> None:
+        self._stop.set()
+        _terminate(self.proc, grace=20)
+        if self._thread is not None:
+            self._thread.join()
+
+
+class Tidehouse:
+    """The Tidehouse flow under ``workdir/th-<T>``, run by ``tidehouse flow trigger``."""
+
+    def __init__(self, workdir: Path, input_dir: Path, tiering_s: float) -> None:
+        import yaml
+
+        base = workdir / f"th-{tiering_s:g}s"
+        self.project, self.home = base / "project", base / "home"
+        shutil.copytree(REPO / "benchmarks" / "vs_sdp_flow", self.project,
+                        ignore=shutil.ignore_patterns("__pycache__", ".tidehouse"))
+        self.flow_path = self.project / "flows" / "vs_sdp.yaml"
+        flow = yaml.safe_load(self.flow_path.read_text(encoding="utf-8"))
+        flow["sources"]["events"]["path"] = str(input_dir)
+        flow["tiering"] = {"interval": f"{tiering_s:g}s"}
+        self.flow_path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
+        self.tiering_s = tiering_s
+        self.log = base / "tidehouse.log"
+        self.proc: subprocess.Popen | None = None
+        self._project = None
+
+    def command(self, duration: float) -> list[str]:
+        return [str(VENV_BIN / "tidehouse"), "--home", str(self.home), "flow", "trigger", str(self.flow_path),
+                "--duration", f"{duration:.0f}"]
+
+    def readers(self) -> dict[str, Reader]:
+        from runtime.project import Project
+
+        self._project = Project.open(home=self.home, project_dir=self.project)
+        readers: dict[str, Reader] = {}
+        for layer in LAYERS:
+            readers[f"{layer} hot"] = HotReader(self._project.store, TH_TABLES[layer])
+        for layer in LAYERS:
+            readers[f"{layer} lake"] = LakeReader(self._project.lake, TH_TABLES[layer])
+        return readers
+
+    def start(self, duration: float) -> None:
+        with open(self.log, "a", encoding="utf-8") as log:
+            self.proc = subprocess.Popen(self.command(duration), cwd=self.project, env=_env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def failure(self) -> str | None:
+        if self.proc is not None and self.proc.poll() not in (None, 0):
+            return f"tidehouse flow trigger exited {self.proc.returncode}; the end of {self.log}:\n{_tail(self.log)}"
+        return None
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid] if self.alive() else []
+
+    def stop(self) -> None:
+        _terminate(self.proc, grace=60)
+        if self._project is not None:
+            self._project.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one measured phase: start a system, warm up, probe, drain, stop
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class Phase:
+    name: str  # e.g. "SDP loop", "Tidehouse T=5s"
+    rate: int
+    probes: dict[str, float]
+    observations: dict[str, Observation]
+    peak_rss: int
+    rows: int
+    seconds: float
+    runs: list[tuple[float, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self, label: str) -> Summary:
+        return Summary.of(self.observations[label].delays(self.probes))
+
+    def keeps_up(self, label: str) -> bool:
+        return keeps_up(self.observations[label].points(self.probes))
+
+    def slope(self, label: str) -> float:
+        return delay_slope(self.observations[label].points(self.probes))
+
+
+def run_phase(name: str, system, generator: Generator, *, start: Callable[[], None], window: float,
+              probe_interval: float, drain: float, warmup: float | None, poll: float) -> Phase:
+    """Measure one system in one mode. ``warmup``: seconds to wait for a first marker to reach every table
+    (the system's start-up and first run are not measured); None to skip (the tables are already live)."""
+    began = time.time()
+    generator.new_phase()
+    rows_before = generator.rows_written
+    prober = Prober(generator, system.readers(), system.pids, interval=poll).start()
+    start()
+    try:
+        if warmup is not None:
+            marker = generator.write_probe(f"warmup-{int(began)}", warmup=True)
+            print(f"[{name}] waiting for the system to come up (warm-up marker through every table)...", flush=True)
+            if not prober.wait_seen([marker], warmup, alive=system.alive):
+                raise RuntimeError(f"[{name}] the warm-up marker did not reach every table within {warmup:.0f} s: "
+                                   f"{system.failure or 'no failure reported'}; seen: "
+                                   f"{ {k: marker in o.seen for k, o in prober.observations.items()} }")
+        print(f"[{name}] probing for {window:.0f} s (one marker every {probe_interval:g} s)...", flush=True)
+        generator.probe_window(window, probe_interval)
+        deadline = time.time() + window
+        while time.time() < deadline and system.alive():
+            time.sleep(0.5)
+        time.sleep(0.1)
+        if not prober.wait_seen(generator.measured(), drain, alive=system.alive):
+            print(f"[{name}] not every marker was visible everywhere within the {drain:.0f} s drain", flush=True)
+        if system.failure:
+            raise RuntimeError(f"[{name}] {system.failure}")
+    finally:
+        system.stop()
+        prober.stop()
+    phase = Phase(name, generator.rate, generator.measured(), prober.observations, prober.peak_rss,
+                  generator.rows_written - rows_before, time.time() - began,
+                  runs=list(getattr(system, "runs", [])), errors=prober.errors[-5:])
+    for label, obs in phase.observations.items():
+        s = phase.summary(label)
+        print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s max={s.max:.2f}s",
+              flush=True)
+    return phase
+
+
+# ---------------------------------------------------------------------------------------------------------
+# report: one table in docs/benchmarks.md, one plot
+# ---------------------------------------------------------------------------------------------------------
+def _cell(s: Summary | None) -> str:
+    if s is None or s.n == 0:
+        return "—"
+    return f"{s.p50:.1f} / {s.p95:.1f} / {s.max:.1f}"
+
+
+def _ratio(a: Summary | None, b: Summary | None) -> str:
+    if a is None or b is None or not a.n or not b.n or b.p50 <= 0:
+        return "—"
+    return f"{a.p50 / b.p50:.1f}×"
+
+
+def series(phases: dict[str, Phase]) -> list[tuple[str, Phase, str]]:
+    """(column title, phase, observation suffix) of every delay series, in display order."""
+    out = []
+    for name, phase in phases.items():
+        if name.startswith("SDP"):
+            out.append((name, phase, "SDP"))
+        else:
+            t = name.split("T=", 1)[1]
+            out.append((f"Tidehouse hot (T={t})", phase, "hot"))
+            out.append((f"Tidehouse lake (T={t})", phase, "lake"))
+    return out
+
+
+def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
+    from benchmarks._report import markdown_table
+
+    cols = series(phases)
+    loop = phases.get("SDP loop")
+    hot = next((p for n, p in phases.items() if n.startswith("Tidehouse")), None)
+    fast_lake = phases.get(f"Tidehouse T={min(args.tiering):g}s")
+    rows = []
+    for layer in LAYERS:
+        row: list[object] = [layer]
+        row += [_cell(p.summary(f"{layer} {suffix}")) for _, p, suffix in cols]
+        sdp_s = loop.summary(f"{layer} SDP") if loop else None
+        row.append(_ratio(sdp_s, hot.summary(f"{layer} hot") if hot else None))
+        row.append(_ratio(sdp_s, fast_lake.summary(f"{layer} lake") if fast_lake else None))
+        rows.append(row)
+    hot_name = hot.name.split("T=")[1] if hot else "?"
+    headers = ["layer", *[c[0] for c in cols], f"SDP loop ÷ TH hot (T={hot_name}), p50",
+               f"SDP loop ÷ TH lake (T={min(args.tiering):g}s), p50"]
+    delays = markdown_table(headers, rows)
+
+    run_rows = []
+    for name, p in phases.items():
+        ads = "ADS SDP" if name.startswith("SDP") else "ADS hot"
+        runs = p.runs
+        mean_run = sum(e - s for s, e in runs) / len(runs) if runs else None
+        run_rows.append([name, p.rate, f"{p.rows:,}", f"{sum(m in p.observations[ads].seen for m in p.probes)}/{len(p.probes)}",
+                         f"{p.slope(ads):+.2f}", "yes" if p.keeps_up(ads) else "no",
+                         f"{p.peak_rss / 2**30:.2f}",
+                         f"{len(runs)} × {mean_run:.0f} s" if runs else "one long-running process",
+                         f"{p.seconds:.0f}"])
+    runs_table = markdown_table(["run", "input rows/s", "rows written", "ADS probes seen",
+                                 "ADS delay trend (s per min)", "keeps up", "peak RSS (GiB)",
+                                 "spark-pipelines runs", "wall (s)"], run_rows)
+
+    verdicts = []
+    if loop and hot:
+        a, b = loop.summary("ADS SDP"), hot.summary("ADS hot")
+        if a.n and b.n:
+            ok = b.p50 <= a.p50 / 10
+            verdicts.append(f"* Target ADS hot delay ≤ 1/10 of SDP's looped ADS delay: {b.p50:.2f} s vs "
+                            f"{a.p50:.1f} s (p50) — **{'met' if ok else 'NOT met'}**.")
+    for t in args.tiering:
+        p = phases.get(f"Tidehouse T={t:g}s")
+        if p:
+            s = p.summary("ADS lake")
+            if s.n:
+                verdicts.append(f"* Target ADS lake delay ≤ T + 3 s = {t + 3:g} s with T = {t:g} s: p95 {s.p95:.1f} s, "
+                                f"max {s.max:.1f} s — **{'met' if s.max <= t + 3 else 'met at p95 only' if s.p95 <= t + 3 else 'NOT met'}**.")
+    return "\n".join([
+        f"Delay in seconds from a marker event's file landing in the input directory to its effect being "
+        f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input rows/s, "
+        f"one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are read as committed "
+        f"Parquet in the warehouse; Tidehouse hot tables through the store, lake tables with plain pyiceberg. "
+        f"The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); plot: "
+        f"[img/vs_sdp.png](img/vs_sdp.png).", "", delays, "", runs_table, "", *verdicts])
+
+
+def plot(phases: dict[str, Phase], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.2), dpi=110)
+    xs = list(range(len(LAYERS)))
+    colors = {"SDP": ["#c0392b", "#e67e22"], "hot": ["#1f77b4", "#17becf"], "lake": ["#2ca02c", "#98df8a"]}
+    used: dict[str, int] = {}
+    for title, phase, suffix in series(phases):
+        idx = used.get(suffix, 0)
+        used[suffix] = idx + 1
+        color = colors[suffix][min(idx, 1)]
+        sums = [phase.summary(f"{layer} {suffix}") for layer in LAYERS]
+        p50 = [s.p50 if s.n else math.nan for s in sums]
+        p95 = [s.p95 if s.n else math.nan for s in sums]
+        ax.plot(xs, p50, marker="o", color=color, linewidth=2, label=f"{title} p50")
+        ax.plot(xs, p95, marker="^", color=color, linewidth=1, linestyle="--", alpha=0.8, label=f"{title} p95")
+    ax.set_yscale("log")
+    ax.set_xticks(xs, LAYERS)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("delay until a marker is visible (s, log scale)")
+    ax.set_title("Freshness per layer: Tidehouse vs Spark Declarative Pipelines")
+    ax.grid(True, which="both", axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------------
+MODES = ("loop", "schedule", "tidehouse")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--rate", type=int, default=2000, help="input rows per second (both systems)")
+    ap.add_argument("--window", type=float, default=150.0, help="seconds of probing per run")
+    ap.add_argument("--probe-interval", type=float, default=4.0, help="seconds between marker events")
+    ap.add_argument("--schedule", type=float, default=60.0, help="SDP schedule period in seconds")
+    ap.add_argument("--tiering", type=lambda v: [float(x) for x in v.split(",")], default=[5.0, 30.0],
+                    help="Tidehouse tiering intervals in seconds, comma-separated (one run each)")
+    ap.add_argument("--modes", type=lambda v: v.split(","), default=list(MODES),
+                    help=f"which runs, comma-separated, of {','.join(MODES)}")
+    ap.add_argument("--poll", type=float, default=0.25, help="seconds between reads of every table")
+    ap.add_argument("--warmup", type=float, default=240.0, help="max seconds for a system to come up")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run (~3-4 min): SDP loop + Tidehouse T=5s, 30 s windows, a marker per second")
+    ap.add_argument("--workdir", type=Path, default=None, help="where runs keep their files (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--no-write", action="store_true", help="print the table only; do not touch docs/")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.window, args.probe_interval, args.modes, args.tiering = 30.0, 1.0, ["loop", "tidehouse"], [5.0]
+    unknown = set(args.modes) - set(MODES)
+    if unknown:
+        ap.error(f"unknown mode(s) {sorted(unknown)}; choose from {MODES}")
+    return args
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return " ".join([".venv/bin/python benchmarks/vs_sdp.py", *argv]).strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vs_sdp-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"work directory: {workdir}", flush=True)
+    phases: dict[str, Phase] = {}
+    started = time.time()
+    try:
+        if {"loop", "schedule"} & set(args.modes):
+            gen = Generator(workdir / "input-sdp", args.rate).start()
+            sdp = Sdp(workdir, gen.directory)
+            try:
+                if "loop" in args.modes:
+                    phases["SDP loop"] = run_phase(
+                        "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
+                        probe_interval=args.probe_interval, drain=180.0, warmup=args.warmup, poll=args.poll)
+                if "schedule" in args.modes:
+                    sdp.runs = []
+                    name = f"SDP every {args.schedule:g} s"
+                    phases[name] = run_phase(
+                        name, sdp, gen, start=lambda: sdp.start(args.schedule), window=args.window,
+                        probe_interval=args.probe_interval, drain=args.schedule + 180.0,
+                        warmup=None if "loop" in args.modes else args.warmup, poll=args.poll)
+            finally:
+                gen.stop()
+        if "tidehouse" in args.modes:
+            for t in args.tiering:
+                gen = Generator(workdir / f"input-th-{t:g}s", args.rate).start()
+                th = Tidehouse(workdir, gen.directory, t)
+                name = f"Tidehouse T={t:g}s"
+                budget = args.warmup + args.window + t + 180.0
+                try:
+                    phases[name] = run_phase(
+                        name, th, gen, start=lambda th=th, budget=budget: th.start(budget), window=args.window,
+                        probe_interval=args.probe_interval, drain=t + 60.0, warmup=args.warmup, poll=args.poll)
+                finally:
+                    gen.stop()
+    finally:
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if not phases:
+        print("nothing measured", file=sys.stderr)
+        return 1
+    body = report_body(phases, args) + f"\n\nTotal wall time of the script: {time.time() - started:.0f} s."
+    if args.no_write:
+        print(body)
+        return 0
+    from benchmarks._report import write_section
+
+    plot(phases, IMG)
+    write_section("vs_sdp", "Tidehouse vs Spark Declarative Pipelines: freshness per layer (issue 8)",
+                  command_line(argv), body)
+    print(f"wrote {IMG.relative_to(REPO)} and docs/benchmarks.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Fast checks of the SDP side-by-side benchmark's measuring helpers (the benchmark itself never runs in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import vs_sdp  # noqa: E402
+
+
+def _numpy_like_percentile(values, q):
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@pytest.mark.parametrize("values, q, expected", [
+    ([5.0], 50, 5.0),
+    ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+    ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
+    ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
+    ([10.0, 0.0, 20.0], 95, 19.0),
+])
+def test_percentile_interpolates_between_ranks(values, q, expected):
+    assert vs_sdp.percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_matches_reference_on_random_samples(seed):
+    rnd = random.Random(seed)
+    for _ in range(50):
+        values = [rnd.uniform(0, 100) for _ in range(rnd.randrange(1, 40))]
+        q = rnd.choice([50, 95, 99, rnd.uniform(0, 100)])
+        assert vs_sdp.percentile(values, q) == pytest.approx(_numpy_like_percentile(values, q))
+
+
+def test_percentile_edge_cases():
+    assert vs_sdp.percentile([], 50) != vs_sdp.percentile([], 50)  # nan
+    with pytest.raises(ValueError):
+        vs_sdp.percentile([1.0], 101)
+    s = vs_sdp.Summary.of([3.0, 1.0, 2.0])
+    assert (s.n, s.p50, s.max) == (3, 2.0, 3.0)
+
+
+def test_flat_sawtooth_keeps_up_and_a_growing_delay_does_not():
+    # SDP-like saw-tooth: delay cycles 5..45 s every 40 s, no trend
+    flat = [(t, 5 + (t % 40)) for t in range(0, 240, 4)]
+    assert abs(vs_sdp.delay_slope(flat)) < 2.0
+    assert vs_sdp.keeps_up(flat)
+    # falling behind: +3 s of delay per 10 s of input = 18 s per minute
+    growing = [(t, 2 + 0.3 * t) for t in range(0, 120, 2)]
+    assert vs_sdp.delay_slope(growing) == pytest.approx(18.0)
+    assert not vs_sdp.keeps_up(growing)
+
+
+def test_observation_delays_only_count_seen_markers():
+    obs = vs_sdp.Observation("ADS hot", seen={"a": 12.0, "b": 25.0})
+    probes = {"a": 10.0, "b": 20.0, "c": 30.0}
+    assert sorted(obs.delays(probes)) == [2.0, 5.0]
+    assert obs.points(probes) == [(10.0, 2.0), (20.0, 5.0)]
+
+
+def test_tree_rss_counts_this_process():
+    assert vs_sdp.tree_rss_bytes(os.getpid()) > 10 * 2**20
+    assert vs_sdp.tree_rss_bytes(2**22 + 12345) == 0  # no such process
+
+
+def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
+    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen.write_batch(120)
+    marker = gen.write_probe("p1")
+    files = sorted(p.name for p in (tmp_path / "in").iterdir())
+    assert all(not name.startswith(".") for name in files)  # no temporary file left behind
+    rows = [json.loads(line) for p in (tmp_path / "in").iterdir() for line in p.read_text().splitlines()]
+    assert len(rows) == 121
+    assert {r["user_id"] for r in rows if r["item_id"] == "probe"} == {marker}
+    assert all(r["ts"] != "@TS@" for r in rows)
+    assert marker in gen.measured() and gen.measured()[marker] > 0
+
+
+def test_sdp_reader_only_trusts_committed_streaming_files(tmp_path):
+    table = tmp_path / "dwd_events"
+    (table / "_spark_metadata").mkdir(parents=True)
+    committed, uncommitted = table / "part-00000-a.parquet", table / "part-00001-b.parquet"
+    pq.write_table(pa.table({"user_id": ["u1", "zz-probe-1"]}), committed)
+    pq.write_table(pa.table({"user_id": ["zz-probe-2"]}), uncommitted)
+    (table / "_spark_metadata" / "0").write_text(
+        "v1\n" + json.dumps({"path": committed.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n")
+    reader = vs_sdp.SdpTableReader(table, streaming=True)
+    assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
+    (table / "_spark_metadata" / "1").write_text(
+        "v1\n" + json.dumps({"path": uncommitted.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n")
+    assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1", "zz-probe-2"}
+
+
+def test_sdp_reader_follows_a_rewritten_view(tmp_path):
+    view = tmp_path / "ads_top_spenders"
+    view.mkdir()
+    pq.write_table(pa.table({"user_id": ["zz-probe-1"]}), view / "part-00000-v1.parquet")
+    reader = vs_sdp.SdpTableReader(view, streaming=False)
+    assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
+    (view / "part-00000-v1.parquet").unlink()  # the next run rewrote the view
+    pq.write_table(pa.table({"user_id": ["zz-probe-2"]}), view / "part-00000-v2.parquet")
+    assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-2"}
