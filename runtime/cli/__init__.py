@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="tidehouse", standalone_mode=False)
-        return 0
+        result = cli.main(args=args, prog_name="tidehouse", standalone_mode=False)
+        # without standalone mode click *returns* the code of `ctx.exit(n)` / `raise Exit(n)`
+        return result if isinstance(result, int) and not isinstance(result, bool) else 0
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130

@@ -1,0 +1,99 @@
+"""The authoring CLI: `action register|list|show`, `flow register|list|show|validate`, exit codes, JSON."""
+
+from __future__ import annotations
+
+import json
+
+from tests.registry._helpers import ACTIONS, BASE_FLOW, dedent, write_actions
+
+
+def setup_project(project_dir):
+    write_actions(project_dir / "actions")
+    (project_dir / "flows" / "shop.yaml").write_text(BASE_FLOW)
+
+
+def test_action_register_list_show(run_cli, project_dir):
+    setup_project(project_dir)
+    code, out, err = run_cli("action", "register", "actions")
+    assert code == 0, err
+    assert out.splitlines() == ["clean@1", "count_by_key@1", "ingest@1", "join2@1", "typed@1"]
+    code, out, _ = run_cli("action", "register", "actions/clean.sql")
+    assert (code, out.strip()) == (0, "clean@1 (unchanged)")
+    (project_dir / "actions" / "clean.sql").write_text(dedent(ACTIONS["clean"]).replace(">=", ">"))
+    assert run_cli("action", "register", "actions/clean.sql")[1].strip() == "clean@2"
+
+    code, out, _ = run_cli("action", "list")
+    assert code == 0 and "clean" in out and "Pass records through." in out
+    code, out, _ = run_cli("action", "list", "--format", "json")
+    listed = {a["name"]: a for a in json.loads(out)}
+    assert (listed["clean"]["version"], listed["clean"]["versions"]) == (2, 2)
+
+    code, out, _ = run_cli("action", "show", "clean@1")
+    assert code == 0 and "clean@1" in out and "price >= :min_price" in out and "versions: 1, 2" in out
+    code, out, _ = run_cli("action", "show", "count_by_key", "--format", "json")
+    shown = json.loads(out)
+    assert shown["params"]["key"]["required"] is True and shown["sql"].startswith("SELECT IDENTIFIER")
+
+
+def test_action_errors_exit_2_without_traceback(run_cli, project_dir):
+    (project_dir / "actions" / "bad.sql").write_text("/*---\nname: Bad\n---*/\nSELECT 1\n")
+    code, out, err = run_cli("action", "register", "actions")
+    assert code == 2 and "bad.sql:2:7: name:" in err and "[TH215]" in err and "Traceback" not in err
+    code, _, err = run_cli("action", "show", "nothing")
+    assert code == 2 and "[TH221]" in err
+    code, _, err = run_cli("action", "register", "no/such/file.sql")
+    assert code == 2 and "no such file" in err
+    code, _, err = run_cli("--debug", "action", "show", "nothing")
+    assert code == 2 and "Traceback" in err
+
+
+def test_flow_validate_register_show(run_cli, project_dir):
+    setup_project(project_dir)
+    # validate uses the project's actions/ even before they are registered
+    code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
+    assert (code, out.strip()) == (0, "ok"), err
+    run_cli("action", "register", "actions")
+    code, out, err = run_cli("flow", "register", "flows/shop.yaml")
+    assert code == 0, err
+    assert out.splitlines()[0] == "shop@1" and "  dwd.clean: clean@1" in out
+    assert run_cli("flow", "register", "flows/shop.yaml")[1].splitlines()[0] == "shop@1 (unchanged)"
+
+    code, out, _ = run_cli("flow", "list")
+    assert code == 0 and "shop" in out
+    code, out, _ = run_cli("flow", "show", "shop")
+    assert code == 0 and "count_by_key@1" in out and "pk(user_id)" in out
+    code, out, _ = run_cli("flow", "show", "shop@1", "--format", "json")
+    shown = json.loads(out)
+    assert shown["pins"]["dws.counts"] == "count_by_key@1" and shown["source_text"] == BASE_FLOW
+    code, out, _ = run_cli("flow", "validate", "shop", "--format", "json")
+    assert code == 0 and json.loads(out)["ok"] is True
+    code, _, err = run_cli("flow", "show", "shop@5")
+    assert code == 2 and "[TH251]" in err
+
+
+def test_flow_validate_reports_every_error_one_per_line(run_cli, project_dir):
+    setup_project(project_dir)
+    bad = BASE_FLOW.replace("action: clean,", "action: clen,").replace("{key: user_id}", "{kye: user_id}")
+    (project_dir / "flows" / "bad.yaml").write_text(bad)
+    code, out, err = run_cli("flow", "validate", "flows/bad.yaml")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 3, err
+    assert all(line.startswith("flows/bad.yaml:") and line.endswith("]") for line in lines)
+    assert "flows/bad.yaml:9:21: layers.dwd.clean.action: unknown action 'clen' (did you mean 'clean'?) [TH221]" \
+        in lines
+    code, out, _ = run_cli("flow", "validate", "flows/bad.yaml", "--format", "json")
+    report = json.loads(out)
+    assert code == 2 and report["ok"] is False
+    assert {e["code"] for e in report["errors"]} == {"TH221", "TH233", "TH234"}
+    assert all(e["line"] and e["path"] for e in report["errors"])
+
+
+def test_flow_validate_unknown_name_and_register_errors(run_cli, project_dir):
+    code, _, err = run_cli("flow", "validate", "nope")
+    assert code == 2 and "[TH250]" in err
+    (project_dir / "flows" / "empty.yaml").write_text("")
+    code, _, err = run_cli("flow", "register", "flows/empty.yaml")
+    assert code == 2 and "flows/empty.yaml:1: the document is empty [TH202]" in err
+    code, _, err = run_cli("flow", "validate", "flows/missing.yaml")
+    assert code == 2 and "no such file" in err.lower() or "cannot read" in err
