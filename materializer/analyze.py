@@ -98,23 +98,55 @@ def _jsonable(value: Any) -> Any:
 
 
 def spark_args(params: tuple[Param, ...]) -> dict[str, Any]:
-    """Named-parameter arguments for ``spark.sql(sql, args=...)``: literal Columns cast to the declared type.
+    """Named-parameter arguments for ``spark.sql(sql, args=...)``.
 
-    Values are never spliced into the SQL text; arrays and maps become ``array()``/``map()`` constructors.
+    Values are never spliced into the SQL text: each becomes a literal of its declared type (Python values
+    converted first: ``double`` -> float, ``date`` -> ``datetime.date``...), arrays and maps the ``array()`` /
+    ``map()`` constructors Spark accepts as arguments.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    def literal(value: Any):
-        if isinstance(value, list):
-            return F.array(*[literal(v) for v in value])
-        if isinstance(value, dict):
+    def convert(dtype, value: Any) -> Any:
+        import datetime as dt
+
+        if value is None:
+            return None
+        if isinstance(dtype, (T.DoubleType, T.FloatType)):
+            return float(value)
+        if isinstance(dtype, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
+            return int(value)
+        if isinstance(dtype, T.DecimalType):
+            import decimal
+
+            return decimal.Decimal(str(value))
+        if isinstance(dtype, T.DateType) and isinstance(value, str):
+            return dt.date.fromisoformat(value)
+        if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)) and isinstance(value, str):
+            stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if isinstance(dtype, T.TimestampType) and stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=dt.timezone.utc)
+            return stamp
+        if isinstance(dtype, T.StringType):
+            return str(value)
+        return value
+
+    def literal(dtype, value: Any):
+        if isinstance(dtype, T.ArrayType):
+            return F.array(*[literal(dtype.elementType, v) for v in value])
+        if isinstance(dtype, T.MapType):
             parts = []
             for k, v in value.items():
-                parts += [F.lit(k), literal(v)]
+                parts += [literal(dtype.keyType, k), literal(dtype.valueType, v)]
             return F.create_map(*parts)
-        return F.lit(value)
+        return F.lit(convert(dtype, value))
 
-    return {p.name: literal(p.value).cast(p.type) for p in params}
+    out = {}
+    for p in params:
+        dtype = struct_of(f"v {p.type}").fields[0].dataType
+        out[p.name] = literal(dtype, p.value) if isinstance(dtype, (T.ArrayType, T.MapType)) \
+            else convert(dtype, p.value)
+    return out
 
 
 # -- schema helpers ---------------------------------------------------------------------------------

@@ -100,6 +100,12 @@ def decide(
                       location)
     stateful = shape.stateful
     is_pk = bool(primary_key)
+    sources = sorted(name for name, kind in inputs if kind == "source")
+    if sources and (stateful - {"Sort"} or len(inputs) > 1):
+        raise _refuse(table, f"it reads source {sources[0]} with SQL that is not a plain projection/filter of "
+                      "one source (sources are read as a stream of raw records, with malformed ones "
+                      "quarantined)", "ingest the source into an ODS log table first, and aggregate or join "
+                      "in a later table", location)
 
     if not is_pk:
         return _decide_log(table, shape, appends, lookups, location)

@@ -62,3 +62,10 @@ def test_merge_engine_needs_stateless_sql():
         decide("t.x", shape("Aggregate", top="Aggregate"), LOG, primary_key=("k",), merge_engine="aggregate")
     assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
     assert decide("t.x", shape("Filter"), LOG, primary_key=("k",), merge_engine="aggregate").strategy == "append"
+
+
+def test_sources_are_only_ingested():
+    with pytest.raises(TidehouseError) as err:
+        decide("ods.x", shape("Aggregate", top="Aggregate"), SRC, primary_key=("k",))
+    assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
+    assert "ingest" in err.value.hint

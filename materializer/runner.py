@@ -1,0 +1,373 @@
+"""Execution: run a :class:`~materializer.plan.FlowPlan` — one streaming query per table, layer by layer.
+
+The runner only runs a plan: it takes the flow's run lock (``home/run/<flow>.lock``; a second trigger of
+the same flow is refused), applies ``--full-refresh``, creates missing hot tables, starts the tiering
+service for the flow's tables, then starts the queries generation by generation (ODS first), each in the
+Spark scheduler pool of its layer, with its own checkpoint and ``processingTime`` trigger. A status
+snapshot is written to ``home/run/<flow>.status.json`` every couple of seconds.
+
+Modes: until stopped (SIGINT/SIGTERM set ``stop_event``; queries and tiering stop gracefully), for a
+``duration``, or ``until_idle``: each generation in order is drained with ``processAllAvailable()`` and
+the passes repeat until no hot end offset moves, then a final tiering cycle makes every lake table equal
+its hot table. Starting generation by generation also means a freshly started layer sees its upstream
+layers already caught up, so lookups read complete dimensions on a backfill.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from materializer.analyze import struct_of
+from materializer.dag import FlowGraph
+from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
+from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
+from runtime.errors import ErrorCode, TidehouseError
+from runtime.storage.api import TableMeta
+
+log = logging.getLogger(__name__)
+STATUS_EVERY_S = 2.0
+
+
+@dataclass
+class RunReport:
+    flow: str
+    mode: str
+    seconds: float
+    tables: dict[str, dict] = field(default_factory=dict)
+    tiering: dict[str, dict] = field(default_factory=dict)
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on ``home/run/<flow>.lock`` (released when the process dies)."""
+
+    def __init__(self, run_dir: Path, flow: str) -> None:
+        self.path = Path(run_dir) / f"{flow}.lock"
+        self._fh = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise TidehouseError(ErrorCode.FLOW_RUNNING, f"flow {self.path.stem} is already running "
+                                 f"(pid {holder})", hint="stop it first (Ctrl-C or kill -TERM), or watch it "
+                                 f"with `tidehouse flow status {self.path.stem}`") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def table_meta(plan: TablePlan) -> TableMeta:
+    from runtime.spark.types import spark_to_arrow
+
+    return TableMeta(
+        name=plan.name, schema=spark_to_arrow(struct_of(plan.ddl)), kind=plan.kind,
+        primary_key=plan.primary_key, buckets=plan.buckets, bucket_key=plan.bucket_key,
+        merge_engine=plan.merge_engine, aggregations=dict(plan.aggregations),
+        properties={"tidehouse.fingerprint": plan.fingerprint, "tidehouse.action": plan.action},
+    )
+
+
+def quarantine_meta(name: str) -> TableMeta:
+    from runtime.spark.types import ddl_to_arrow
+
+    return TableMeta(name=name, schema=ddl_to_arrow(QUARANTINE_DDL), kind="log")
+
+
+class FlowRunner:
+    """Runs one flow plan in this process's SparkSession."""
+
+    def __init__(self, project, plan: FlowPlan, *, spark=None,
+                 on_status: Callable[[dict], None] | None = None) -> None:
+        self.project = project
+        self.plan = plan
+        self.spark = spark or project.spark()
+        self.store = project.store
+        self.root = project.config.storage_root
+        self.on_status = on_status
+        self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
+        self.queries: dict[str, object] = {}
+        self.tiering = None
+        self.lock = RunLock(project.config.run_dir, plan.flow)
+        self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
+        self._started = time.time()
+        self._status_stop = threading.Event()
+        self.state = "starting"
+
+    # -- preparation ------------------------------------------------------------------------------
+    def full_refresh(self, tables: Iterable[str]) -> list[str]:
+        """Drop the named tables and everything downstream of them (hot, lake, checkpoints)."""
+        tables = list(tables)
+        if not tables:
+            return []
+        graph = FlowGraph.build([s.name for s in self.plan.sources],
+                                {t.name: {i.name: (i.ref.split(":", 1)[1] if i.kind == "source" else i.ref)
+                                          for i in t.inputs} for t in self.plan.tables})
+        doomed = graph.descendants(tables)
+        for name in doomed:
+            t = self.plan.table(name)
+            for hot in (name, t.quarantine):
+                if hot and self.store.has_table(hot):
+                    self.store.drop_table(hot)
+                if hot:
+                    self.project.lake.drop(hot)
+            shutil.rmtree(Path(t.checkpoint).parent, ignore_errors=True)
+            log.info("full refresh: dropped %s", name)
+        return doomed
+
+    def check_unchanged(self) -> None:
+        """A table whose plan changed (new action version, new SQL, schema...) keeps data built by the old
+        plan: refuse to mix them, and say how to rebuild."""
+        changed = []
+        for t in self.plan.tables:
+            parent = Path(t.checkpoint).parent
+            if not parent.is_dir() or not self.store.has_table(t.name):
+                continue
+            others = [p.name for p in parent.iterdir() if p.is_dir() and p.name != Path(t.checkpoint).name]
+            if others and not Path(t.checkpoint).is_dir():
+                changed.append(t.name)
+        if changed:
+            raise TidehouseError(ErrorCode.PLAN_CHANGED, f"flow {self.plan.flow}: the definition of "
+                                 f"{', '.join(changed)} changed since its data was built",
+                                 hint=f"rebuild with --full-refresh {' '.join(changed)}")
+
+    def create_tables(self) -> None:
+        for t in self.plan.tables:
+            self.store.create_table(table_meta(t), exist_ok=True)
+            if t.quarantine:
+                self.store.create_table(quarantine_meta(t.quarantine), exist_ok=True)
+
+    # -- queries ----------------------------------------------------------------------------------
+    def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None):
+        reader = session.readStream.format("tidehouse").option("root", self.root).option("table", table)
+        if columns:
+            reader = reader.option("columns", ",".join(columns))
+        return reader.load()
+
+    def _source_stream(self, session, name: str):
+        src = self.plan.source(name)
+        reader = session.readStream.format(src.format).options(**dict(src.options))
+        if src.ddl:
+            ddl = src.ddl + (f", `{CORRUPT}` string" if src.quarantines else "")
+            reader = reader.schema(ddl)
+            if src.quarantines:
+                reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+        if src.path:
+            Path(src.path).mkdir(parents=True, exist_ok=True) if "://" not in src.path else None
+            return reader.load(src.path)
+        return reader.load()
+
+    def start_query(self, t: TablePlan):
+        from pyspark.sql import functions as F
+
+        ctx = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name], pool=t.layer)
+        session = new_session(self.spark)
+        if t.strategy == "append":
+            stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
+            if stream_input.kind == "source":
+                stream = self._source_stream(session, stream_input.ref.split(":", 1)[1])
+            else:
+                stream = self._tidehouse_stream(session, stream_input.ref)
+        elif t.strategy == "aggregate":
+            inp = t.inputs[0]
+            users = [f"`{f.name}`" for f in struct_of(inp.ddl).fields]
+            self._tidehouse_stream(session, inp.ref).select(*users).createOrReplaceTempView(inp.name)
+            stream = session.sql(t.sql, args=ctx.args)
+        elif t.strategy == "changelog":
+            stream = self._tidehouse_stream(session, t.inputs[0].ref)
+        else:  # recompute: any change of any input triggers a micro-batch
+            stream = None
+            for inp in t.inputs:
+                first = struct_of(inp.ddl).fields[0].name
+                part = self._tidehouse_stream(session, inp.ref, [first]).select(F.lit(1).alias("changed"))
+                stream = part if stream is None else stream.union(part)
+        fn = _guarded(BATCH_FUNCTIONS[t.strategy](ctx), ctx)
+        writer = (stream.writeStream.queryName(t.name).option("checkpointLocation", t.checkpoint)
+                  .trigger(processingTime=f"{int(round(t.trigger * 1000))} milliseconds").foreachBatch(fn))
+        if t.strategy == "aggregate":
+            writer = writer.outputMode("update")
+        Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", t.layer)
+        try:
+            query = writer.start()
+        finally:
+            sc.setLocalProperty("spark.scheduler.pool", None)
+        self.queries[t.name] = query
+        return query
+
+    def _check_failed(self) -> None:
+        for name, query in self.queries.items():
+            if query.isActive:
+                continue
+            exc = query.exception()
+            if exc is not None:
+                detail = self.stats[name].error or str(exc).split("\n")[0]
+                raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
+
+    def _drain(self, names: list[str]) -> None:
+        from pyspark.errors import StreamingQueryException
+
+        for name in names:
+            try:
+                self.queries[name].processAllAvailable()
+            except StreamingQueryException as exc:
+                detail = self.stats[name].error or str(exc).split("\n")[0]
+                raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}") from exc
+
+    def reconcile(self, t: TablePlan) -> int:
+        """A recomputation outside the query (until-idle): repairs a table whose last micro-batch was
+        replayed after a crash against newer input, so the final state equals the batch result."""
+        ctx = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name], pool=t.layer)
+        session = new_session(self.spark)
+        return recompute(ctx, session, int(time.time() * 1000), writer=f"{t.writer_id}:reconcile", origin=None)
+
+    def _ends(self) -> dict[str, list[int]]:
+        return {t.name: self.store.end_offsets(t.name) for t in self.plan.tables}
+
+    # -- status -----------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        from materializer.status import run_snapshot
+
+        return run_snapshot(self)
+
+    def _status_loop(self) -> None:
+        while not self._status_stop.wait(STATUS_EVERY_S):
+            self.write_status()
+
+    def write_status(self) -> dict:
+        try:
+            snap = self.snapshot()
+        except Exception as exc:  # status must never kill the flow
+            log.debug("status snapshot failed: %s", exc)
+            return {}
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(snap, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, self.status_path)
+        if self.on_status:
+            self.on_status(snap)
+        return snap
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self, *, until_idle: bool = False, duration: float | None = None, full_refresh: Iterable[str] = (),
+            stop_event: threading.Event | None = None, tiering: bool = True) -> RunReport:
+        from runtime.lake.scheduler import TieringService
+
+        stop_event = stop_event or threading.Event()
+        mode = "until-idle" if until_idle else (f"duration {duration}s" if duration else "continuous")
+        self.lock.acquire()
+        status_thread = None
+        try:
+            self.full_refresh(full_refresh)
+            self.check_unchanged()
+            self.create_tables()
+            tier_tables = {t.name: t.tiering_interval for t in self.plan.tables}
+            tier_tables.update({t.quarantine: t.tiering_interval for t in self.plan.tables if t.quarantine})
+            if tiering:
+                self.tiering = TieringService(self.project, tier_tables)
+                if not until_idle:
+                    self.tiering.start()
+            self.state = "running"
+            status_thread = threading.Thread(target=self._status_loop, name="flow-status", daemon=True)
+            status_thread.start()
+            for gen in self.plan.generations:
+                for name in gen:
+                    self.start_query(self.plan.table(name))
+                if until_idle:
+                    self._drain(list(gen))
+            if until_idle:
+                self._until_idle()
+                if self.tiering is not None:
+                    self.tiering.run_all_now()
+            else:
+                deadline = time.time() + duration if duration else None
+                while not stop_event.is_set():
+                    self._check_failed()
+                    left = None if deadline is None else deadline - time.time()
+                    if left is not None and left <= 0:
+                        break
+                    stop_event.wait(min(0.5, left) if left is not None else 0.5)
+            self.state = "stopped"
+        except BaseException:
+            self.state = "failed"
+            raise
+        finally:
+            self._stop_all()
+            self._status_stop.set()
+            if status_thread is not None:
+                status_thread.join(timeout=5)
+            self.write_status()
+            self.lock.release()
+        report = RunReport(self.plan.flow, mode, time.time() - self._started,
+                           {n: s.to_dict() for n, s in self.stats.items()},
+                           self.tiering.summary() if self.tiering else {})
+        return report
+
+    def _until_idle(self) -> None:
+        previous = None
+        while True:
+            for gen in self.plan.generations:
+                self._drain(list(gen))
+                for name in gen:
+                    t = self.plan.table(name)
+                    if t.strategy == "recompute":
+                        self.reconcile(t)
+            ends = self._ends()
+            if ends == previous:
+                return
+            previous = ends
+
+    def _stop_all(self) -> None:
+        for name in reversed(list(self.queries)):
+            try:
+                self.queries[name].stop()
+            except Exception as exc:  # stopping is best effort; checkpoints stay consistent
+                log.warning("stopping the query of %s: %s", name, exc)
+        if self.tiering is not None:
+            self.tiering.stop(wait=True)
+
+
+def new_session(spark):
+    """A session of its own (temp views never clash) that knows the ``tidehouse`` data source."""
+    from runtime.spark.datasource import TidehouseDataSource
+
+    session = spark.newSession()
+    session.dataSource.register(TidehouseDataSource)
+    return session
+
+
+def _guarded(fn, ctx: QueryContext):
+    """Remember a batch function's error for the status and the final message, then let Spark fail."""
+
+    def run(batch_df, batch_id):
+        try:
+            fn(batch_df, batch_id)
+        except TidehouseError as exc:
+            ctx.stats.error = exc.render()
+            raise
+        except Exception as exc:
+            ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
+
+    return run

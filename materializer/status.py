@@ -1,0 +1,164 @@
+"""Status of a flow: what ``home/run/<flow>.status.json`` holds and ``tidehouse flow status`` prints.
+
+Per table: query state, last batch time, rows/s, hot end offsets, quarantined rows, hot delay, and the
+tiering figures of :func:`runtime.lake.tiering.lake_status` (tiered offsets, lake snapshot, lake delay).
+
+Hot delay of a table = ``commit_ts - origin_ts`` of its newest committed batch: the time from the first
+layer's commit of the oldest source data in that batch to its visibility in this table. ``idle_s`` is how
+long ago that batch was committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def hot_figures(store, table: str) -> dict[str, Any]:
+    if not store.has_table(table):
+        return {"hot_end_offsets": None, "hot_rows": 0, "hot_delay_s": None, "last_commit_at": None}
+    meta = store.get_table(table)
+    ends = store.end_offsets(table)
+    newest = None
+    for bucket in range(meta.buckets):
+        info = store.batch_info(table, bucket)
+        if info is not None and (newest is None or info.commit_ts > newest.commit_ts):
+            newest = info
+    delay = None
+    if newest is not None:
+        origin = newest.origin_ts if newest.origin_ts is not None else newest.commit_ts
+        delay = round(max(0.0, newest.commit_ts - origin), 3)
+    return {
+        "hot_end_offsets": ends,
+        "hot_rows": sum(ends),  # log entries (a primary-key table: changelog rows)
+        "hot_delay_s": delay,
+        "last_commit_at": newest.commit_ts if newest else None,
+        "idle_s": round(time.time() - newest.commit_ts, 3) if newest else None,
+    }
+
+
+def lake_figures(store, lake, table: str) -> dict[str, Any]:
+    from runtime.lake.tiering import lake_status
+
+    try:
+        status = lake_status(store, lake, table)
+    except Exception as exc:  # the lake being unreachable must not hide the hot figures
+        return {"lake_error": str(exc).splitlines()[0]}
+    return {
+        "tiered_offsets": status.get("lake_offsets"),
+        "lake_snapshot_id": status.get("last_snapshot_id"),
+        "lake_snapshot_at": status.get("last_snapshot_at"),
+        "lake_pending_rows": status.get("pending_rows"),
+        "lake_delay_s": status.get("lake_delay_s"),
+        "max_lake_delay_s": status.get("max_lake_delay_s"),
+    }
+
+
+def table_figures(store, lake, table: str, quarantine: str | None) -> dict[str, Any]:
+    row = {"table": table, **hot_figures(store, table)}
+    row["quarantined"] = sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
+    if lake is not None and store.has_table(table):
+        row.update(lake_figures(store, lake, table))
+    return row
+
+
+def run_snapshot(runner) -> dict[str, Any]:
+    """The live snapshot of a running :class:`~materializer.runner.FlowRunner`."""
+    now = time.time()
+    tables = []
+    for t in runner.plan.tables:
+        query = runner.queries.get(t.name)
+        stats = runner.stats[t.name]
+        state = "not started"
+        rows_per_s = None
+        if query is not None:
+            try:
+                state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
+                progress = query.lastProgress
+                if progress:
+                    rows_per_s = round(float(progress.get("processedRowsPerSecond") or 0.0), 1)
+            except Exception:  # the JVM may be shutting down
+                state = "unknown"
+        row = table_figures(runner.store, _lake(runner), t.name, t.quarantine)
+        row.update({
+            "layer": t.layer, "strategy": t.strategy, "state": state, "rows_per_s": rows_per_s,
+            "batches": stats.batches, "rows_written": stats.rows_out,
+            "last_batch_time": stats.last_batch_time, "last_batch_seconds": stats.last_batch_seconds,
+            "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
+        })
+        tables.append(row)
+    return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
+            "started_at": runner._started, "updated_at": now, "tables": tables}
+
+
+def _lake(runner):
+    try:
+        return runner.project.lake
+    except Exception:
+        return None
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def flow_status(project, name: str) -> dict[str, Any]:
+    """Status of a flow, running or not: the last snapshot's query figures + live hot and lake figures."""
+    from materializer.runner import RunLock
+
+    version = project.registry.get_flow(name)
+    path = Path(project.config.run_dir) / f"{name}.status.json"
+    snap: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            snap = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            snap = {}
+    running = _is_running(RunLock(project.config.run_dir, name))
+    last = {row["table"]: row for row in snap.get("tables", [])}
+    store = project.store
+    try:
+        lake = project.lake
+    except Exception:
+        lake = None
+    tables = []
+    for table, tspec in version.spec.tables():
+        quarantine = last.get(table, {}).get("quarantine") or _quarantine_of(store, table)
+        row = {"table": table, "layer": table.split(".", 1)[0]}
+        prev = last.get(table, {})
+        for key in ("strategy", "rows_per_s", "batches", "last_batch_time", "last_batch_seconds", "dropped",
+                    "expectations", "error"):
+            row[key] = prev.get(key)
+        row["state"] = prev.get("state", "never run") if running else (
+            "failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
+        row["rows_per_s"] = row["rows_per_s"] if running else 0.0
+        row.update(table_figures(store, lake, table, quarantine))
+        tables.append(row)
+    return {"flow": name, "version": version.version, "running": running,
+            "state": snap.get("state") if running else ("stopped" if snap else "never run"),
+            "updated_at": snap.get("updated_at"), "tables": tables}
+
+
+def _quarantine_of(store, table: str) -> str | None:
+    from materializer.plan import quarantine_name
+
+    name = quarantine_name(table)
+    return name if store.has_table(name) else None
+
+
+def _is_running(lock) -> bool:
+    import fcntl
+
+    if not lock.path.is_file():
+        return False
+    with open(lock.path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False

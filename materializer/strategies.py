@@ -1,0 +1,375 @@
+"""One streaming query per table: how each strategy reads its inputs and writes its micro-batches.
+
+Every query writes through ``foreachBatch`` with ``seq = batch_id`` under a writer id tied to its checkpoint,
+so a micro-batch Spark replays after a crash is a no-op in the hot storage (exactly once). Inputs are bound
+as temp views on the micro-batch's own session (``batch_df.sparkSession``: each query has its own), so
+queries never see each other's views. Lookups and recomputations read a primary-key table's current state
+with ``store.scan`` (Arrow) turned into a local DataFrame — no Python worker round trip.
+
+Hot delay: every downstream write carries ``origin_ts``, the oldest origin of the upstream rows it consumed
+(:func:`runtime.spark.writer.origin_from_checkpoint`, from the checkpoint's offset log); the first layer
+passes None and the store uses its commit time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from materializer.analyze import spark_args, struct_of
+from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
+from runtime.errors import ErrorCode, TidehouseError
+from runtime.spark.writer import origin_from_checkpoint, prepare
+from runtime.storage.api import CHANGE, DELETE, SYSTEM_COLUMNS, TS_TYPE, UPDATE_AFTER, UPDATE_BEFORE, TableStore
+
+CORRUPT = "_corrupt_record"
+
+
+@dataclass
+class TableStats:
+    """Figures of one table's query during this run (the status snapshot shows them)."""
+
+    batches: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    quarantined: int = 0
+    dropped: int = 0
+    expectations: dict[str, int] = field(default_factory=dict)
+    last_batch_time: float | None = None
+    last_batch_seconds: float | None = None
+    last_origin_ts: float | None = None
+    error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+
+class QueryContext:
+    """What a query's batch function needs: the store, the plan, the stats sink."""
+
+    def __init__(self, store: TableStore, root: str, plan: FlowPlan, table: TablePlan, stats: TableStats,
+                 pool: str) -> None:
+        self.store = store
+        self.root = root
+        self.flow = plan
+        self.table = table
+        self.stats = stats
+        self.pool = pool
+        self.args = spark_args(table.params)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def local_df(session, data: pa.Table, ddl: str):
+    """A local DataFrame of Arrow data with the given user schema (system columns dropped)."""
+    schema = struct_of(ddl)
+    names = [f.name for f in schema.fields]
+    from runtime.spark.types import spark_to_arrow
+
+    target = spark_to_arrow(schema)
+    cols = []
+    for f in target:
+        if f.name in data.column_names:
+            cols.append(data.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(data.num_rows, f.type))
+    table = pa.Table.from_arrays(cols, names=names) if names else data
+    return session.createDataFrame(table, schema=schema)
+
+
+def bind_lookups(ctx: QueryContext, session, inputs: list[Input]) -> None:
+    """Bind primary-key (and, for recompute, log) inputs as their current content."""
+    for inp in inputs:
+        local_df(session, ctx.store.scan(inp.ref), inp.ddl).createOrReplaceTempView(inp.name)
+
+
+def run_sql(ctx: QueryContext, session) -> pa.Table:
+    return session.sql(ctx.table.sql, args=ctx.args).toArrow()
+
+
+def _begin(ctx: QueryContext, batch_df) -> Any:
+    session = batch_df.sparkSession
+    session.sparkContext.setLocalProperty("spark.scheduler.pool", ctx.pool)
+    return session
+
+
+def _finish(ctx: QueryContext, started: float, rows_in: int, rows_out: int, origin: float | None) -> None:
+    with ctx.stats.lock:
+        ctx.stats.batches += 1
+        ctx.stats.rows_in += rows_in
+        ctx.stats.rows_out += rows_out
+        ctx.stats.last_batch_time = time.time()
+        ctx.stats.last_batch_seconds = time.time() - started
+        ctx.stats.last_origin_ts = origin
+
+
+def keys_table(meta_schema: pa.Schema, rows: pa.Table, key: tuple[str, ...], kind: str) -> pa.Table:
+    """Rows with the full table schema, ``__change`` = kind (deletes carry only their key columns)."""
+    cols = []
+    for f in meta_schema:
+        if f.name in rows.column_names and (kind != DELETE or f.name in key):
+            cols.append(rows.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(rows.num_rows, f.type))
+    cols.append(pa.array([kind] * rows.num_rows, pa.string()))
+    return pa.Table.from_arrays(cols, schema=meta_schema.append(pa.field(CHANGE, pa.string())))
+
+
+# -- expectations and quarantine --------------------------------------------------------------------
+def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.Table:
+    n = len(raw)
+    reasons = reason if isinstance(reason, list) else [reason] * n
+    now = pa.array([int(time.time() * 1_000_000)] * n, pa.int64()).cast(TS_TYPE)
+    return pa.table({"raw": pa.array(raw, pa.string()), "reason": pa.array(reasons, pa.string()),
+                     "source": pa.array([source] * n, pa.string()), "quarantined_at": now})
+
+
+def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int) -> None:
+    if rows.num_rows == 0 or not ctx.table.quarantine:
+        return
+    ctx.store.write(ctx.table.quarantine, rows, writer=f"{ctx.table.writer_id}:q", seq=int(batch_id))
+    with ctx.stats.lock:
+        ctx.stats.quarantined += rows.num_rows
+
+
+def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int) -> tuple[pa.Table, pa.Table]:
+    """Split output rows into (kept, violating); quarantine/count the violators, or fail the flow."""
+    expect = ctx.table.expect
+    if not expect or out.num_rows == 0:
+        return out, out.slice(0, 0)
+    df = local_df(session, out, ctx.table.ddl)
+    checks = df.selectExpr(*[f"coalesce(CAST(({e.condition}) AS BOOLEAN), false) AS `e{i}`"
+                             for i, e in enumerate(expect)]).toArrow()
+    bad = pa.array([False] * out.num_rows)
+    quarantine_mask = pa.array([False] * out.num_rows)
+    reasons: list[str | None] = [None] * out.num_rows
+    for i, e in enumerate(expect):
+        failed = pc.invert(checks.column(f"e{i}").combine_chunks())
+        count = pc.sum(failed.cast(pa.int64())).as_py() or 0
+        if not count:
+            continue
+        with ctx.stats.lock:
+            ctx.stats.expectations[e.name] = ctx.stats.expectations.get(e.name, 0) + count
+        if e.on_violation == "fail":
+            raise TidehouseError(ErrorCode.QUERY_FAILED, f"table {ctx.table.name}: {count} row(s) violate "
+                                 f"expectation '{e.name}' ({e.condition}), which is set to fail the flow",
+                                 hint="fix the input, or set on_violation: drop or quarantine")
+        for j, flag in enumerate(failed.to_pylist()):
+            if flag and reasons[j] is None:
+                reasons[j] = f"expectation {e.name} failed: {e.condition}"
+        if e.on_violation == "quarantine":
+            quarantine_mask = pc.or_(quarantine_mask, failed)
+        bad = pc.or_(bad, failed)
+    violators = out.filter(bad)
+    to_quarantine = out.filter(quarantine_mask)
+    if to_quarantine.num_rows:
+        raw = [json.dumps(r, default=str, sort_keys=True) for r in to_quarantine.to_pylist()]
+        why = [r for r, q in zip(reasons, quarantine_mask.to_pylist()) if q]
+        write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id)
+    with ctx.stats.lock:
+        ctx.stats.dropped += violators.num_rows - to_quarantine.num_rows
+    return out.filter(pc.invert(bad)), violators
+
+
+def _write(ctx: QueryContext, data: pa.Table, batch_id: int, origin: float | None, writer: str | None = None):
+    if data.num_rows == 0:
+        return
+    prepared = prepare(ctx.store, ctx.table.name, data)
+    ctx.store.write(ctx.table.name, prepared, writer=writer or ctx.table.writer_id, seq=int(batch_id),
+                    origin_ts=origin)
+
+
+def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: int) -> pa.Table:
+    """For primary-key outputs: kept rows upsert, rows violating an expectation delete their key."""
+    kept, violators = apply_expectations(ctx, session, out, batch_id)
+    meta = ctx.store.get_table(ctx.table.name)
+    parts = []
+    if violators.num_rows:
+        parts.append(keys_table(meta.schema, violators, ctx.table.primary_key, DELETE))
+    if kept.num_rows:
+        parts.append(keys_table(meta.schema, kept, ctx.table.primary_key, UPDATE_AFTER))
+    return pa.concat_tables(parts) if parts else kept.slice(0, 0)
+
+
+# -- strategies -------------------------------------------------------------------------------------
+def append_batch(ctx: QueryContext) -> Callable:
+    """Stateless SQL over one append-only input (+ lookups): run it over the micro-batch's rows."""
+    table = ctx.table
+    stream_input = next(i for i in table.inputs if i.kind in ("source", "log"))
+    lookups = [i for i in table.inputs if i is not stream_input]
+    source = _source_of(ctx.flow, stream_input)
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        if source is not None:
+            data = batch_df.toArrow()
+            rows_in = data.num_rows
+            if CORRUPT in data.column_names:
+                corrupt = pc.is_valid(data.column(CORRUPT))
+                bad = data.filter(corrupt)
+                if bad.num_rows:
+                    write_quarantine(ctx, quarantine_rows(
+                        bad.column(CORRUPT).to_pylist(),
+                        f"malformed {source.format} record: does not parse with the source schema", source.name),
+                        batch_id)
+                data = data.filter(pc.invert(corrupt))
+            local_df(session, data, stream_input.ddl).createOrReplaceTempView(stream_input.name)
+            origin = None
+        else:
+            user = [f.name for f in struct_of(stream_input.ddl).fields]
+            batch_df.select(*[f"`{c}`" for c in user]).createOrReplaceTempView(stream_input.name)
+            rows_in = -1
+            origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        bind_lookups(ctx, session, lookups)
+        out = run_sql(ctx, session)
+        if table.kind == "primary_key":
+            kept, _ = apply_expectations(ctx, session, out, batch_id)
+            data_out = kept
+        else:
+            data_out, _ = apply_expectations(ctx, session, out, batch_id)
+        _write(ctx, data_out, batch_id, origin)
+        _finish(ctx, started, rows_in if rows_in >= 0 else out.num_rows, data_out.num_rows, origin)
+
+    return run
+
+
+def aggregate_batch(ctx: QueryContext) -> Callable:
+    """The changed groups of a streaming aggregation (output mode update): upsert them."""
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        out = batch_df.toArrow()
+        origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
+        data = _upserts_and_deletes(ctx, session, out, batch_id)
+        _write(ctx, data, batch_id, origin)
+        _finish(ctx, started, out.num_rows, data.num_rows, origin)
+
+    return run
+
+
+def changelog_batch(ctx: QueryContext) -> Callable:
+    """Stateless SQL following one primary-key table's changelog.
+
+    Per micro-batch: the SQL over every before-image (``-U``/``-D``) gives the rows to delete; the SQL over
+    the last after-image of each upstream key whose last event is an upsert gives the rows to upsert.
+    Deletes are written before upserts, in one write.
+    """
+    table = ctx.table
+    upstream = table.inputs[0]
+    user = [f.name for f in struct_of(upstream.ddl).fields]
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        data = batch_df.toArrow()
+        if data.num_rows == 0:
+            return
+        data = data.sort_by([("__bucket", "ascending"), ("__offset", "ascending")])
+        change = data.column(CHANGE)
+        before = data.filter(pc.is_in(change, pa.array([UPDATE_BEFORE, DELETE])))
+        after = _last_images(data, upstream.primary_key or tuple(user))
+        meta = ctx.store.get_table(table.name)
+        parts = []
+        if before.num_rows:
+            local_df(session, before.select(user), upstream.ddl).createOrReplaceTempView(upstream.name)
+            gone = run_sql(ctx, session)
+            if gone.num_rows:
+                parts.append(keys_table(meta.schema, gone, table.primary_key, DELETE))
+        if after.num_rows:
+            local_df(session, after.select(user), upstream.ddl).createOrReplaceTempView(upstream.name)
+            parts.append(_upserts_and_deletes(ctx, session, run_sql(ctx, session), batch_id))
+        out = pa.concat_tables(parts) if parts else None
+        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        if out is not None:
+            _write(ctx, out, batch_id, origin)
+        _finish(ctx, started, data.num_rows, out.num_rows if out is not None else 0, origin)
+
+    return run
+
+
+def _last_images(data: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """Per key, the last event of the batch if it is an upsert (``+I``/``+U``)."""
+    last: dict[tuple, int] = {}
+    key_cols = [data.column(k).to_pylist() for k in key]
+    for i, row in enumerate(zip(*key_cols)):
+        last[row] = i
+    change = data.column(CHANGE).to_pylist()
+    keep = sorted(i for i in last.values() if change[i] in ("+I", UPDATE_AFTER))
+    return data.take(pa.array(keep, pa.int64()))
+
+
+def recompute_batch(ctx: QueryContext) -> Callable:
+    """Re-evaluate the SQL over the current state of every input; write the difference."""
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
+        written = recompute(ctx, session, batch_id, writer=None, origin=origin)
+        _finish(ctx, started, -1, written, origin)
+
+    return run
+
+
+def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origin: float | None) -> int:
+    """One recomputation: returns the number of changed rows written (0 when already equal)."""
+    import duckdb
+
+    table = ctx.table
+    bind_lookups(ctx, session, list(table.inputs))
+    result = run_sql(ctx, session)
+    kept, _ = apply_expectations(ctx, session, result, seq)
+    meta = ctx.store.get_table(table.name)
+    new = prepare(ctx.store, table.name, kept)
+    old = ctx.store.scan(table.name).select(meta.schema.names)
+    key = ", ".join(f'"{k}"' for k in table.primary_key)
+    con = duckdb.connect()
+    try:
+        con.register("new_rows", new)
+        con.register("old_rows", old)
+        dup = con.execute(f"SELECT {key}, count(*) FROM new_rows GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
+                          ).fetchall()
+        if dup:
+            raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table.name}: the SQL of "
+                                 f"{table.action} yields several rows for primary key {dup[0][:-1]}",
+                                 hint="make the primary key the columns that identify one output row")
+        upserts = con.execute("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").arrow()
+        deletes = con.execute(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").arrow()
+    finally:
+        con.close()
+    upserts = upserts.read_all() if hasattr(upserts, "read_all") else upserts
+    deletes = deletes.read_all() if hasattr(deletes, "read_all") else deletes
+    parts = []
+    if deletes.num_rows:
+        parts.append(keys_table(meta.schema, deletes, table.primary_key, DELETE))
+    if upserts.num_rows:
+        parts.append(keys_table(meta.schema, upserts, table.primary_key, UPDATE_AFTER))
+    if not parts:
+        return 0
+    out = pa.concat_tables(parts)
+    ctx.store.write(table.name, out, writer=writer or table.writer_id, seq=int(seq), origin_ts=origin)
+    return out.num_rows
+
+
+def _source_of(plan: FlowPlan, inp: Input) -> SourcePlan | None:
+    if inp.kind != "source":
+        return None
+    return plan.source(inp.ref.split(":", 1)[1])
+
+
+BATCH_FUNCTIONS = {
+    "append": append_batch,
+    "aggregate": aggregate_batch,
+    "changelog": changelog_batch,
+    "recompute": recompute_batch,
+}
+
+__all__ = ["BATCH_FUNCTIONS", "QueryContext", "TableStats", "recompute", "SYSTEM_COLUMNS"]

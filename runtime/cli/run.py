@@ -1,0 +1,160 @@
+"""``tidehouse flow plan | trigger | status``: thin commands over :mod:`materializer`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+import click
+
+from runtime.cli import flow, pass_state
+from runtime.cli._render import echo_json, table_text
+
+
+@flow.command("plan")
+@click.argument("flow_ref", metavar="PATH|NAME")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "mermaid"]), default="text")
+@pass_state
+def plan_cmd(state, flow_ref: str, fmt: str) -> None:
+    """The DAG by layer: each table's SQL, kind, strategy, schema, buckets, trigger, tiering.
+
+    Every table's SQL is analysed with Spark against its upstream schemas (no stream is started).
+    """
+    from materializer import plan_flow
+
+    plan = plan_flow(state.project, flow_ref)
+    click.echo({"json": plan.to_json, "mermaid": plan.to_mermaid}.get(fmt, plan.to_text)())
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _layer_lines(snap: dict) -> list[str]:
+    """One plain line per layer: rows, batches, delay."""
+    by_layer: dict[str, list[dict]] = {}
+    for row in snap.get("tables", []):
+        by_layer.setdefault(row["layer"], []).append(row)
+    lines = []
+    for layer, rows in by_layer.items():
+        written = sum(r.get("rows_written") or 0 for r in rows)
+        batches = sum(r.get("batches") or 0 for r in rows)
+        delays = [r["hot_delay_s"] for r in rows if r.get("hot_delay_s") is not None]
+        lake = [r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None]
+        quarantined = sum(r.get("quarantined") or 0 for r in rows)
+        lines.append(f"{layer}: {written} rows in {batches} batches, hot delay {_fmt(max(delays) if delays else None, 2)}s,"
+                     f" lake delay {_fmt(max(lake) if lake else None)}s"
+                     + (f", {quarantined} quarantined" if quarantined else ""))
+    return lines
+
+
+class _Progress:
+    """Per-layer progress: a rich live table on a terminal, plain lines (at most every 5 s) otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self._live = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> "_Progress":
+        if self.tty:
+            from rich.live import Live
+
+            self._live = Live(refresh_per_second=2, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def __call__(self, snap: dict) -> None:
+        if self._live is not None:
+            from rich.table import Table
+
+            table = Table(title=f"flow {snap.get('flow')} ({snap.get('state')})")
+            for col in ("table", "state", "batches", "rows", "rows/s", "hot delay s", "lake delay s", "quarantined"):
+                table.add_column(col)
+            for r in snap.get("tables", []):
+                table.add_row(r["table"], r.get("state") or "-", _fmt(r.get("batches")), _fmt(r.get("rows_written")),
+                              _fmt(r.get("rows_per_s")), _fmt(r.get("hot_delay_s"), 2), _fmt(r.get("lake_delay_s")),
+                              _fmt(r.get("quarantined")))
+            self._live.update(table)
+            return
+        now = time.time()
+        if now - self._last_plain >= 5.0:
+            self._last_plain = now
+            for line in _layer_lines(snap):
+                click.echo(line)
+
+
+@flow.command("trigger")
+@click.argument("flow_ref", metavar="PATH|NAME")
+@click.option("--until-idle", is_flag=True, help="Run until every source is exhausted and every layer caught up, "
+              "then tier once more and exit.")
+@click.option("--duration", type=float, default=None, metavar="S", help="Run for S seconds, then stop.")
+@click.option("--full-refresh", "full_refresh", multiple=True, metavar="TABLE",
+              help="Drop TABLE (hot, lake, checkpoints) and everything downstream, and rebuild. Repeatable.")
+@pass_state
+def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, full_refresh: tuple[str, ...]) -> None:
+    """Start the flow's streaming queries layer by layer, plus its tiering schedule.
+
+    A PATH is registered first, together with the actions of the project's actions/ folder. Ctrl-C or
+    SIGTERM stops the flow gracefully; triggering it again resumes where it stopped.
+    """
+    from materializer import trigger
+
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    names = [t for arg in full_refresh for t in arg.replace(",", " ").split()]
+    try:
+        with _Progress() as progress:
+            report = trigger(state.project, flow_ref, until_idle=until_idle, duration=duration,
+                             full_refresh=names, stop_event=stop, on_status=progress)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"flow {report.flow}: {report.mode} finished in {report.seconds:.1f}s")
+    for name, stats in report.tables.items():
+        click.echo(f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
+                   + (f", {stats['quarantined']} quarantined" if stats["quarantined"] else "")
+                   + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else ""))
+
+
+@flow.command("status")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def status_cmd(state, name: str, as_json: bool) -> None:
+    """Per table: query state, rows/s, hot end offsets, quarantined rows, hot and lake delay, lake snapshot."""
+    from materializer import flow_status
+
+    status = flow_status(state.project, name)
+    if as_json:
+        echo_json(status)
+        return
+    click.echo(f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}")
+    headers = ["table", "state", "rows/s", "hot offsets", "quarantined", "hot delay s", "tiered offsets",
+               "lake snapshot", "lake delay s"]
+    rows = [[r["table"], r.get("state"), _fmt(r.get("rows_per_s")), _offsets(r.get("hot_end_offsets")),
+             r.get("quarantined", 0), _fmt(r.get("hot_delay_s"), 2), _offsets(r.get("tiered_offsets")),
+             r.get("lake_snapshot_id") or "-", _fmt(r.get("lake_delay_s"))] for r in status["tables"]]
+    click.echo(table_text(headers, rows))
+    errors = [r for r in status["tables"] if r.get("error")]
+    for r in errors:
+        click.echo(f"{r['table']}: {r['error']}", err=True)
+
+
+def _offsets(value) -> str:
+    if not value:
+        return "-"
+    return ",".join(str(v) for v in value)
