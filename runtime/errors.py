@@ -74,6 +74,7 @@ class ErrorCode(str, Enum):
     QUERY_FAILED = "TH402"
     FLOW_RUNNING = "TH403"
     SOURCE_INVALID = "TH404"
+    PLAN_CHANGED = "TH405"  # a table's SQL/schema changed since its data was built: needs --full-refresh
 
     # lake and tiering
     LAKE_CATALOG = "TH500"
