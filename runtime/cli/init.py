@@ -25,3 +25,23 @@ def init(directory: str, force: bool, no_data: bool, seed: int, events: int) -> 
     click.echo(f"  {where}tidehouse action register actions/")
     click.echo("  tidehouse flow trigger flows/ecommerce_activity.yaml --until-idle")
     click.echo("  tidehouse flow status ecommerce_activity")
+
+
+@cli.command()
+@click.option("--seconds", type=click.IntRange(5, 170), default=60, show_default=True,
+              help="How long events stream in before the final drain.")
+@click.option("--rate", type=click.IntRange(1, 20000), default=200, show_default=True,
+              help="Events per second written by the generator.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=".tidehouse/demo", show_default=True,
+              help="Demo project folder (wiped and rebuilt on each run when it is a previous demo's).")
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated events.")
+def demo(seconds: int, rate: int, directory: str, seed: int) -> None:
+    """Run the shipped e-commerce flow on live generated events, with a view per layer.
+
+    Builds a throw-away project (its own home), streams events in for --seconds while every layer runs and
+    tiers into Iceberg, drains, then prints row counts per table, the top users, the conversion funnel and
+    where the Iceberg tables are. Needs no server.
+    """
+    from runtime.scaffold.demo import run_demo
+
+    run_demo(directory, seconds=seconds, rate=rate, seed=seed, echo=click.echo)
