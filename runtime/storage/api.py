@@ -99,7 +99,18 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
     n = keys.num_rows
     if buckets <= 1 or not key_columns:
         return pa.array([0] * n, pa.int32())
-    cols = [keys.column(c).to_pylist() for c in key_columns]
+    columns = [keys.column(c) for c in key_columns]
+    if all(pa.types.is_integer(c.type) or pa.types.is_string(c.type) or pa.types.is_large_string(c.type)
+           for c in columns):
+        # fast path, same result: Arrow renders integers exactly like str(int); strings are themselves
+        import pyarrow.compute as pc
+
+        rendered = [pc.fill_null(c.cast(pa.string()), "\x00") for c in columns]
+        joined = rendered[0] if len(rendered) == 1 else pc.binary_join_element_wise(*rendered, "\x1f")
+        b2 = hashlib.blake2b
+        return pa.array([int.from_bytes(b2(v.encode("utf-8"), digest_size=8).digest(), "little") % buckets
+                         for v in joined.to_pylist()], pa.int32())
+    cols = [c.to_pylist() for c in columns]
     out = []
     for row in zip(*cols):
         raw = "\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8")

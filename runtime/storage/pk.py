@@ -122,8 +122,11 @@ class Merger:
         pk = set(meta.primary_key)
         self.aggs = [(i, aggs.get(n, "last")) for i, n in enumerate(names) if n not in pk]
         self.count_cols = [i for i, n in enumerate(names) if aggs.get(n) == "count"]
+        self.identity = self.pos == list(range(self.n))  # the write has every column, in order
 
-    def full(self, r: tuple) -> list:
+    def full(self, r: tuple) -> list | tuple:
+        if self.identity:
+            return r
         row = [None] * self.n
         for j, i in enumerate(self.pos):
             row[i] = r[j]
@@ -140,7 +143,7 @@ class Merger:
             for j, i in enumerate(self.pos):
                 row[i] = r[j]
             return tuple(row)
-        new = self.full(r)  # aggregate
+        new = list(self.full(r))  # aggregate
         if old is None:
             for i in self.count_cols:
                 new[i] = 0 if new[i] is None else 1
