@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
 from registry.specs.flow import ACTION_REF_RE
@@ -106,7 +105,7 @@ def action_files(paths: Iterable[str | Path]) -> list[Path]:
 class _Versions(Mapping):
     """name -> {version: ActionSpec}, loaded from the store on first access of each name."""
 
-    def __init__(self, registry: "Registry") -> None:
+    def __init__(self, registry: Registry) -> None:
         self._registry = registry
         self._names = None
         self._loaded: dict[str, dict[int, ActionSpec]] = {}
@@ -139,7 +138,7 @@ class Registry:
         self._specs: dict[tuple[str, str, int], object] = {}  # versions are immutable: parse each once
 
     @classmethod
-    def open(cls, url: str) -> "Registry":
+    def open(cls, url: str) -> Registry:
         """Open (and create if needed) the registry at a SQLAlchemy URL."""
         return cls(SqlStore.open(url))
 

@@ -21,8 +21,20 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from sqlalchemy import (
-    JSON, Column, DateTime, Integer, MetaData, String, Table, Text, UniqueConstraint, create_engine, event, func,
-    insert, select,
+    JSON,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
@@ -33,7 +45,7 @@ Kind = Literal["action", "flow"]
 SCHEMA_VERSION = 1
 
 metadata = MetaData()
-_COMMON = lambda: (  # noqa: E731 - the columns both kinds share
+_COMMON = lambda: (
     Column("name", String(128), nullable=False),
     Column("version", Integer, nullable=False),
     Column("content_hash", String(64), nullable=False),
@@ -110,7 +122,7 @@ class SqlStore(VersionStore):
         self._guard(self._create_schema)
 
     @classmethod
-    def open(cls, url: str) -> "SqlStore":
+    def open(cls, url: str) -> SqlStore:
         try:
             if url.startswith("sqlite"):
                 engine = create_engine(url, connect_args={"timeout": 60})
@@ -166,9 +178,9 @@ class SqlStore(VersionStore):
                     if row is not None:
                         return _stored(kind, row)
                     current = conn.execute(select(func.max(table.c.version)).where(table.c.name == name)).scalar()
-                    values: dict[str, Any] = dict(
-                        name=name, version=(current or 0) + 1, content_hash=content_hash, text=text, path=path,
-                        created_at=datetime.now(timezone.utc))
+                    values: dict[str, Any] = {
+                        "name": name, "version": (current or 0) + 1, "content_hash": content_hash, "text": text,
+                        "path": path, "created_at": datetime.now(timezone.utc)}
                     if kind == "flow":
                         values["pins"] = dict(pins or {})
                     conn.execute(insert(table).values(**values))

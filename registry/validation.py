@@ -15,8 +15,8 @@ SQL analysis (does the SQL parse, do columns exist) needs Spark and happens in t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 import networkx as nx
 
@@ -297,4 +297,4 @@ def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec], loc) -> list[Ti
     return errors
 
 
-__all__ = ["ActionCatalog", "FlowCheck", "Resolution", "validate_flow_spec", "describe"]
+__all__ = ["ActionCatalog", "FlowCheck", "Resolution", "describe", "validate_flow_spec"]

@@ -19,9 +19,10 @@ The result is a :class:`Document`: the data plus the mark of every value and key
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 from yaml.composer import Composer
@@ -87,9 +88,7 @@ class Document:
         """The longest prefix of ``path`` that exists in the data (parts that do not match are skipped)."""
         node, found = self.data, []
         for part in path:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
                 node = node[part]
             else:
                 continue
@@ -147,7 +146,7 @@ class _Loader(Reader, Scanner, Parser, Composer, BaseResolver):
         BaseResolver.__init__(self)
         self._depth = 0
 
-    def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
+    def compose_node(self, parent, index):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
@@ -233,9 +232,9 @@ class _Builder:
             if tag == _INT:
                 text = value
                 if text.startswith("0x"):
-                    return int(text[2:], 16)
+                    return int(text, 16)
                 if text.startswith("0o"):
-                    return int(text[2:], 8)
+                    return int(text, 8)
                 return int(text)
             if tag == _FLOAT:
                 low = value.lower()

@@ -7,7 +7,13 @@
 from registry.specs.action import ActionHeader, ActionSpec, ParamSpec
 from registry.specs.base import Spec, did_you_mean
 from registry.specs.flow import (
-    LAYERS, DefaultsSpec, ExpectSpec, FlowSpec, SourceSpec, TableSpec, TieringSpec,
+    LAYERS,
+    DefaultsSpec,
+    ExpectSpec,
+    FlowSpec,
+    SourceSpec,
+    TableSpec,
+    TieringSpec,
 )
 from registry.specs.loading import parse_action, parse_action_text, parse_flow, parse_flow_text
 from registry.specs.sparktypes import SparkType, SparkTypeError, check_value, parse_ddl, parse_type

@@ -20,7 +20,14 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from registry.specs.base import (
-    BAD_VALUE, Column, Identifier, Spec, Text, WRONG_TYPE, custom, unique,
+    BAD_VALUE,
+    WRONG_TYPE,
+    Column,
+    Identifier,
+    Spec,
+    Text,
+    custom,
+    unique,
 )
 from registry.specs.sparktypes import SparkType, SparkTypeError, check_value, parse_ddl, parse_type
 
@@ -83,7 +90,7 @@ class ParamSpec(Spec):
         return parse_type(self.type)
 
     @model_validator(mode="after")
-    def _default_fits_type(self) -> "ParamSpec":
+    def _default_fits_type(self) -> ParamSpec:
         if "default" in self.model_fields_set and self.default is not None:
             for sub, message in check_value(self.default, self.spark_type):
                 raise custom("th_param_type", f"default does not fit {self.type}: {message}", at=("default",) + sub)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, Iterable
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError

@@ -13,8 +13,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from registry.specs.base import (
-    BAD_IDENTIFIER, BAD_PRIMARY_KEY, BAD_VALUE, MISSING, Column, Duration, Identifier, Spec, Text, WRONG_TYPE,
-    custom, unique,
+    BAD_IDENTIFIER,
+    BAD_PRIMARY_KEY,
+    BAD_VALUE,
+    MISSING,
+    WRONG_TYPE,
+    Column,
+    Duration,
+    Identifier,
+    Spec,
+    Text,
+    custom,
+    unique,
 )
 from runtime.errors import Location
 
@@ -102,7 +112,7 @@ class SourceSpec(Spec):
         return value
 
     @model_validator(mode="after")
-    def _file_sources(self) -> "SourceSpec":
+    def _file_sources(self) -> SourceSpec:
         if self.format in FILE_FORMATS and not self.path:
             raise custom(MISSING, f"a {self.format} source needs a 'path'", at=("path",))
         if self.format in SCHEMA_REQUIRED and not self.schema_:
@@ -167,12 +177,10 @@ class TableSpec(Spec):
         return value
 
     @model_validator(mode="after")
-    def _keys_and_engines(self) -> "TableSpec":
-        given = self.model_fields_set
-        if not self.primary_key:
-            if "merge_engine" in given:
-                raise custom(BAD_PRIMARY_KEY, "a merge engine needs a primary key (log tables only append)",
-                             at=("merge_engine",))
+    def _keys_and_engines(self) -> TableSpec:
+        if not self.primary_key and "merge_engine" in self.model_fields_set:
+            raise custom(BAD_PRIMARY_KEY, "a merge engine needs a primary key (log tables only append)",
+                         at=("merge_engine",))
         pk = {c.lower() for c in self.primary_key}
         if self.aggregations and self.merge_engine != "aggregate":
             raise custom(BAD_VALUE, "'aggregations' needs merge_engine: aggregate", at=("aggregations",))
@@ -223,13 +231,13 @@ class FlowSpec(Spec):
     _document: Any = PrivateAttr(None)
 
     @model_validator(mode="after")
-    def _has_tables(self) -> "FlowSpec":
+    def _has_tables(self) -> FlowSpec:
         if not any(self.layers.values()):
             raise custom(BAD_VALUE, "the flow has no tables: add one under layers.ods", at=("layers",))
         return self
 
     @model_validator(mode="after")
-    def _apply_defaults(self) -> "FlowSpec":
+    def _apply_defaults(self) -> FlowSpec:
         if self.defaults.buckets is None and not self.defaults.expect:
             return self
         layers: dict[str, dict[str, TableSpec]] = {}

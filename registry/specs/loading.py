@@ -230,7 +230,7 @@ def split_action(text: str, path: str) -> tuple[str, int, str, int]:
 
 
 _MARKER = re.compile(r"(?<![\w:]):([A-Za-z_]\w*)")
-_SKIP = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|--[^\n]*|/\*.*?\*/", re.S)
+_SKIP = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def parameter_markers(sql: str) -> list[tuple[str, int, int]]:
@@ -282,6 +282,12 @@ def parse_action(path: str | Path) -> ActionSpec:
 
 
 __all__ = [
-    "located_errors", "parse_action", "parse_action_text", "parse_flow", "parse_flow_text", "parameter_markers",
-    "split_action", "format_path",
+    "format_path",
+    "located_errors",
+    "parameter_markers",
+    "parse_action",
+    "parse_action_text",
+    "parse_flow",
+    "parse_flow_text",
+    "split_action",
 ]

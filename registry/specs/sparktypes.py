@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Iterator
+from typing import Any
 
 # canonical name -> spellings Spark accepts
 _PRIMITIVES = {

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from runtime.cli import action, pass_state
+from runtime.cli import action, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
 
 

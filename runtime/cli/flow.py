@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from runtime.cli import flow, pass_state
+from runtime.cli import flow, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
 from runtime.errors import ErrorCode, TidehouseError, TidehouseErrors
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from _reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, errors_of, write_actions
 
 from registry.service import Registry
 from registry.specs import parse_action_text, parse_flow_text
 from registry.yamlsource import load_yaml
 from runtime.errors import ErrorCode, TidehouseError
-from tests.registry._helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, errors_of, write_actions
 
 
 @pytest.fixture
@@ -70,7 +70,9 @@ def test_parse_flow_orders_layers_and_applies_defaults():
 
 def test_flow_spec_is_frozen():
     spec = parse_flow_text(BASE_FLOW)
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
         spec.flow = "other"
 
 

@@ -8,11 +8,11 @@ error escapes as anything but a TidehouseError.
 from __future__ import annotations
 
 import pytest
+from _reg_helpers import BASE_FLOW, OTHER_FLOW, dedent, errors_of, marked_line, write_actions
 
 from registry.service import Registry
 from runtime.errors import ErrorCode as E
 from runtime.errors import TidehouseError
-from tests.registry._helpers import BASE_FLOW, OTHER_FLOW, dedent, errors_of, marked_line, write_actions
 
 HEAD = """flow: shop
 sources:
@@ -44,9 +44,9 @@ CASES = [
     ("binary-not-utf8", b"flow: shop\ndescription: \xff\xfe\xfa\n", E.YAML_NOT_TEXT, None, 2),
     ("ten-megabytes", b"flow: shop\n" + b"# padding padding padding\n" * 400_000, E.YAML_TOO_LARGE, None, None),
     ("deeply-nested", "flow: shop #<\nlayers: " + "[" * 200 + "]" * 200 + "\n", E.YAML_TOO_DEEP, None, 2),
-    ("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    ("alias-bomb", ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"),
      E.YAML_TOO_LARGE, None, None),
     # -- shape: keys and types ------------------------------------------------------------------------
     ("top-level-list", "- flow: shop #<\n", E.SPEC_WRONG_TYPE, None, None),
