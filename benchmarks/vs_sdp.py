@@ -549,7 +549,9 @@ class Sdp:
 
     def command(self) -> list[str]:
         conf = [arg for k, v in SDP_SERVER_CONF.items() for arg in ("--conf", f"{k}={v}")]
-        return [str(VENV_BIN / "spark-pipelines"), *conf, "run"]
+        # --remote local[2]: the Spark Connect server spark-pipelines starts gets both cores, like Tidehouse's
+        # local[2] (spark-pipelines' default, `local`, is a single worker thread)
+        return [str(VENV_BIN / "spark-pipelines"), "--remote", "local[2]", *conf, "run"]
 
     def readers(self) -> dict[str, Reader]:
         return {f"{layer} SDP": SdpTableReader(self.warehouse / SDP_TABLES[layer], layer in SDP_STREAMING)
@@ -610,6 +612,8 @@ class Tidehouse:
         self.project, self.home = base / "project", base / "home"
         shutil.copytree(REPO / "benchmarks" / "vs_sdp_flow", self.project,
                         ignore=shutil.ignore_patterns("__pycache__", ".tidehouse"))
+        # the flow uses the shipped standard library of actions (ingest, clean_clicks, sum_by_key, top_n)
+        shutil.copytree(REPO / "actions", self.project / "actions", dirs_exist_ok=True)
         self.flow_path = self.project / "flows" / "vs_sdp.yaml"
         flow = yaml.safe_load(self.flow_path.read_text(encoding="utf-8"))
         flow["sources"]["events"]["path"] = str(input_dir)
@@ -676,8 +680,9 @@ class Phase:
     def summary(self, label: str) -> Summary:
         return Summary.of(self.observations[label].delays(self.probes))
 
-    def keeps_up(self, label: str) -> bool:
-        return keeps_up(self.observations[label].points(self.probes))
+    def keeps_up(self, label: str) -> bool | None:
+        points = self.observations[label].points(self.probes)
+        return keeps_up(points) if len(points) >= 3 else None
 
     def slope(self, label: str) -> float:
         return delay_slope(self.observations[label].points(self.probes))
@@ -777,7 +782,7 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         runs = p.runs
         mean_run = sum(e - s for s, e in runs) / len(runs) if runs else None
         run_rows.append([name, p.rate, f"{p.rows:,}", f"{sum(m in p.observations[ads].seen for m in p.probes)}/{len(p.probes)}",
-                         f"{p.slope(ads):+.2f}", "yes" if p.keeps_up(ads) else "no",
+                         f"{p.slope(ads):+.2f}", {True: "yes", False: "no", None: "—"}[p.keeps_up(ads)],
                          f"{p.peak_rss / 2**30:.2f}",
                          f"{len(runs)} × {mean_run:.0f} s" if runs else "one long-running process",
                          f"{p.seconds:.0f}"])
@@ -849,7 +854,7 @@ MODES = ("loop", "schedule", "tidehouse")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--rate", type=int, default=2000, help="input rows per second (both systems)")
+    ap.add_argument("--rate", type=int, default=1000, help="input rows per second (both systems)")
     ap.add_argument("--window", type=float, default=150.0, help="seconds of probing per run")
     ap.add_argument("--probe-interval", type=float, default=4.0, help="seconds between marker events")
     ap.add_argument("--schedule", type=float, default=60.0, help="SDP schedule period in seconds")
@@ -858,6 +863,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--modes", type=lambda v: v.split(","), default=list(MODES),
                     help=f"which runs, comma-separated, of {','.join(MODES)}")
     ap.add_argument("--poll", type=float, default=0.25, help="seconds between reads of every table")
+    ap.add_argument("--sdp-drain", type=float, default=240.0,
+                    help="max seconds after the probe window for SDP runs to show every marker")
     ap.add_argument("--warmup", type=float, default=240.0, help="max seconds for a system to come up")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run (~3-4 min): SDP loop + Tidehouse T=5s, 30 s windows, a marker per second")
@@ -893,13 +900,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "loop" in args.modes:
                     phases["SDP loop"] = run_phase(
                         "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
-                        probe_interval=args.probe_interval, drain=180.0, warmup=args.warmup, poll=args.poll)
+                        probe_interval=args.probe_interval, drain=args.sdp_drain, warmup=args.warmup,
+                        poll=args.poll)
                 if "schedule" in args.modes:
                     sdp.runs = []
                     name = f"SDP every {args.schedule:g} s"
                     phases[name] = run_phase(
                         name, sdp, gen, start=lambda: sdp.start(args.schedule), window=args.window,
-                        probe_interval=args.probe_interval, drain=args.schedule + 180.0,
+                        probe_interval=args.probe_interval, drain=args.schedule + args.sdp_drain,
                         warmup=None if "loop" in args.modes else args.warmup, poll=args.poll)
             finally:
                 gen.stop()
