@@ -21,12 +21,43 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 
 from runtime.lake.schema import to_lake_arrow
 from runtime.storage.api import BUCKET, CHANGE, DELETE, UPDATE_BEFORE
 
 _ROW = "__row"
 _KEY_FILTER_LIMIT = 10_000  # above this many keys, prune by partition only (the filter itself gets costly)
+
+
+def _live(manifest) -> bool:
+    """A manifest that still lists a live data file (pyiceberg 0.12 carries manifests whose entries are all
+    DELETED forward forever, so without this filter every overwrite grows the manifest list by one)."""
+    added, existing = manifest.added_files_count, manifest.existing_files_count
+    return added is None or existing is None or added + existing > 0
+
+
+class _LiveMergeAppend(_MergeAppendFiles):
+    def _existing_manifests(self):
+        return [m for m in super()._existing_manifests() if _live(m)]
+
+
+class _LiveOverwrite(_OverwriteFiles):
+    def _existing_manifests(self):
+        return [m for m in super()._existing_manifests() if _live(m)]
+
+
+def append_producer(tx: Transaction, properties: dict[str, str]) -> _MergeAppendFiles:
+    """A merge-append snapshot producer that drops dead manifests (use as a context manager)."""
+    return _LiveMergeAppend(operation=Operation.APPEND, transaction=tx, io=tx._table.io,
+                            snapshot_properties=properties)
+
+
+def overwrite_producer(tx: Transaction, properties: dict[str, str]) -> _OverwriteFiles:
+    """An overwrite snapshot producer (files removed and added) that drops dead manifests."""
+    operation = Operation.OVERWRITE if tx.table_metadata.current_snapshot() is not None else Operation.APPEND
+    return _LiveOverwrite(operation=operation, transaction=tx, io=tx._table.io, snapshot_properties=properties)
 
 
 @dataclass(frozen=True)
@@ -42,7 +73,8 @@ def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
     if data.num_rows == 0:
         return 0
     n = 0
-    for data_file in _dataframe_to_data_files(tx.table_metadata, data, table.io, write_uuid=producer.commit_uuid):
+    # table.metadata, not tx.table_metadata: the latter deep-copies the whole metadata on every access
+    for data_file in _dataframe_to_data_files(table.metadata, data, table.io, write_uuid=producer.commit_uuid):
         producer.append_data_file(data_file)
         n += 1
     return n
@@ -50,7 +82,7 @@ def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
 
 def stage_append(tx: Transaction, table: Table, rows: pa.Table, properties: dict[str, str]) -> Staged:
     """Append log rows (already shaped by :func:`runtime.lake.schema.to_lake_arrow`)."""
-    with tx.update_snapshot(snapshot_properties=properties).merge_append() as append:
+    with append_producer(tx, properties) as append:
         added = write_files(tx, table, rows, append)
     return Staged(rows.num_rows, 0, 0, added)
 
@@ -120,7 +152,7 @@ def stage_changelog(tx: Transaction, table: Table, changelog: pa.Table, key_colu
                 kept.append(to_lake_arrow(remaining, schema))
     new_rows = to_lake_arrow(images, schema)
     out = pa.concat_tables([*kept, new_rows]) if kept else new_rows
-    with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+    with overwrite_producer(tx, properties) as overwrite:
         for data_file in removed:
             overwrite.delete_data_file(data_file)
         added = write_files(tx, table, out, overwrite)

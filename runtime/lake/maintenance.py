@@ -31,7 +31,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from runtime.errors import TidehouseError
-from runtime.lake.apply import write_files
+from runtime.lake.apply import overwrite_producer, write_files
 from runtime.lake.state import OFFSETS_PROPERTY, lake_offsets, offsets_json
 from runtime.storage.api import OFFSET, TableMeta, TableStore
 
@@ -77,7 +77,7 @@ def compact(table: Table, meta: TableMeta, min_files: int) -> int:
     reader = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
     tx = table.transaction()
     removed = 0
-    with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+    with overwrite_producer(tx, props) as overwrite:
         for tasks in groups:
             rows = reader.to_table(tasks)
             if OFFSET in rows.column_names:

@@ -26,6 +26,7 @@ lake``. It never reports "time since the last commit", so an idle table is not a
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 5
 STATUS_WINDOW_S = 300.0
 
 
@@ -156,7 +157,10 @@ def tier_table(store: TableStore, lake: "Lake", table_name: str, *, lock_timeout
                 if attempt == MAX_ATTEMPTS:
                     raise TidehouseError(ErrorCode.LAKE_COMMIT_CONFLICT,
                                          f"lake table {table_name}: {MAX_ATTEMPTS} commits in a row lost to "
-                                         "concurrent commits", location=Location(path=table_name)) from exc
+                                         "concurrent commits", location=Location(path=table_name),
+                                         hint="another process tiers this table without sharing the lock; "
+                                              "the next cycle continues from the lake's offsets") from exc
+                time.sleep(random.uniform(0.01, 0.05) * attempt)  # de-synchronise competing writers
                 continue
             now = time.time()
             notes: tuple[str, ...] = ()
