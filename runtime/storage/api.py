@@ -27,6 +27,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 OFFSET = "__offset"
@@ -107,15 +108,19 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
 
         rendered = [pc.fill_null(c.cast(pa.string()), "\x00") for c in columns]
         joined = rendered[0] if len(rendered) == 1 else pc.binary_join_element_wise(*rendered, "\x1f")
-        b2 = hashlib.blake2b
-        return pa.array([int.from_bytes(b2(v.encode("utf-8"), digest_size=8).digest(), "little") % buckets
-                         for v in joined.to_pylist()], pa.int32())
-    cols = [c.to_pylist() for c in columns]
-    out = []
-    for row in zip(*cols):
-        raw = "\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8")
-        out.append(int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") % buckets)
-    return pa.array(out, pa.int32())
+        raws = joined.cast(pa.large_binary()).to_pylist()
+    else:
+        cols = [c.to_pylist() for c in columns]
+        raws = ["\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8") for row in zip(*cols)]
+    return _hash_mod(raws, buckets)
+
+
+def _hash_mod(raws: list[bytes], buckets: int) -> pa.Array:
+    """``int.from_bytes(blake2b(raw, digest_size=8).digest(), 'little') % buckets`` per value, via numpy."""
+    b2 = hashlib.blake2b
+    digests = b"".join([b2(v, digest_size=8).digest() for v in raws])
+    hashed = np.frombuffer(digests, dtype="<u8") % np.uint64(buckets)
+    return pa.array(hashed.astype(np.int32), pa.int32())
 
 
 class TableStore(abc.ABC):

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.storage import fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
     BUCKET, CHANGE, OFFSET, ROW_KINDS, TS, TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of,
@@ -287,6 +288,14 @@ class LocalTableStore(TableStore):
                                   seq=seq, origin_ts=origin_ts)
             tablet = table.tablets[b]
             db = tablet.catch_up(meta)
+            is_del = fastpk.delete_mask(kinds, part.num_rows)
+            if fastpk.supported(meta, part, is_del):
+                merged = fastpk.merge(meta, part, is_del, db)
+                changelog = _one_batch(merged.changelog)
+                start, end = log.append(_ipc(changelog), rows=changelog.num_rows, schema_id=meta.schema_id,
+                                        writer=writer, seq=seq, origin_ts=origin_ts)
+                fastpk.commit(db, merged, end)
+                return start, end
             merger = Merger(meta, part.column_names)
             rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
             out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)

@@ -23,7 +23,14 @@ under every engine; for ``aggregate`` that discards the accumulated values):
   the others keep their value (null for a new key).
 
 Changelog: ``+I`` for a new key, ``-U`` (old row) + ``+U`` (new row) for a change, ``-D`` (old row) for a
-delete; nothing when the merged row equals the stored one. Rows of one write are applied in order.
+delete; nothing when the merged row equals the stored one (value by value, with NaN equal to NaN and null
+equal to null). Rows of one write are applied in order, one by one: a delete followed in the same write by an
+upsert of that key emits ``-D`` (old row) then ``+I`` (new row), never a ``-U``/``+U`` pair; a consumer that
+applies the changelog in order ends in the same state either way. An incoming ``-U`` is a delete too, so a
+changelog copied from another primary-key table (``-U`` old, ``+U`` new) becomes ``-D`` old, ``+I`` new.
+
+``last_row`` and ``first_row`` writes take a vectorised path (:mod:`.fastpk`) that yields the same changelog
+and state; the loop below is its reference and serves every other case.
 
 Only one process at a time can hold a bucket's KV store for writing (a RocksDB rule): a writer keeps it open
 until :meth:`Tablet.close`; another process trying to write the same bucket meanwhile waits up to
@@ -166,6 +173,13 @@ class Merger:
         return tuple(row)
 
 
+def same_row(a: tuple, b: tuple) -> bool:
+    """Row equality for the no-op check: ``==`` per value, except that NaN equals NaN."""
+    if a == b:
+        return True
+    return len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b))
+
+
 def pad(row: tuple, n: int) -> tuple:
     return row if len(row) >= n else row + (None,) * (n - len(row))
 
@@ -286,7 +300,7 @@ class Tablet:
             if old is None:
                 out_rows.append(new)
                 out_kinds.append(INSERT)
-            elif new == old:
+            elif same_row(new, old):
                 continue
             else:
                 out_rows.append(old)
