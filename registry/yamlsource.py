@@ -330,7 +330,8 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES) -> str:
             raise TidehouseError(ErrorCode.YAML_TOO_LARGE,
                                  f"file is {size:,} bytes; specs are limited to {max_bytes:,} bytes",
                                  location=Location(str(path)), hint="split it, or check you passed the right file")
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:  # bounded: /dev/zero or a pipe reports size 0 and never ends
+            raw = fh.read(max_bytes + 1)
     except OSError as exc:
         raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"cannot read file: {exc.strerror or exc}",
                              location=Location(str(path))) from exc

@@ -18,8 +18,8 @@ from pydantic_core import PydanticCustomError
 
 from runtime.durations import parse_duration
 
-IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
-COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
+COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAME = 128
 
 # error types raised by validators; the loader turns them into error codes

@@ -34,7 +34,7 @@ MergeEngine = Literal["last_row", "first_row", "aggregate", "partial_update"]
 Aggregation = Literal["sum", "min", "max", "count", "last_non_null"]
 OnViolation = Literal["drop", "quarantine", "fail"]
 
-ACTION_REF_RE = re.compile(r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?$")
+ACTION_REF_RE = re.compile(r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?\Z")  # \Z, not $ (trailing newline)
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text")  # Spark file sources: they need a path
 SCHEMA_REQUIRED = ("json", "csv")  # streaming file sources cannot infer these schemas
 
