@@ -111,6 +111,12 @@ class Header:
         return HEADER_SIZE + self.writer_len + _pad8(self.writer_len)
 
 
+def frame_size(payload_size: int, writer: str) -> int:
+    """The length of the frame that would hold a payload of ``payload_size`` bytes written by ``writer``."""
+    wlen = len(writer.encode("utf-8"))
+    return HEADER_SIZE + wlen + _pad8(wlen) + payload_size + _pad8(payload_size)
+
+
 def encode_frame(payload: pa.Buffer, *, base_offset: int, rows: int, schema_id: int, commit_ts: int,
                  origin_ts: int, writer: str, seq: int) -> tuple[list, int, int]:
     """The pieces of one frame (for ``os.writev``), its total length and its CRC."""

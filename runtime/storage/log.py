@@ -33,6 +33,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.storage import frames as _frames
 from runtime.storage.frames import (
     ENTRY_SIZE, HEADER_SIZE, NO_ORIGIN, Entry, encode_frame, frame_crc_ok, parse_header, read_frame_at,
     valid_frame_after, writer_hash, writer_of,
@@ -340,7 +341,10 @@ class BucketLog:
     # -- append ---------------------------------------------------------------------------------------
     def append(self, payload: pa.Buffer, *, rows: int, schema_id: int, writer: str, seq: int,
                origin_ts: float | None = None) -> tuple[int, int]:
-        """Append one frame; call inside :meth:`locked`. Returns the offset range ``[start, end)``."""
+        """Append one frame; call inside :meth:`locked`. Returns the offset range ``[start, end)``.
+
+        Nothing is written when the frame would exceed the format's limits (``WRITE_INVALID``)."""
+        self._check_limits(payload.size, rows, writer)
         base = self.end_offset
         seg = next(reversed(self._segs), None) if self._segs else None
         if seg is None or (self._segs[seg] >= self.segment_bytes and self._segs[seg] > 0):
@@ -380,6 +384,21 @@ class BucketLog:
         self._n_indexed += 1
         self._verified.add(base)
         return base, base + rows
+
+    def _check_limits(self, payload_size: int, rows: int, writer: str) -> None:
+        loc = Location(path=self.table)
+        if len(writer.encode("utf-8")) > 0xFFFF:
+            raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {self.table}: the writer id is longer than "
+                                 "65535 bytes", location=loc, hint="use a shorter writer id")
+        size = _frames.frame_size(payload_size, writer)
+        if size >= _frames.MAX_FRAME or rows > 0xFFFFFFFF:
+            raise TidehouseError(
+                ErrorCode.WRITE_INVALID,
+                f"write to {self.table} bucket {self.bucket}: {rows:,} rows encode to {size:,} bytes, over the "
+                f"limit of {_frames.MAX_FRAME:,} bytes for one write to one bucket; nothing was written",
+                location=loc, params={"bytes": size, "limit": _frames.MAX_FRAME},
+                hint="split the data into several smaller writes (e.g. a smaller micro-batch or maxRecordsPerBatch)"
+                     " or give the table more buckets")
 
     # -- reads ----------------------------------------------------------------------------------------
     def _buffer(self, seg: int, need: int) -> pa.Buffer:

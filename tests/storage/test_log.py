@@ -248,3 +248,22 @@ def test_index_is_rebuilt_when_missing_or_torn(tmp_path):
     w.write("ods.events", rows(10, 1), writer="w", seq=5)
     assert index.stat().st_size == 6 * 72
     assert read_all(open_store(root), "ods.events").column("id").to_pylist() == list(range(11))
+
+
+@pytest.mark.parametrize("kind", ["log", "primary_key"])
+def test_write_over_the_frame_limit_is_refused_and_writes_nothing(store, monkeypatch, kind):
+    """A bucket write of 2 GiB or more cannot be one frame: WRITE_INVALID, not a struct error (limit mocked)."""
+    from runtime.storage import frames
+
+    meta = log_meta() if kind == "log" else TableMeta("ods.events", LOG_SCHEMA, kind="primary_key",
+                                                       primary_key=("id",))
+    store.create_table(meta)
+    store.write("ods.events", rows(0, 5), writer="w", seq=1)
+    monkeypatch.setattr(frames, "MAX_FRAME", 8192)  # stands for 2 GiB
+    with pytest.raises(TidehouseError) as err:
+        store.write("ods.events", rows(5, 500), writer="w", seq=2)
+    assert err.value.code == ErrorCode.WRITE_INVALID and "over the limit of 8,192 bytes" in err.value.message
+    assert err.value.location.path == "ods.events"
+    assert store.end_offsets("ods.events") == [5] and store.last_seq("ods.events", "w") == 1
+    assert store.write("ods.events", rows(5, 5), writer="w", seq=2).rows == 5  # the seq was not consumed
+    assert store.scan("ods.events").column("id").to_pylist() == list(range(10))
