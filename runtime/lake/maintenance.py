@@ -31,7 +31,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from runtime.errors import TidehouseError
-from runtime.lake.apply import overwrite_producer, write_files
+from runtime.lake.apply import LakeTransaction, overwrite_producer, write_files
 from runtime.lake.state import OFFSETS_PROPERTY, lake_offsets, offsets_json
 from runtime.storage.api import OFFSET, TableMeta, TableStore
 
@@ -75,7 +75,7 @@ def compact(table: Table, meta: TableMeta, min_files: int) -> int:
     offsets, _ = lake_offsets(table, meta.buckets)
     props = {OFFSETS_PROPERTY: offsets_json(offsets), "tidehouse.compaction": "true"}
     reader = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-    tx = table.transaction()
+    tx = LakeTransaction(table)
     removed = 0
     with overwrite_producer(tx, props) as overwrite:
         for tasks in groups:

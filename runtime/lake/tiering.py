@@ -36,7 +36,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 
 from runtime.errors import ErrorCode, Location, TidehouseError
-from runtime.lake.apply import stage_append, stage_changelog
+from runtime.lake.apply import LakeTransaction, stage_append, stage_changelog
 from runtime.lake.schema import missing_columns, to_lake_arrow
 from runtime.lake.state import (
     OFFSETS_PROPERTY, append_history, lake_offsets, offsets_json, read_history, table_lock,
@@ -78,11 +78,15 @@ class CycleResult:
 
 def lake_table(lake: "Lake", meta: TableMeta) -> Table:
     """The lake table of a hot table, created or evolved to the hot schema as needed."""
-    if lake.exists(meta.name):
+    try:
         table = lake.load(meta.name)
-        if not missing_columns(meta, table.schema()) and table.properties.get("commit.retry.num-retries") == "0":
-            return table
-    return lake.ensure_table(meta)
+    except TidehouseError as exc:
+        if exc.code != ErrorCode.TABLE_UNKNOWN:
+            raise
+        return lake.ensure_table(meta)
+    if missing_columns(meta, table.schema()) or table.properties.get("commit.retry.num-retries") != "0":
+        return lake.ensure_table(meta)
+    return table
 
 
 def pending_since(store: TableStore, name: str, start: list[int], end: list[int]) -> float | None:
@@ -144,7 +148,7 @@ def tier_table(store: TableStore, lake: "Lake", table_name: str, *, lock_timeout
             since = pending_since(store, table_name, before, ends)
             data = read_range(store, meta, before, ends)
             props = {OFFSETS_PROPERTY: offsets_json(ends), "tidehouse.rows": str(data.num_rows)}
-            tx = table.transaction()
+            tx = LakeTransaction(table)
             if meta.is_primary_key:
                 stage_changelog(tx, table, data, meta.primary_key, props)
             else:
@@ -168,9 +172,11 @@ def tier_table(store: TableStore, lake: "Lake", table_name: str, *, lock_timeout
                 from runtime.lake.maintenance import maintain_table
 
                 notes = tuple(maintain_table(store, lake, meta, table, ends))
+                if notes:
+                    table = lake.load(table_name)
             ends_now = store.end_offsets(table_name)
             result = CycleResult(
-                table_name, data.num_rows, time.monotonic() - started, True, _snapshot_id(lake.load(table_name)),
+                table_name, data.num_rows, time.monotonic() - started, True, _snapshot_id(table),
                 tuple(before), tuple(ends), lake_delay(store, table_name, ends, ends_now),
                 0.0 if since is None else max(0.0, now - since), attempt, notes)
             break
