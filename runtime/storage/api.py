@@ -211,7 +211,10 @@ class TableStore(abc.ABC):
     @abc.abstractmethod
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         """Delete whole log segments that end at or before ``offset`` and were last written before epoch
-        ``older_than``; return how many segments were deleted. Reads below the earliest kept offset raise."""
+        ``older_than``; return how many segments were deleted. Reads below the earliest kept offset raise.
+
+        Never deletes what a primary-key table's key-value state has not applied yet, and keeps every
+        writer's last ``seq`` (idempotency outlives the deleted frames)."""
 
     def close(self) -> None:
         """Release file handles and key-value stores."""

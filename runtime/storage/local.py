@@ -451,7 +451,11 @@ class LocalTableStore(TableStore):
     # -- housekeeping -------------------------------------------------------------------------------
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         table = self._table(name)
-        return self._bucket_log(table, bucket).delete_before(offset, older_than)
+        log = self._bucket_log(table, bucket)
+        if table.meta.is_primary_key:  # never below what the key-value state has applied
+            applied = table.tablets[bucket].applied_offset()
+            offset = min(offset, applied if applied is not None else 0)
+        return log.delete_before(offset, older_than)
 
     def close(self) -> None:
         with self._mutex:

@@ -1,7 +1,8 @@
 """One bucket's log: segments of frames, the per-bucket index, the cross-process lock, recovery and reads.
 
-Folder ``<table>/bucket-<n>/``: ``lock`` (``fcntl.flock`` target), ``index`` (see :mod:`.frames`) and
-segments ``<base_offset:020d>.log``. Offsets are dense per bucket; a segment rolls (a new file named by the
+Folder ``<table>/bucket-<n>/``: ``lock`` (``fcntl.flock`` target), ``index`` (see :mod:`.frames`),
+segments ``<base_offset:020d>.log`` and, once retention deleted segments, ``seqs.json`` (the last ``seq`` of
+every writer as of that deletion: idempotency must not depend on frames that are gone). Offsets are dense per bucket; a segment rolls (a new file named by the
 next offset) once the active one reaches ``segment_bytes``.
 
 Writers take the lock (a thread mutex plus ``flock``), then *refresh*: read new index entries, verify and index
@@ -22,6 +23,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import json
 import mmap
 import os
 import re
@@ -66,7 +68,8 @@ class BucketLog:
         self._entries: list[Entry] = []
         self._bases: list[int] = []
         self._n_indexed = 0
-        self._seqs: dict[int, int] = {}
+        self._base_seqs = self._load_seqs()
+        self._seqs: dict[int, int] = dict(self._base_seqs)
         self._verified: set[int] = set()
         self._segs: dict[int, int] = {}
         self._first_kept = 0
@@ -75,6 +78,25 @@ class BucketLog:
     @property
     def index_path(self) -> Path:
         return self.path / "index"
+
+    @property
+    def seqs_path(self) -> Path:
+        """Last ``seq`` per writer (hash) of every frame retention deleted; written before the segments go."""
+        return self.path / "seqs.json"
+
+    def _load_seqs(self) -> dict[int, int]:
+        try:
+            raw = self.seqs_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            return {int(h): int(s) for h, s in json.loads(raw)["seqs"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            file = str(self.seqs_path)
+            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{self.table} bucket {self.bucket}: unreadable "
+                                 f"writer sequence file {file}: {exc}", location=Location(file=file),
+                                 hint="restore it from a backup; it is replaced atomically, so this is damage") \
+                from exc
 
     def segment_path(self, base: int) -> Path:
         return self.path / segment_name(base)
@@ -209,7 +231,7 @@ class BucketLog:
     def _drop_last(self) -> None:
         self._entries.pop()
         self._bases.pop()
-        self._seqs = {}
+        self._seqs = dict(self._base_seqs)
         for e in self._entries:
             if e.seq > self._seqs.get(e.writer_hash, -(1 << 63)):
                 self._seqs[e.writer_hash] = e.seq
@@ -489,21 +511,36 @@ class BucketLog:
 
     # -- housekeeping ---------------------------------------------------------------------------------
     def delete_before(self, offset: int, older_than: float) -> int:
-        deleted = 0
+        """Delete whole segments ending at or before ``offset`` and last written before ``older_than``.
+
+        Before any segment goes, the last ``seq`` of every writer is saved (atomically) in ``seqs.json``, so
+        the idempotency of replayed writes survives the loss of their frames, even if the index is rebuilt
+        from the remaining segments later.
+        """
         with self.locked():
             segs = list(self._segs)
+            doomed = []
             for seg, nxt in zip(segs, segs[1:]):  # never the active (last) segment
-                path = self.segment_path(seg)
-                if nxt <= offset and path.stat().st_mtime < older_than:
-                    path.unlink()
-                    del self._segs[seg]
-                    self._drop_map(seg)
-                    deleted += 1
+                if nxt <= offset and self.segment_path(seg).stat().st_mtime < older_than:
+                    doomed.append(seg)
                 else:
                     break
+            if doomed:
+                self._save_seqs()
+            for seg in doomed:
+                self.segment_path(seg).unlink()
+                del self._segs[seg]
+                self._drop_map(seg)
             if self._segs:
                 self._first_kept = next(iter(self._segs))
-        return deleted
+        return len(doomed)
+
+    def _save_seqs(self) -> None:
+        from runtime.storage.meta import write_atomic
+
+        doc = {"format": 1, "seqs": {str(h): s for h, s in sorted(self._seqs.items())}}
+        write_atomic(self.seqs_path, json.dumps(doc).encode())
+        self._base_seqs = dict(self._seqs)
 
     def _drop_map(self, seg: int) -> None:
         cached = self._maps.pop(seg, None)

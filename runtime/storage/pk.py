@@ -235,9 +235,24 @@ class Tablet:
             self._db.close()
             self._db = None
 
+    def applied_offset(self) -> int | None:
+        """The log offset the KV state has durably applied (None: no state yet). Retention must keep the log
+        from there on, or a restart could not replay it. This process's own writer handle is flushed first
+        (memtable to synced files); another process's state is read as the read-only view sees it."""
+        with self.log._mutex:
+            if self._db is not None:
+                self._db.flush(wait=True)
+                return self._applied(self._db, None)
+            db, owned = self._reader_db()
+            try:
+                return self._applied(db, None)
+            finally:
+                if owned:
+                    db.close()
+
     # recovery
     @staticmethod
-    def _applied(db: Rdict | None, default: int) -> int:
+    def _applied(db: Rdict | None, default: int | None) -> int | None:
         raw = db.get(APPLIED) if db is not None else None
         return int(raw) if raw is not None else default
 

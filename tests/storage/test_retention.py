@@ -1,0 +1,103 @@
+"""Retention: never below the key-value state of a PK table; writers' seqs survive deleted segments."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+
+from runtime.storage import TableMeta, open_store
+
+from ._util import LOG_SCHEMA, log_meta, read_all, rows
+
+LATER = 3600.0  # older_than = now + LATER: every segment is old enough
+
+
+def _pk_meta() -> TableMeta:
+    return TableMeta("dws.p", LOG_SCHEMA, kind="primary_key", primary_key=("id",))
+
+
+def _segments(root, name: str) -> list[int]:
+    layer, table = name.split(".")
+    return sorted(int(p.name[:20]) for p in (root / layer / table / "bucket-0").glob("*.log"))
+
+
+def test_pk_retention_stops_at_the_applied_offset(tmp_path):
+    from rocksdict import Options, Rdict
+
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=2048)
+    s.create_table(_pk_meta())
+    for i in range(20):  # keys 0..29, each batch overwrites some and adds some
+        s.write("dws.p", rows(i, 10), writer="w", seq=i)
+    end = s.end_offsets("dws.p")[0]
+    expected = sorted(s.scan("dws.p").to_pylist(), key=lambda r: r["id"])
+    s.close()
+    assert len(_segments(root, "dws.p")) > 4
+    # pretend the KV state lags (a crash after the changelog append, before the state commit)
+    kv = Rdict(str(root / "dws" / "p" / "bucket-0" / "kv"), Options(raw_mode=True))
+    applied = _segments(root, "dws.p")[2] + 1
+    kv[b"\x00applied"] = str(applied).encode()
+    kv.close()
+    other = open_store(str(root))  # e.g. the tiering service, another process: it does not hold the KV
+    assert other.delete_before("dws.p", 0, end, older_than=time.time() + LATER) == 2
+    assert _segments(root, "dws.p")[0] <= applied  # the log the KV still needs is all there
+    w = open_store(str(root))
+    w.write("dws.p", rows(100, 1), writer="w", seq=100)  # the writer replays the tail, then writes
+    got = sorted(w.scan("dws.p").to_pylist(), key=lambda r: r["id"])
+    assert got == expected + rows(100, 1).to_pylist()
+    # its own KV handle is flushed and caught up: now retention may go as far as the tiered offset
+    end = w.end_offsets("dws.p")[0]
+    assert w.delete_before("dws.p", 0, end, older_than=time.time() + LATER) >= 1
+    assert _segments(root, "dws.p")[0] > applied
+    w.close()
+    assert sorted(open_store(str(root)).scan("dws.p").to_pylist(), key=lambda r: r["id"]) == got
+
+
+def test_pk_retention_without_state_deletes_nothing(tmp_path):
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=2048)
+    s.create_table(_pk_meta())
+    for i in range(10):
+        s.write("dws.p", rows(i * 10, 10), writer="w", seq=i)
+    s.close()
+    os.rename(root / "dws" / "p" / "bucket-0" / "kv", tmp_path / "kv-away")
+    assert open_store(str(root)).delete_before("dws.p", 0, 10**9, older_than=time.time() + LATER) == 0
+
+
+def test_writer_seqs_survive_retention_and_a_lost_index(tmp_path):
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=2048)
+    s.create_table(log_meta())
+    s.write("ods.events", rows(0, 5), writer="early", seq=7)  # only ever in the first segment
+    for i in range(1, 30):
+        s.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    end = s.end_offsets("ods.events")[0]
+    assert s.delete_before("ods.events", 0, end, older_than=time.time() + LATER) >= 2
+    first = _segments(root, "ods.events")[0]
+    s.close()
+    os.unlink(root / "ods" / "events" / "bucket-0" / "index")  # lost: rebuilt from the kept segments
+    fresh = open_store(str(root))
+    assert fresh.end_offsets("ods.events") == [end]
+    assert fresh.last_seq("ods.events", "early") == 7 and fresh.last_seq("ods.events", "w") == 29
+    assert fresh.write("ods.events", rows(0, 5), writer="early", seq=7).skipped  # a replay stays a no-op
+    assert fresh.write("ods.events", rows(0, 5), writer="early", seq=3).skipped
+    assert fresh.write("ods.events", rows(300, 1), writer="w", seq=30).ranges == {0: (end, end + 1)}
+    assert read_all(fresh, "ods.events", start=first).column("__offset").to_pylist() == list(range(first, end + 1))
+    fresh.close()
+
+
+def test_seqs_file_keeps_the_maximum_across_retentions(tmp_path):
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=1024)
+    s.create_table(log_meta())
+    for i in range(40):
+        s.write("ods.events", rows(i * 5, 5), writer=f"w{i % 3}", seq=i)
+        if i % 10 == 9:
+            s.delete_before("ods.events", 0, s.end_offsets("ods.events")[0], older_than=time.time() + LATER)
+    s.close()
+    os.unlink(root / "ods" / "events" / "bucket-0" / "index")
+    fresh = open_store(str(root))
+    assert [fresh.last_seq("ods.events", f"w{k}") for k in range(3)] == [39, 37, 38]
+    fresh.close()
