@@ -1,4 +1,4 @@
-"""Fast checks of the SDP side-by-side benchmark's measuring helpers (the benchmark itself never runs in CI)."""
+"""Fast checks of the SDP side-by-side benchmark's helpers (the benchmark itself never runs in CI)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
     gen.write_batch(120)
     marker = gen.write_probe("p1")
     files = sorted(p.name for p in (tmp_path / "in").iterdir())
-    assert all(not name.startswith(".") for name in files)  # no temporary file left behind
+    assert all(not name.startswith(".") for name in files)  # no temporary file is left behind
     rows = [json.loads(line) for p in (tmp_path / "in").iterdir() for line in p.read_text().splitlines()]
     assert len(rows) == 121
     assert {r["user_id"] for r in rows if r["item_id"] == "probe"} == {marker}
@@ -100,8 +100,8 @@ def test_sdp_reader_only_trusts_committed_streaming_files(tmp_path):
         "v1\n" + json.dumps({"path": committed.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n")
     reader = vs_sdp.SdpTableReader(table, streaming=True)
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
-    (table / "_spark_metadata" / "1").write_text(
-        "v1\n" + json.dumps({"path": uncommitted.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n")
+    entry = {"path": uncommitted.as_uri(), "size": 1, "isDir": False, "action": "add"}
+    (table / "_spark_metadata" / "1").write_text("v1\n" + json.dumps(entry) + "\n")
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1", "zz-probe-2"}
 
 
@@ -114,3 +114,28 @@ def test_sdp_reader_follows_a_rewritten_view(tmp_path):
     (view / "part-00000-v1.parquet").unlink()  # the next run rewrote the view
     pq.write_table(pa.table({"user_id": ["zz-probe-2"]}), view / "part-00000-v2.parquet")
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-2"}
+
+
+def _phase(name, suffixes, delay_of, probes=5):
+    written = {f"m{i}": 100.0 + 4 * i for i in range(probes)}
+    obs = {}
+    for layer_no, layer in enumerate(vs_sdp.LAYERS):
+        for suffix in suffixes:
+            label = f"{layer} {suffix}"
+            obs[label] = vs_sdp.Observation(label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()})
+    return vs_sdp.Phase(name, 1000, written, obs, 3 * 2**30, 50_000, 60.0, runs=[(0.0, 40.0)])
+
+
+def test_report_and_plot_from_saved_results(tmp_path):
+    sdp = _phase("SDP loop", ["SDP"], lambda n, s: 40.0 + 5 * n)
+    th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n + (4.0 if s == "lake" else 0.0))
+    phases = {p.name: vs_sdp.Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (sdp, th)}
+    assert phases["Tidehouse T=5s"].lag("ADS").p50 == pytest.approx(4.0)
+    args = vs_sdp.parse_args(["--tiering", "5"])
+    body = vs_sdp.report_body(phases, args)
+    ads = next(line for line in body.splitlines() if line.startswith("| ADS |"))
+    assert "55.0 / 55.0 / 55.0" in ads and "13.8×" in ads  # SDP 55 s vs Tidehouse hot 4 s
+    assert "**met**" in body
+    pytest.importorskip("matplotlib")  # the optional `bench` extra
+    vs_sdp.plot(phases, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
