@@ -10,7 +10,9 @@ Each generated part of a page sits between ``<!-- BEGIN GENERATED: name -->`` an
 * ``error-codes.md``    ``runtime.errors.ErrorCode`` (groups and comments read from its source)
 
 Run ``python docs/gen.py`` to rewrite the pages; ``python docs/gen.py --check`` exits 1 if any is stale
-(``tests/docs/test_generated.py`` does the same).
+(``tests/docs/test_generated.py`` does the same). ``python docs/gen.py --plan`` renders the shipped flows'
+DAGs into architecture.md (needs Spark); ``tests/examples/test_flows.py`` checks that picture against
+``tidehouse flow plan --format mermaid``.
 """
 
 from __future__ import annotations
@@ -376,8 +378,45 @@ def stale_pages() -> dict[str, str]:
     return out
 
 
+# -- flow pictures (need Spark: `python docs/gen.py --plan`) -------------------------------------------------
+
+PLAN_PAGE = "architecture.md"
+_PLAN_BLOCK = re.compile(r"(<!-- BEGIN PLAN: (?P<name>\w+) -->\n)(?:.*?\n)?(<!-- END PLAN: (?P=name) -->)", re.S)
+
+
+def with_plans(text: str, mermaid: dict[str, str]) -> str:
+    """``text`` with each ``BEGIN PLAN: flow`` block holding that flow's mermaid plan."""
+    def replace(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in mermaid:
+            return match.group(0)
+        return f"{match.group(1)}```mermaid\n{mermaid[name].strip()}\n```\n{match.group(3)}"
+
+    return _PLAN_BLOCK.sub(replace, text)
+
+
+def plan_mermaid(flows: list[str]) -> dict[str, str]:
+    """``tidehouse flow plan flows/<name>.yaml --format mermaid`` for each flow (a scratch home)."""
+    import tempfile
+
+    from materializer import plan_flow
+    from runtime.project import Project
+
+    with tempfile.TemporaryDirectory() as home:
+        project = Project.open(home=home, project_dir=REPO)
+        try:
+            return {name: plan_flow(project, str(REPO / "flows" / f"{name}.yaml")).to_mermaid() for name in flows}
+        finally:
+            project.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if "--plan" in args:
+        page = DOCS / PLAN_PAGE
+        names = re.findall(r"<!-- BEGIN PLAN: (\w+) -->", page.read_text(encoding="utf-8"))
+        page.write_text(with_plans(page.read_text(encoding="utf-8"), plan_mermaid(names)), encoding="utf-8")
+        print(f"wrote the plans of {', '.join(names)} into docs/{PLAN_PAGE}")
     stale = stale_pages()
     if "--check" in args:
         for page in stale:

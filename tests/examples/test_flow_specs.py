@@ -13,7 +13,7 @@ FLOWS = sorted((REPO / "flows").glob("*.yaml"))
 
 def test_at_least_two_flows_ship():
     names = {p.stem for p in FLOWS}
-    assert {"ecommerce_activity", "order_attribution"} <= names
+    assert {"ecommerce_activity", "order_attribution", "shop_trends"} <= names
 
 
 @pytest.fixture
@@ -32,13 +32,24 @@ def test_library_registers_and_is_idempotent(registry):
     assert [(v.name, v.version, v.unchanged) for v in again] == [(v.name, 1, True) for v in first]
 
 
-@pytest.mark.parametrize("flow", FLOWS, ids=lambda p: p.stem)
-def test_flow_validates_and_registers_pinned(registry, flow: Path):
+def test_flows_validate_and_register_pinned(registry):
     registry.register_actions([ACTIONS])
-    version = registry.register_flow(flow)
-    assert version.version == 1
-    assert set(version.pins) == {name for name, _ in version.spec.tables()}
-    assert all(ref.endswith("@1") for ref in version.pins.values())
+    ordered = sorted(FLOWS, key=lambda p: p.stem == "shop_trends")  # it reads ecommerce_activity's dwd.events
+    for flow in ordered:
+        version = registry.register_flow(flow)
+        assert version.version == 1
+        assert set(version.pins) == {name for name, _ in version.spec.tables()}
+        assert all(ref.endswith("@1") for ref in version.pins.values())
+
+
+def test_a_flow_reading_another_flows_table_needs_it_registered(registry):
+    from runtime.errors import TidehouseError
+
+    registry.register_actions([ACTIONS])
+    with pytest.raises(TidehouseError) as info:
+        registry.register_flow(REPO / "flows" / "shop_trends.yaml")
+    codes = {e.code.value for e in getattr(info.value, "errors", [info.value])}
+    assert "TH232" in codes  # INPUT_UNKNOWN_TABLE: dwd.events
 
 
 @pytest.mark.parametrize("flow", FLOWS, ids=lambda p: p.stem)

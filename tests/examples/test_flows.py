@@ -24,6 +24,15 @@ from ._library import REPO
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def _gen():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_gen", REPO / "docs" / "gen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tour_commands() -> list[str]:
     """The ``tidehouse ...`` lines of the README's tour, in order (``&& cd DIR`` kept as a step)."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
@@ -76,8 +85,9 @@ def tour(spark, tmp_path_factory):
             assert code == 0, f"`{command}` exited {code}:\n{out}\n{err}"
             outputs[command] = out
         project_dir = Path.cwd()
-        code, out, err = cli("flow", "trigger", "flows/order_attribution.yaml", "--until-idle")
-        assert code == 0, f"order_attribution: {out}\n{err}"
+        for flow in ("shop_trends", "order_attribution"):
+            code, out, err = cli("flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
+            assert code == 0, f"{flow}: {out}\n{err}"
         yield project_dir, outputs
     finally:
         os.chdir(old_cwd)
@@ -91,6 +101,10 @@ def test_tour_outputs(tour):
     assert "clean_clicks@1" in registered and "top_n@1" in registered
     plan = next(out for cmd, out in outputs.items() if "--format mermaid" in cmd)
     assert plan.startswith("flowchart") and "ads_top_users" in plan
+    page = REPO / "docs" / "architecture.md"
+    text = page.read_text(encoding="utf-8")
+    assert _gen().with_plans(text, {"ecommerce_activity": plan}) == text, \
+        "docs/architecture.md shows a stale DAG: run python docs/gen.py --plan"
     status = next(out for cmd, out in outputs.items() if cmd.startswith("tidehouse flow status"))
     for table in ("ods.events", "dwd.events", "dws.user_activity", "ads.top_users"):
         assert table in status
@@ -117,35 +131,43 @@ def _rows(table, columns: list[str]) -> Counter:
     return Counter(tuple(_norm(r[c]) for c in columns) for r in data)
 
 
-def _expected(spark, project, flow_name: str) -> dict:
-    """table -> Arrow result of its action's SQL in Spark batch over the complete input."""
-    flow = project.registry.get_flow(flow_name)
-    spec = flow.spec
-    reader = spark.newSession().read
-    data = {}
-    for name, source in spec.sources.items():  # the raw files; malformed lines are what quarantine holds
-        path = str(project.config.project_dir / source.path)
-        data[name] = reader.schema(source.schema_).option("mode", "DROPMALFORMED").json(path).toArrow()
-    results = {}
-    for qualified, table in spec.tables():
-        action = project.registry.resolve(flow.pins[qualified]).spec
-        session = spark.newSession()
-        for relation, bound in table.inputs.items():
-            session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
-        data[qualified] = results[qualified] = session.sql(
-            action.sql, args=action.param_values(dict(table.params))).toArrow()
+FLOW_ORDER = ("ecommerce_activity", "shop_trends", "order_attribution")  # shop_trends reads dwd.events
+
+
+@pytest.fixture(scope="module")
+def expected(tour, spark):
+    """table -> Arrow result of its action's SQL in Spark batch over the complete input, for every flow."""
+    from runtime.project import Project
+
+    project = Project.open(project_dir=tour[0])
+    data, results = {}, {}
+    try:
+        for flow_name in FLOW_ORDER:
+            flow = project.registry.get_flow(flow_name)
+            spec = flow.spec
+            reader = spark.newSession().read
+            for name, source in spec.sources.items():  # the raw files; malformed lines are quarantined
+                path = str(project.config.project_dir / source.path)
+                data[name] = reader.schema(source.schema_).option("mode", "DROPMALFORMED").json(path).toArrow()
+            for qualified, table in spec.tables():
+                action = project.registry.resolve(flow.pins[qualified]).spec
+                session = spark.newSession()
+                for relation, bound in table.inputs.items():
+                    session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
+                data[qualified] = results.setdefault(flow_name, {})[qualified] = session.sql(
+                    action.sql, args=action.param_values(dict(table.params))).toArrow()
+    finally:
+        project.close()
     return results
 
 
-@pytest.mark.parametrize("flow_name", ["ecommerce_activity", "order_attribution"])
-def test_every_table_hot_and_lake_equals_batch(tour, spark, flow_name):
+@pytest.mark.parametrize("flow_name", FLOW_ORDER)
+def test_every_table_hot_and_lake_equals_batch(tour, expected, flow_name):
     from runtime.project import Project
 
-    project_dir, _ = tour
-    project = Project.open(project_dir=project_dir)
+    project = Project.open(project_dir=tour[0])
     try:
-        expected = _expected(spark, project, flow_name)
-        for table, want in expected.items():
+        for table, want in expected[flow_name].items():
             columns = want.column_names
             assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
             hot = project.store.scan(table)

@@ -12,7 +12,7 @@ from runtime.settings import SETTINGS
 from ._library import ACTIONS, REPO
 
 
-def test_init_scaffolds_a_valid_project(run_cli, tmp_path):
+def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     code, out, err = run_cli("init", str(tmp_path / "shop"), "--events", "300")
     assert code == 0, err
     root = tmp_path / "shop"
@@ -28,13 +28,14 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path):
     from runtime.config import load_config
     from registry.service import Registry
 
+    monkeypatch.delenv("TIDEHOUSE_HOME")
     config = load_config(project_dir=root)
     assert config.project_dir == root.resolve() and config.home == (root / ".tidehouse").resolve()
     registry = Registry.open(f"sqlite:///{tmp_path / 'reg.db'}")
     try:
         registry.register_actions([root / "actions"])
-        for flow in (root / "flows").glob("*.yaml"):
-            registry.validate_flow(flow)
+        for flow in sorted((root / "flows").glob("*.yaml"), key=lambda p: p.stem == "shop_trends"):
+            registry.register_flow(flow)  # shop_trends reads ecommerce_activity's dwd.events: register in order
     finally:
         registry.close()
 
