@@ -158,6 +158,13 @@ class FlowRunner:
             if t.quarantine:
                 self.store.create_table(quarantine_meta(t.quarantine), exist_ok=True)
 
+    def create_lake_tables(self) -> None:
+        """Create the lake tables up front, one at a time (tiering cycles then run in parallel)."""
+        for t in self.plan.tables:
+            for name in (t.name, t.quarantine):
+                if name:
+                    self.project.lake.ensure_table(self.store.get_table(name))
+
     # -- queries ----------------------------------------------------------------------------------
     def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None):
         reader = session.readStream.format("tidehouse").option("root", self.root).option("table", table)
@@ -285,6 +292,7 @@ class FlowRunner:
             tier_tables = {t.name: t.tiering_interval for t in self.plan.tables}
             tier_tables.update({t.quarantine: t.tiering_interval for t in self.plan.tables if t.quarantine})
             if tiering:
+                self.create_lake_tables()
                 self.tiering = TieringService(self.project, tier_tables)
                 if not until_idle:
                     self.tiering.start()
@@ -292,14 +300,18 @@ class FlowRunner:
             status_thread = threading.Thread(target=self._status_loop, name="flow-status", daemon=True)
             status_thread.start()
             for gen in self.plan.generations:
+                began = time.time()
                 for name in gen:
                     self.start_query(self.plan.table(name))
                 if until_idle:
                     self._drain(list(gen))
+                log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began)
             if until_idle:
                 self._until_idle()
                 if self.tiering is not None:
+                    began = time.time()
                     self.tiering.run_all_now()
+                    log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began)
             else:
                 deadline = time.time() + duration if duration else None
                 while not stop_event.is_set():
@@ -327,6 +339,7 @@ class FlowRunner:
     def _until_idle(self) -> None:
         previous = None
         while True:
+            began = time.time()
             for gen in self.plan.generations:
                 self._drain(list(gen))
                 for name in gen:
@@ -334,6 +347,7 @@ class FlowRunner:
                     if t.strategy == "recompute":
                         self.reconcile(t)
             ends = self._ends()
+            log.info("flow %s: until-idle pass in %.1fs", self.plan.flow, time.time() - began)
             if ends == previous:
                 return
             previous = ends
@@ -352,8 +366,14 @@ def new_session(spark):
     """A session of its own (temp views never clash) that knows the ``tidehouse`` data source."""
     from runtime.spark.datasource import TidehouseDataSource
 
+    from pyspark.errors import AnalysisException
+
     session = spark.newSession()
-    session.dataSource.register(TidehouseDataSource)
+    try:
+        session.dataSource.register(TidehouseDataSource)
+    except AnalysisException as exc:  # registrations are shared by the sessions of some Spark versions
+        if "ALREADY_EXISTS" not in str(exc):
+            raise
     return session
 
 

@@ -341,12 +341,10 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
             raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table.name}: the SQL of "
                                  f"{table.action} yields several rows for primary key {dup[0][:-1]}",
                                  hint="make the primary key the columns that identify one output row")
-        upserts = con.execute("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").arrow()
-        deletes = con.execute(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").arrow()
+        upserts = con.execute("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
+        deletes = con.execute(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
     finally:
         con.close()
-    upserts = upserts.read_all() if hasattr(upserts, "read_all") else upserts
-    deletes = deletes.read_all() if hasattr(deletes, "read_all") else deletes
     parts = []
     if deletes.num_rows:
         parts.append(keys_table(meta.schema, deletes, table.primary_key, DELETE))

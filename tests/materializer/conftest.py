@@ -6,10 +6,15 @@ The oracle is plain DuckDB SQL over the parsed input lines — it never touches 
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
 import pytest
+
+# A loaded 2-core machine can take longer than Spark's default 15 s to start the Python process behind
+# each streaming Python data source; the session is created later by the shared fixture and inherits this.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell")
 
 ACTIONS = {
     "t_ingest.sql": """/*---
@@ -164,7 +169,7 @@ def oracle(all_lines: list[str]) -> dict[str, set]:
     })
     con = duckdb.connect()
     con.register("raw", raw)
-    out = {name: canon(con.execute(sql).arrow()) for name, sql in ORACLE.items()}
+    out = {name: canon(con.execute(sql).to_arrow_table()) for name, sql in ORACLE.items()}
     out["ods.clicks__quarantine"] = sum(1 for line in all_lines if line.startswith("{this"))
     return out
 
