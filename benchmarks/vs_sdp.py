@@ -79,7 +79,8 @@ class Summary:
 
     @classmethod
     def of(cls, delays: Sequence[float]) -> "Summary":
-        return cls(len(delays), percentile(delays, 50), percentile(delays, 95), max(delays) if delays else math.nan)
+        top = max(delays) if delays else math.nan
+        return cls(len(delays), percentile(delays, 50), percentile(delays, 95), top)
 
 
 def delay_slope(points: Sequence[tuple[float, float]]) -> float:
@@ -96,7 +97,7 @@ def delay_slope(points: Sequence[tuple[float, float]]) -> float:
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
         return 0.0
-    return 60.0 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return 60.0 * sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
 
 
 def keeps_up(points: Sequence[tuple[float, float]], *, tolerance_s: float = 2.0) -> bool:
@@ -362,7 +363,8 @@ class HotReader:
         found: set[str] = set()
         for bucket, end in enumerate(ends):
             if end > self._next[bucket]:
-                for batch in self.store.read(self.table, bucket, self._next[bucket], end, columns=["user_id"]):
+                batches = self.store.read(self.table, bucket, self._next[bucket], end, columns=["user_id"])
+                for batch in batches:
                     found |= _markers_in(batch.column("user_id"), wanted)
                 self._next[bucket] = end
         return found
@@ -427,6 +429,7 @@ class Prober:
         self.generator, self.readers, self.pids, self.interval = generator, readers, pids, interval
         self.observations = {label: Observation(label) for label in readers}
         self.peak_rss = 0
+        self.loads: list[float] = []  # 1-minute load average, sampled every second
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
@@ -455,13 +458,15 @@ class Prober:
             if time.time() - last_mem >= 1.0:
                 last_mem = time.time()
                 self.peak_rss = max(self.peak_rss, sum(tree_rss_bytes(p) for p in self.pids()))
+                self.loads.append(os.getloadavg()[0])
             self._stop.wait(self.interval)
 
     def all_seen(self, markers: Iterable[str]) -> bool:
         markers = set(markers)
         return all(markers <= set(o.seen) for o in self.observations.values())
 
-    def wait_seen(self, markers: Iterable[str], timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    def wait_seen(self, markers: Iterable[str], timeout: float,
+                  alive: Callable[[], bool] = lambda: True) -> bool:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.all_seen(markers):
@@ -650,7 +655,8 @@ class Tidehouse:
     @property
     def failure(self) -> str | None:
         if self.proc is not None and self.proc.poll() not in (None, 0):
-            return f"tidehouse flow trigger exited {self.proc.returncode}; the end of {self.log}:\n{_tail(self.log)}"
+            return (f"tidehouse flow trigger exited {self.proc.returncode}; the end of {self.log}:\n"
+                    f"{_tail(self.log)}")
         return None
 
     def pids(self) -> list[int]:
@@ -676,6 +682,7 @@ class Phase:
     seconds: float
     runs: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    load: float | None = None  # mean 1-minute load average of the machine during the run
 
     def summary(self, label: str) -> Summary:
         return Summary.of(self.observations[label].delays(self.probes))
@@ -689,13 +696,14 @@ class Phase:
     def to_json(self) -> dict:
         return {"name": self.name, "rate": self.rate, "probes": self.probes, "peak_rss": self.peak_rss,
                 "rows": self.rows, "seconds": self.seconds, "runs": self.runs, "errors": self.errors,
+                "load": self.load,
                 "seen": {label: obs.seen for label, obs in self.observations.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Phase":
         obs = {label: Observation(label, dict(seen)) for label, seen in d["seen"].items()}
         return cls(d["name"], d["rate"], d["probes"], obs, d["peak_rss"], d["rows"], d["seconds"],
-                   [tuple(r) for r in d["runs"]], d["errors"])
+                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"))
 
     def keeps_up(self, label: str) -> bool | None:
         points = self.observations[label].points(self.probes)
@@ -706,7 +714,8 @@ class Phase:
 
 
 def run_phase(name: str, system, generator: Generator, *, start: Callable[[], None], window: float,
-              probe_interval: float, drain: float, warmup: float | None, poll: float, settle: float = 0.0) -> Phase:
+              probe_interval: float, drain: float, warmup: float | None, poll: float,
+              settle: float = 0.0) -> Phase:
     """Measure one system in one mode. ``warmup``: seconds to wait for a first marker to reach every table
     (the system's start-up and first run are not measured), then ``settle`` s more; None to skip both (the
     tables are already live)."""
@@ -718,11 +727,12 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
     try:
         if warmup is not None:
             marker = generator.write_probe(f"warmup-{int(began)}", warmup=True)
-            print(f"[{name}] waiting for the system to come up (warm-up marker through every table)...", flush=True)
+            print(f"[{name}] waiting for the system to come up (warm-up marker through every table)...",
+                  flush=True)
             if not prober.wait_seen([marker], warmup, alive=system.alive):
-                raise RuntimeError(f"[{name}] the warm-up marker did not reach every table within {warmup:.0f} s: "
-                                   f"{system.failure or 'no failure reported'}; seen: "
-                                   f"{ {k: marker in o.seen for k, o in prober.observations.items()} }")
+                seen = {k: marker in o.seen for k, o in prober.observations.items()}
+                raise RuntimeError(f"[{name}] the warm-up marker did not reach every table within "
+                                   f"{warmup:.0f} s: {system.failure or 'no failure reported'}; seen: {seen}")
             time.sleep(settle)  # let the backlog that built up during start-up drain before measuring
         print(f"[{name}] probing for {window:.0f} s (one marker every {probe_interval:g} s)...", flush=True)
         generator.probe_window(window, probe_interval)
@@ -731,7 +741,8 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
             time.sleep(0.5)
         time.sleep(0.1)
         if not prober.wait_seen(generator.measured(), drain, alive=system.alive):
-            print(f"[{name}] not every marker was visible everywhere within the {drain:.0f} s drain", flush=True)
+            print(f"[{name}] not every marker was visible everywhere within the {drain:.0f} s drain",
+                  flush=True)
         if system.failure:
             raise RuntimeError(f"[{name}] {system.failure}")
     finally:
@@ -739,11 +750,12 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
         prober.stop()
     phase = Phase(name, generator.rate, generator.measured(), prober.observations, prober.peak_rss,
                   generator.rows_written - rows_before, time.time() - began,
-                  runs=list(getattr(system, "runs", [])), errors=prober.errors[-5:])
-    for label, obs in phase.observations.items():
+                  runs=list(getattr(system, "runs", [])), errors=prober.errors[-5:],
+                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None)
+    for label in phase.observations:
         s = phase.summary(label)
-        print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s max={s.max:.2f}s",
-              flush=True)
+        print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s "
+              f"max={s.max:.2f}s", flush=True)
     return phase
 
 
@@ -800,14 +812,15 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         ads = "ADS SDP" if name.startswith("SDP") else "ADS hot"
         runs = p.runs
         mean_run = sum(e - s for s, e in runs) / len(runs) if runs else None
-        run_rows.append([name, p.rate, f"{p.rows:,}", f"{sum(m in p.observations[ads].seen for m in p.probes)}/{len(p.probes)}",
+        seen = sum(m in p.observations[ads].seen for m in p.probes)
+        run_rows.append([name, p.rate, f"{p.rows:,}", f"{seen}/{len(p.probes)}",
                          f"{p.slope(ads):+.2f}", {True: "yes", False: "no", None: "—"}[p.keeps_up(ads)],
                          f"{p.peak_rss / 2**30:.2f}",
                          f"{len(runs)} × {mean_run:.0f} s" if runs else "one long-running process",
-                         f"{p.seconds:.0f}"])
+                         f"{p.seconds:.0f}", "—" if p.load is None else f"{p.load:.1f}"])
     runs_table = markdown_table(["run", "input rows/s", "rows written", "ADS probes seen",
                                  "ADS delay trend (s per min)", "keeps up", "peak RSS (GiB)",
-                                 "spark-pipelines runs", "wall (s)"], run_rows)
+                                 "spark-pipelines runs", "wall (s)", "machine load (1-min avg)"], run_rows)
 
     lag_rows = []
     th = [(n.split("T=")[1], p) for n, p in phases.items() if n.startswith("Tidehouse")]
@@ -828,18 +841,20 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
             s, e2e = p.lag("ADS"), p.summary("ADS lake")
             if s.n:
                 verdict = "met" if s.max <= t + 3 else "met at p95 only" if s.p95 <= t + 3 else "NOT met"
-                verdicts.append(f"* Target ADS lake delay (behind its hot table) ≤ T + 3 s = {t + 3:g} s with "
-                                f"T = {t:g} s: p95 {s.p95:.1f} s, max {s.max:.1f} s — **{verdict}** "
+                verdicts.append(f"* Target ADS lake delay (behind its hot table) ≤ T + 3 s = {t + 3:g} s "
+                                f"with T = {t:g} s: p95 {s.p95:.1f} s, max {s.max:.1f} s — **{verdict}** "
                                 f"(end to end, input to lake: p50 {e2e.p50:.1f} s, max {e2e.max:.1f} s).")
     return "\n".join([
         f"Delay in seconds from a marker event's file landing in the input directory to its effect being "
-        f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input rows/s, "
-        f"one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are read as committed "
-        f"Parquet in the warehouse; Tidehouse hot tables through the store, lake tables with plain pyiceberg. "
+        f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input "
+        f"rows/s, one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are "
+        f"read as committed Parquet in the warehouse; Tidehouse hot tables through the store, lake tables "
+        f"with plain pyiceberg. "
         f"The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); plot: "
         f"[img/vs_sdp.png](img/vs_sdp.png).", "", delays, "",
-        "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus hot "
-        "visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any depth:", "",
+        "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus "
+        "hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any "
+        "depth:", "",
         lags, "", runs_table, "", *verdicts])
 
 
@@ -861,7 +876,8 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
         p50 = [s.p50 if s.n else math.nan for s in sums]
         p95 = [s.p95 if s.n else math.nan for s in sums]
         ax.plot(xs, p50, marker="o", color=color, linewidth=2, label=f"{title} p50")
-        ax.plot(xs, p95, marker="^", color=color, linewidth=1, linestyle="--", alpha=0.8, label=f"{title} p95")
+        ax.plot(xs, p95, marker="^", color=color, linewidth=1, linestyle="--", alpha=0.8,
+                label=f"{title} p95")
     ax.set_yscale("log")
     ax.set_xticks(xs, LAYERS)
     ax.set_xlabel("layer")
@@ -879,6 +895,7 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
 # main
 # ---------------------------------------------------------------------------------------------------------
 MODES = ("loop", "schedule", "tidehouse")
+SAVED_ARGS = ("rate", "probe_interval", "poll", "tiering", "window", "schedule")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -902,7 +919,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="seconds to wait after a system is up before the first probe")
     ap.add_argument("--from-results", type=Path, default=None,
                     help="re-render the table and plot from a results.json of an earlier run (no measuring)")
-    ap.add_argument("--workdir", type=Path, default=None, help="where runs keep their files (default: a temp dir)")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="where runs keep their files (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--no-write", action="store_true", help="print the table only; do not touch docs/")
     args = ap.parse_args(argv)
@@ -961,7 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     if args.from_results:
         saved = json.loads(args.from_results.read_text(encoding="utf-8"))
-        for key in ("rate", "probe_interval", "poll", "tiering", "window", "schedule"):
+        for key in SAVED_ARGS:
             setattr(args, key, saved["args"][key])
         phases = {d["name"]: Phase.from_json(d) for d in saved["phases"]}
         command, wall = saved["command"], saved["wall"]
@@ -976,9 +994,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutil.rmtree(workdir, ignore_errors=True)
         command, wall = command_line(argv), time.time() - started
         results = {"command": command, "wall": wall, "phases": [p.to_json() for p in phases.values()],
-                   "args": {k: getattr(args, k) for k in ("rate", "probe_interval", "poll", "tiering", "window",
-                                                            "schedule")}}
-        out = (workdir if (args.keep or args.workdir) else Path(tempfile.gettempdir())) / "vs_sdp-results.json"
+                   "args": {k: getattr(args, k) for k in SAVED_ARGS}}
+        keep_dir = workdir if (args.keep or args.workdir) else Path(tempfile.gettempdir())
+        out = keep_dir / "vs_sdp-results.json"
         out.write_text(json.dumps(results), encoding="utf-8")
         print(f"raw probe times: {out} (re-render with --from-results)", flush=True)
     if not phases:

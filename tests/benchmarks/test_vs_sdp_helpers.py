@@ -27,13 +27,16 @@ def _numpy_like_percentile(values, q):
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-@pytest.mark.parametrize("values, q, expected", [
-    ([5.0], 50, 5.0),
-    ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
-    ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
-    ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
-    ([10.0, 0.0, 20.0], 95, 19.0),
-])
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [
+        ([5.0], 50, 5.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
+        ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
+        ([10.0, 0.0, 20.0], 95, 19.0),
+    ],
+)
 def test_percentile_interpolates_between_ranks(values, q, expected):
     assert vs_sdp.percentile(values, q) == pytest.approx(expected)
 
@@ -97,7 +100,8 @@ def test_sdp_reader_only_trusts_committed_streaming_files(tmp_path):
     pq.write_table(pa.table({"user_id": ["u1", "zz-probe-1"]}), committed)
     pq.write_table(pa.table({"user_id": ["zz-probe-2"]}), uncommitted)
     (table / "_spark_metadata" / "0").write_text(
-        "v1\n" + json.dumps({"path": committed.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n")
+        "v1\n" + json.dumps({"path": committed.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n"
+    )
     reader = vs_sdp.SdpTableReader(table, streaming=True)
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
     entry = {"path": uncommitted.as_uri(), "size": 1, "isDir": False, "action": "add"}
@@ -122,7 +126,9 @@ def _phase(name, suffixes, delay_of, probes=5):
     for layer_no, layer in enumerate(vs_sdp.LAYERS):
         for suffix in suffixes:
             label = f"{layer} {suffix}"
-            obs[label] = vs_sdp.Observation(label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()})
+            obs[label] = vs_sdp.Observation(
+                label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()}
+            )
     return vs_sdp.Phase(name, 1000, written, obs, 3 * 2**30, 50_000, 60.0, runs=[(0.0, 40.0)])
 
 
