@@ -48,16 +48,18 @@ def _run_and_kill(root: str, table: str, rng: random.Random, acked: set[int]) ->
 
 @pytest.mark.reliability
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["log", "primary_key"])
+@pytest.mark.parametrize("kind", ["log", "primary_key", "primary_key_last_row"])
 def test_kill9_writer_loses_and_duplicates_nothing(tmp_path, seed, kind):
     rng = random.Random(seed)
     root = str(tmp_path / "hot")
     store = open_store(root)
     if kind == "log":
         store.create_table(TableMeta("ods.c", SCHEMA, buckets=2, bucket_key=("i",)))
-    else:
+    elif kind == "primary_key":  # the row loop
         store.create_table(TableMeta("ods.c", SCHEMA, kind="primary_key", primary_key=("i",), buckets=2,
                                      merge_engine="aggregate", aggregations={"seq": "count"}))
+    else:  # the vectorised merge: each seq overwrites every key with seq
+        store.create_table(TableMeta("ods.c", SCHEMA, kind="primary_key", primary_key=("i",), buckets=2))
     store.close()
     acked: set[int] = set()
     for _ in range(scale(10, 100)):
