@@ -23,7 +23,8 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
 
     pyiceberg's commit cost grows with the number of snapshots kept (it copies the whole metadata several
     times per commit), so the steady state depends on ``tiering.max_snapshots``; this test keeps 20 (the
-    figure with the default 100 is in docs/benchmarks.md). Compaction runs at its default threshold.
+    figure with the default 100 is in docs/benchmarks.md). Compaction runs at its default threshold. Cycles are
+    timed in process CPU time, which other processes on a shared CI machine do not inflate.
     """
     cycles = scale(200, 1000)
     lake.max_snapshots = 20
@@ -37,15 +38,15 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
             [{"user_id": f"u{(i * 7 + k) % 50}", "events": i, "last_item": str(k), CHANGE: "+U"} for k in range(5)],
             schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))), writer="w", seq=i)
         for name in timings:
-            started = time.perf_counter()
+            started = time.process_time()  # CPU time of this process: the machine is shared, wall time is noisy
             result = tier_table(store, lake, name)
-            timings[name].append(time.perf_counter() - started)
+            timings[name].append(time.process_time() - started)
             assert result.committed
             notes.extend(result.maintenance)
     window = max(10, cycles // 10)
     for name, values in timings.items():
         first, last = statistics.median(values[5:5 + window]), statistics.median(values[-window:])
-        print(f"{name}: median cycle {first * 1000:.0f} ms at the start, {last * 1000:.0f} ms after {cycles} cycles")
+        print(f"{name}: median cycle CPU {first * 1000:.0f} ms at the start, {last * 1000:.0f} ms after {cycles} cycles")
         assert last <= 2 * first, f"{name}: {last:.3f}s vs {first:.3f}s"
         table = lake.load(name)
         assert len(table.snapshots()) <= lake.max_snapshots
