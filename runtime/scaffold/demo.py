@@ -28,12 +28,6 @@ from runtime.durations import format_duration
 FLOW = "ecommerce_activity"
 MARKER = ".tidehouse-demo"  # only a folder holding this file is ever wiped by the demo
 LAYERS = ("ods", "dwd", "dws", "ads")
-DEMO_SETTINGS = """
-# set by `tidehouse demo`: on a small, busy machine Spark's Python workers can take longer than Spark's
-# default 15 s to start and connect back; the demo runs several Python streaming sources at once.
-spark:
-  conf: {spark.python.authenticate.socketTimeout: 120s}
-"""
 
 
 @dataclass
@@ -166,8 +160,6 @@ def prepare(directory: Path, *, fresh: bool = True) -> Path:
         if fresh:
             shutil.rmtree(directory)
     init_project(directory, force=True, with_data=False)
-    with open(directory / "tidehouse.yaml", "a", encoding="utf-8") as fh:
-        fh.write(DEMO_SETTINGS)
     (directory / MARKER).write_text("made by `tidehouse demo`; deleted by the next demo run\n")
     return directory
 

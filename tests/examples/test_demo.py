@@ -60,7 +60,6 @@ def test_producer_writes_one_part_per_step_then_stops(tmp_path):
 def test_prepare_wipes_only_its_own_folder(tmp_path):
     mine = prepare(tmp_path / "demo")
     assert (mine / MARKER).is_file() and (mine / "tidehouse.yaml").is_file()
-    assert "socketTimeout" in (mine / "tidehouse.yaml").read_text()
     (mine / "data" / "events").mkdir(parents=True)
     (mine / "data" / "events" / "old.json").write_text("{}\n")
     prepare(mine)
@@ -73,11 +72,3 @@ def test_prepare_wipes_only_its_own_folder(tmp_path):
         prepare(other)
     assert info.value.code.value == "TH100"
     assert (other / "notes.txt").read_text() == "keep me"
-
-
-def test_demo_project_file_loads(tmp_path):
-    from runtime.config import load_config
-
-    root = prepare(tmp_path / "demo")
-    config = load_config(home=root / ".tidehouse", project_dir=root)
-    assert config.get("spark.conf") == {"spark.python.authenticate.socketTimeout": "120s"}
