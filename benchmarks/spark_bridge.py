@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ def _rows(start: int, n: int) -> pa.Table:
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _copy_query(spark, root: str, src: str, dst: str, checkpoint: Path, *, available_now: bool, **options):

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -95,7 +95,7 @@ class SourceOptions:
     fsync: bool
 
     @classmethod
-    def parse(cls, options) -> "SourceOptions":
+    def parse(cls, options) -> SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
         for required in ("root", "table"):
             if not opts.get(required):
@@ -251,10 +251,10 @@ class TidehouseDataSource(DataSource):
         meta = opts.store().get_table(opts.table)
         return arrow_to_spark(output_schema(meta, opts.columns, opts.system_columns))
 
-    def reader(self, schema: StructType) -> "BatchReader":
+    def reader(self, schema: StructType) -> BatchReader:
         return BatchReader(SourceOptions.parse(self.options), schema)
 
-    def streamReader(self, schema: StructType) -> "StreamReader":
+    def streamReader(self, schema: StructType) -> StreamReader:
         return StreamReader(SourceOptions.parse(self.options), schema)
 
 

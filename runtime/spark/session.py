@@ -14,8 +14,9 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from runtime.errors import ErrorCode, TidehouseError
 
@@ -42,16 +43,18 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
 }
 _LOG4J2 = """\
+# Root at WARN (what Spark's Python shell expects, so it prints no "Setting default log level" banner);
+# the console shows ERROR and above only.
 status = error
-rootLogger.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 """
 
 

@@ -31,7 +31,7 @@ without starting Spark (``StructType.fromDDL`` needs an active session), so vali
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql import types as T

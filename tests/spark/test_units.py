@@ -11,10 +11,23 @@ from pyspark.sql import types as T
 
 from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.spark.datasource import (
-    Ranges, SourceOptions, cap_rows, make_offset, offset_ends, output_schema, parse_starting, plan_partitions,
+    Ranges,
+    SourceOptions,
+    cap_rows,
+    make_offset,
+    offset_ends,
+    output_schema,
+    parse_starting,
+    plan_partitions,
 )
 from runtime.spark.types import (
-    arrow_to_ddl, arrow_to_spark, conform, ddl_to_arrow, parse_ddl, spark_compatible, spark_to_arrow,
+    arrow_to_ddl,
+    arrow_to_spark,
+    conform,
+    ddl_to_arrow,
+    parse_ddl,
+    spark_compatible,
+    spark_to_arrow,
 )
 from runtime.spark.writer import origin_from_checkpoint, read_offset_log
 from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta
