@@ -180,33 +180,53 @@ def test_the_tables_are_big_enough():
     assert len(HOSTILE_FLOWS) + len(HOSTILE_ACTIONS) >= 40
 
 
+def _each(cases, check) -> None:
+    """Run ``check`` on every case and report every failing case together (one test, many cases: fast)."""
+    failures = []
+    for case in cases:
+        content, error_code = case.values
+        try:
+            check(case.id, content, error_code)
+        except AssertionError as exc:
+            failures.append(f"{case.id}: {str(exc)[:600]}")
+    assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
+
+
 @pytest.mark.reliability
-@pytest.mark.parametrize("content,error_code", FLOW_CASES)
-def test_malformed_flow_through_cli(project, tmp_path, monkeypatch, content, error_code):
+def test_malformed_flows_through_cli(project, tmp_path, monkeypatch):
+    """validate, register and trigger refuse each malformed flow; the registry is unchanged after each."""
     root, home = project
     monkeypatch.chdir(root)
-    path = _write(tmp_path, "bad_flow.yaml", content)
     before = _registry_state(home)
-    for command in ("validate", "register", "trigger"):
-        assert_refused(*cli(home, "flow", command, str(path)), path, error_code)
-    assert _registry_state(home) == before, "a refused flow changed the registry"
+
+    def check(case_id: str, content, error_code) -> None:
+        path = _write(tmp_path, f"{case_id}.yaml", content)
+        for command in ("validate", "register", "trigger"):
+            assert_refused(*cli(home, "flow", command, str(path)), path, error_code)
+        assert _registry_state(home) == before, "a refused flow changed the registry"
+
+    _each(FLOW_CASES, check)
     assert not (root / "PWNED").exists() and not (tmp_path / "PWNED").exists()
 
 
 @pytest.mark.reliability
-@pytest.mark.parametrize("content,error_code", ACTION_CASES)
-def test_malformed_action_through_cli(project, tmp_path, monkeypatch, content, error_code):
+def test_malformed_actions_through_cli(project, tmp_path, monkeypatch):
+    """action register refuses each malformed action, alone and in a folder next to a good new one."""
     root, home = project
     monkeypatch.chdir(root)
-    folder = tmp_path / "actions"
-    folder.mkdir()
-    # a good, new action next to the bad one: registration is all or nothing
-    _write(folder, "fine.sql", "/*---\nname: fine_new_action\ninputs: [t]\n---*/\nSELECT * FROM t\n")
-    path = _write(folder, "bad_action.sql", content)
     before = _registry_state(home)
-    assert_refused(*cli(home, "action", "register", str(path)), path, error_code)
-    assert_refused(*cli(home, "action", "register", str(folder)), path, error_code)
-    assert _registry_state(home) == before, "a failed registration changed the registry"
+
+    def check(case_id: str, content, error_code) -> None:
+        folder = tmp_path / case_id
+        folder.mkdir()
+        # a good, new action next to the bad one: registration is all or nothing
+        _write(folder, "fine.sql", "/*---\nname: fine_new_action\ninputs: [t]\n---*/\nSELECT * FROM t\n")
+        path = _write(folder, "bad_action.sql", content)
+        assert_refused(*cli(home, "action", "register", str(path)), path, error_code)
+        assert_refused(*cli(home, "action", "register", str(folder)), path, error_code)
+        assert _registry_state(home) == before, "a failed registration changed the registry"
+
+    _each(ACTION_CASES, check)
     assert not (root / "PWNED").exists()
 
 
