@@ -24,8 +24,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import markdown_table, write_section  # noqa: E402
-from runtime.storage import TableMeta, open_store  # noqa: E402
+from benchmarks._report import markdown_table, write_section
+from runtime.storage import TableMeta, open_store
 
 
 def make_batch(rng: np.random.Generator, n: int, start: int) -> pa.RecordBatch:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from runtime.storage.api import (  # noqa: F401
-    BUCKET, CHANGE, OFFSET, SYSTEM_COLUMNS, TS, TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of,
+    BUCKET,
+    CHANGE,
+    OFFSET,
+    SYSTEM_COLUMNS,
+    TS,
+    TS_TYPE,
+    BatchInfo,
+    TableMeta,
+    TableStore,
+    WriteResult,
+    bucket_of,
 )
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -200,11 +201,11 @@ class TableStore(abc.ABC):
         """Current rows of a primary-key table for the given key rows (missing keys are absent)."""
 
     @abc.abstractmethod
-    def batch_info(self, name: str, bucket: int) -> "BatchInfo | None":
+    def batch_info(self, name: str, bucket: int) -> BatchInfo | None:
         """Facts about the last committed batch of a bucket (None when the bucket is empty)."""
 
     @abc.abstractmethod
-    def offset_times(self, name: str, bucket: int, offset: int) -> "BatchInfo | None":
+    def offset_times(self, name: str, bucket: int, offset: int) -> BatchInfo | None:
         """Facts about the committed batch holding ``offset`` (None if no such offset)."""
 
     # -- housekeeping -----------------------------------------------------------------------------

@@ -86,7 +86,7 @@ class Entry:
         return body[:_ENTRY_CRC_SPAN] + struct.pack("<I4x", crc)
 
     @classmethod
-    def unpack(cls, raw: bytes | memoryview) -> "Entry | None":
+    def unpack(cls, raw: bytes | memoryview) -> Entry | None:
         """The entry, or None when its CRC does not match (a torn or damaged index entry)."""
         fields = ENTRY.unpack(raw)
         if zlib.crc32(raw[:_ENTRY_CRC_SPAN]) != fields[9]:

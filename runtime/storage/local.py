@@ -30,9 +30,10 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +42,17 @@ from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.storage import fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
-    BUCKET, CHANGE, OFFSET, ROW_KINDS, TS, TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of,
+    BUCKET,
+    CHANGE,
+    OFFSET,
+    ROW_KINDS,
+    TS,
+    TS_TYPE,
+    BatchInfo,
+    TableMeta,
+    TableStore,
+    WriteResult,
+    bucket_of,
 )
 from runtime.storage.frames import NO_ORIGIN
 from runtime.storage.log import BucketLog
@@ -463,7 +474,7 @@ class LocalTableStore(TableStore):
                 t.close()
             self._tables.clear()
 
-    def __enter__(self) -> "LocalTableStore":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -23,22 +23,32 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import itertools
 import json
 import mmap
 import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 
 from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.storage import frames as _frames
 from runtime.storage.frames import (
-    ENTRY_SIZE, HEADER_SIZE, NO_ORIGIN, Entry, encode_frame, frame_crc_ok, parse_header, read_frame_at,
-    valid_frame_after, writer_hash, writer_of,
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    NO_ORIGIN,
+    Entry,
+    encode_frame,
+    frame_crc_ok,
+    parse_header,
+    read_frame_at,
+    valid_frame_after,
+    writer_hash,
+    writer_of,
 )
 
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
@@ -126,7 +136,7 @@ class BucketLog:
 
     # -- locking --------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def locked(self) -> Iterator["BucketLog"]:
+    def locked(self) -> Iterator[BucketLog]:
         """Exclusive write access across threads and processes; the state is refreshed and repaired."""
         with self._mutex:
             if self._lock_fd is None:
@@ -520,7 +530,7 @@ class BucketLog:
         with self.locked():
             segs = list(self._segs)
             doomed = []
-            for seg, nxt in zip(segs, segs[1:]):  # never the active (last) segment
+            for seg, nxt in itertools.pairwise(segs):  # never the active (last) segment
                 if nxt <= offset and self.segment_path(seg).stat().st_mtime < older_than:
                     doomed.append(seg)
                 else:

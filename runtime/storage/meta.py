@@ -30,7 +30,7 @@ from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.api import SYSTEM_COLUMNS, TS_TYPE, TableMeta
 
 FORMAT_VERSION = 1
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
 _ENGINES = ("last_row", "first_row", "aggregate", "partial_update")
 _AGGS = ("sum", "min", "max", "count", "last_non_null", "last")
 

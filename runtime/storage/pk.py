@@ -9,8 +9,9 @@ Crash consistency: the bucket's log (the changelog) is the source of truth. The 
 ``WriteBatch`` as the rows, the log offset its state reflects (key ``b"\\x00applied"``). A writer first appends
 the changelog frame (durable), then applies the batch; on open it replays changelog frames after the recorded
 offset (``+I``/``+U`` put the row, ``-D`` deletes it; ``-U`` is always followed by the ``+U`` of the same key).
-Readers in other processes open the KV read-only and overlay the changelog written after its recorded offset,
-so a lookup or scan always reflects exactly the committed log.
+Readers in other processes follow the KV as a RocksDB *secondary* instance (a scratch folder in the system
+temp directory, removed on close), caught up at every call, and overlay the changelog written after its
+recorded offset, so a lookup or scan always reflects exactly the committed log.
 
 Merge engines (an incoming row is an upsert unless its ``__change`` is ``-U``/``-D``, which deletes the key
 under every engine; for ``aggregate`` that discards the accumulated values):
@@ -39,10 +40,14 @@ until :meth:`Tablet.close`; another process trying to write the same bucket mean
 
 from __future__ import annotations
 
+import math
 import pickle
+import shutil
+import tempfile
 import time
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict, WriteBatch
@@ -177,7 +182,11 @@ def same_row(a: tuple, b: tuple) -> bool:
     """Row equality for the no-op check: ``==`` per value, except that NaN equals NaN."""
     if a == b:
         return True
-    return len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or (_is_nan(x) and _is_nan(y)) for x, y in zip(a, b, strict=True))
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 
 def pad(row: tuple, n: int) -> tuple:
@@ -194,6 +203,8 @@ class Tablet:
         self.path = log.path / "kv"
         self.lock_timeout = lock_timeout
         self._db: Rdict | None = None
+        self._secondary: Rdict | None = None  # readers: see _reader_db
+        self._scratch = ""
 
     # KV handles
     def _writer_db(self) -> Rdict:
@@ -203,6 +214,7 @@ class Tablet:
         while True:
             try:
                 self._db = Rdict(str(self.path), Options(raw_mode=True))
+                self._close_secondary()  # this process now reads through its writer handle
                 return self._db
             except Exception as exc:  # rocksdict raises a plain Exception for a held LOCK
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
@@ -215,11 +227,28 @@ class Tablet:
                 time.sleep(0.05)
 
     def _reader_db(self) -> tuple[Rdict | None, bool]:
-        """(db, owned): this process's writer handle, or a read-only handle to close after use."""
+        """(db, owned): this process's writer handle; else a cached *secondary* instance caught up with the
+        writer's files and WAL (a few ms per call, where a fresh read-only open replays the whole WAL: seconds
+        for a busy table); else, if a secondary cannot be opened, a read-only handle to close after use."""
         if self._db is not None:
             return self._db, False
         if not (self.path / "CURRENT").exists():
             return None, False
+        if self._secondary is not None:
+            try:
+                self._secondary.try_catch_up_with_primary()
+                return self._secondary, False
+            except Exception:  # noqa: BLE001 - rocksdict raises plain Exception; files vanished: reopen
+                self._close_secondary()
+        scratch = tempfile.mkdtemp(prefix="tidehouse-kv-")
+        try:
+            self._secondary = Rdict(str(self.path), Options(raw_mode=True),
+                                    access_type=AccessType.secondary(scratch))
+            self._scratch = scratch
+            weakref.finalize(self, shutil.rmtree, scratch, True)  # also when never closed
+            return self._secondary, False
+        except Exception:  # noqa: BLE001 - rocksdict raises plain Exception; fall back to read-only
+            shutil.rmtree(scratch, ignore_errors=True)
         for attempt in range(5):
             try:
                 return Rdict(str(self.path), Options(raw_mode=True), access_type=AccessType.read_only()), True
@@ -230,7 +259,16 @@ class Tablet:
                 time.sleep(0.05)
         raise AssertionError("unreachable")
 
+    def _close_secondary(self) -> None:
+        if self._secondary is not None:
+            try:
+                self._secondary.close()
+            finally:
+                self._secondary = None
+                shutil.rmtree(self._scratch, ignore_errors=True)
+
     def close(self) -> None:
+        self._close_secondary()
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+
 from runtime.storage import TableMeta
 
 LOG_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("price", pa.float64()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -12,7 +13,6 @@ import pyarrow as pa
 import pytest
 
 from runtime.storage import TableMeta, open_store
-
 from tests.conftest import scale
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +32,7 @@ def _check(root: str, writes: int) -> int:
     assert set(runs) == {(w, s) for w in ("a", "b") for s in range(1, writes + 1)}
     last_start = {"a": -1, "b": -1}
     order = sorted(runs.items(), key=lambda kv: kv[1][0][0])
-    switches = sum(x[0][0] != y[0][0] for x, y in zip(order, order[1:]))
+    switches = sum(x[0][0] != y[0][0] for x, y in itertools.pairwise(order))
     print(f"[concurrency] {len(order)} writes, the writer changed {switches} times along the log")
     assert switches >= 2, "the two writers never overlapped: the test proved nothing"
     for (w, s), got in order:

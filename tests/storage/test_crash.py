@@ -15,12 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
+from tests.conftest import scale
 
 from ._crash_writer import batch as make_batch
-
-from tests.conftest import scale
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

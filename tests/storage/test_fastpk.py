@@ -9,8 +9,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from runtime.storage import TableMeta, open_store
-from runtime.storage import fastpk
+from runtime.storage import TableMeta, fastpk, open_store
 
 from ._util import read_all
 

@@ -217,7 +217,7 @@ def test_segments_roll_and_retention(tmp_path):
     assert s.delete_before("ods.events", 0, 300, older_than=time.time() - 3600) == 0  # too young
     deleted = s.delete_before("ods.events", 0, 300, older_than=time.time() + 1)
     assert deleted >= 1
-    first = int(sorted(p.name for p in bdir.glob("*.log"))[0][:20])
+    first = int(min(p.name for p in bdir.glob("*.log"))[:20])
     assert 0 < first <= 300
     with pytest.raises(TidehouseError) as err:
         list(s.read("ods.events", 0, 0))

@@ -215,3 +215,28 @@ def test_timestamp_keys_and_values_roundtrip(store):
     store.write("dws.d", data, writer="w", seq=1)
     got = store.lookup("dws.d", pa.table({"day": pa.array([19001], pa.date32())}))
     assert got.column("ts").cast(pa.int64()).to_pylist() == [6000] and str(got.column("v")[0]) == "2.00"
+
+
+def test_reader_in_another_store_follows_the_writer(tmp_path):
+    """A store that does not hold the KV (another process) follows it as a RocksDB secondary, caught up per call."""
+    import os
+
+    root = str(tmp_path / "hot")
+    w = open_store(root, fsync=False)
+    w.create_table(pk_meta())
+    w.write("dws.t", pa.table({"k": ["a", "b"], "a": [1, 2]}), writer="w", seq=1)
+    r = open_store(root)
+    assert r.lookup("dws.t", pa.table({"k": ["a"]})).column("a").to_pylist() == [1]
+    tablet = r._table("dws.t").tablets[0]
+    scratch = tablet._scratch
+    assert tablet._secondary is not None and os.path.isdir(scratch)
+    w.write("dws.t", pa.table({"k": ["a", "b"], "a": [5, 2], "__change": ["+U", "-D"]}), writer="w", seq=2)
+    assert tablet._applied(tablet._reader_db()[0], None) == r.end_offsets("dws.t")[0] == 5  # caught up
+    assert r.scan("dws.t").to_pylist() == [{"k": "a", "a": 5, "b": None, "c": None}]
+    w.close()  # a new writer (new WAL) later: the secondary follows it too
+    w2 = open_store(root, fsync=False)
+    w2.write("dws.t", pa.table({"k": ["c"], "a": [7]}), writer="w", seq=3)
+    assert sorted(r.lookup("dws.t", pa.table({"k": ["a", "b", "c"]})).column("k").to_pylist()) == ["a", "c"]
+    r.close()
+    assert not os.path.exists(scratch)
+    w2.close()

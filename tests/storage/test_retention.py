@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import time
 
-import pyarrow as pa
-
 from runtime.storage import TableMeta, open_store
 
 from ._util import LOG_SCHEMA, log_meta, read_all, rows
