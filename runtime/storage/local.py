@@ -463,8 +463,12 @@ class LocalTableStore(TableStore):
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         table = self._table(name)
         log = self._bucket_log(table, bucket)
-        if table.meta.is_primary_key:  # never below what the key-value state has applied
-            applied = table.tablets[bucket].applied_offset()
+        if table.meta.is_primary_key:  # never below what the key-value state has (durably) applied
+            tablet = table.tablets[bucket]
+            applied = tablet.applied_offset(durable=False)
+            if not log.deletable(min(offset, applied if applied is not None else 0), older_than):
+                return 0  # the usual case of a frequent call: no flush of the state for nothing
+            applied = tablet.applied_offset()
             offset = min(offset, applied if applied is not None else 0)
         return log.delete_before(offset, older_than)
 

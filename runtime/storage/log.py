@@ -528,13 +528,7 @@ class BucketLog:
         from the remaining segments later.
         """
         with self.locked():
-            segs = list(self._segs)
-            doomed = []
-            for seg, nxt in itertools.pairwise(segs):  # never the active (last) segment
-                if nxt <= offset and self.segment_path(seg).stat().st_mtime < older_than:
-                    doomed.append(seg)
-                else:
-                    break
+            doomed = self._doomed(self._segs, offset, older_than)
             if doomed:
                 self._save_seqs()
             for seg in doomed:
@@ -544,6 +538,22 @@ class BucketLog:
             if self._segs:
                 self._first_kept = next(iter(self._segs))
         return len(doomed)
+
+    def _doomed(self, segs: dict[int, int], offset: int, older_than: float) -> list[int]:
+        out = []
+        for seg, nxt in itertools.pairwise(list(segs)):  # never the active (last) segment
+            try:
+                old = self.segment_path(seg).stat().st_mtime < older_than
+            except FileNotFoundError:  # deleted meanwhile by another process's retention
+                continue
+            if nxt > offset or not old:
+                break
+            out.append(seg)
+        return out
+
+    def deletable(self, offset: int, older_than: float) -> bool:
+        """Whether :meth:`delete_before` would delete anything now (no lock; a cheap listing)."""
+        return bool(self._doomed(self._list_segments(), offset, older_than))
 
     def _save_seqs(self) -> None:
         from runtime.storage.meta import write_atomic

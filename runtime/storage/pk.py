@@ -273,13 +273,14 @@ class Tablet:
             self._db.close()
             self._db = None
 
-    def applied_offset(self) -> int | None:
-        """The log offset the KV state has durably applied (None: no state yet). Retention must keep the log
-        from there on, or a restart could not replay it. This process's own writer handle is flushed first
-        (memtable to synced files); another process's state is read as the read-only view sees it."""
+    def applied_offset(self, *, durable: bool = True) -> int | None:
+        """The log offset the KV state has applied (None: no state yet). Retention must keep the log from
+        there on, or a restart could not replay it. With ``durable`` this process's own writer handle is
+        flushed first (memtable to synced files); another process's state is read as its WAL shows it."""
         with self.log._mutex:
             if self._db is not None:
-                self._db.flush(wait=True)
+                if durable:
+                    self._db.flush(wait=True)
                 return self._applied(self._db, None)
             db, owned = self._reader_db()
             try:

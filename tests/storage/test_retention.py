@@ -99,3 +99,22 @@ def test_seqs_file_keeps_the_maximum_across_retentions(tmp_path):
     fresh = open_store(str(root))
     assert [fresh.last_seq("ods.events", f"w{k}") for k in range(3)] == [39, 37, 38]
     fresh.close()
+
+
+def test_pk_retention_flushes_the_state_only_when_it_deletes(tmp_path, monkeypatch):
+    from runtime.storage.pk import Tablet
+
+    s = open_store(str(tmp_path / "hot"), fsync=False, segment_bytes=2048)
+    s.create_table(_pk_meta())
+    for i in range(10):
+        s.write("dws.p", rows(i * 10, 10), writer="w", seq=i)
+    flushes = []
+    real = Tablet.applied_offset
+    monkeypatch.setattr(Tablet, "applied_offset", lambda self, durable=True: flushes.append(durable) or
+                        real(self, durable=durable))
+    end = s.end_offsets("dws.p")[0]
+    assert s.delete_before("dws.p", 0, end, older_than=time.time() - LATER) == 0  # too young: no flush
+    assert flushes == [False]
+    assert s.delete_before("dws.p", 0, end, older_than=time.time() + LATER) >= 1
+    assert flushes == [False, False, True]
+    s.close()
