@@ -200,4 +200,8 @@ def test_write_batch_is_idempotent_and_checks_columns(spark, store, root):
     with pytest.raises(TidehouseError) as info:
         write_batch(store, "ods.w", spark.createDataFrame([("a", 1)], "k string, extra int"), "w1", 9)
     assert info.value.code == ErrorCode.WRITE_INVALID
-    assert pc.sum(store.scan("ods.w").column("v")).as_py() == 3
+    # a batch that cannot be converted fails before the store sees it: nothing becomes visible
+    with pytest.raises(TidehouseError) as info:
+        write_batch(store, "ods.w", pa.table({"k": ["c"], "v": ["not a number"]}), "w1", 9)
+    assert info.value.code == ErrorCode.WRITE_INVALID
+    assert pc.sum(store.scan("ods.w").column("v")).as_py() == 3 and store.last_seq("ods.w", "w1") == 7
