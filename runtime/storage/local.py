@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -300,20 +301,20 @@ class LocalTableStore(TableStore):
             tablet = table.tablets[b]
             db = tablet.catch_up(meta)
             is_del = fastpk.delete_mask(kinds, part.num_rows)
-            if fastpk.supported(meta, part, is_del):
+            if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
                 merged = fastpk.merge(meta, part, is_del, db)
-                changelog = _one_batch(merged.changelog)
-                start, end = log.append(_ipc(changelog), rows=changelog.num_rows, schema_id=meta.schema_id,
-                                        writer=writer, seq=seq, origin_ts=origin_ts)
-                fastpk.commit(db, merged, end)
-                return start, end
-            merger = Merger(meta, part.column_names)
-            rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
-            out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
-            changelog = _one_batch(rows_to_table(meta.schema, out_rows, out_kinds))
-            start, end = log.append(_ipc(changelog), rows=changelog.num_rows, schema_id=meta.schema_id,
-                                    writer=writer, seq=seq, origin_ts=origin_ts)
-            tablet.commit(db, touched, end)
+                changelog = merged.changelog
+                commit = functools.partial(fastpk.commit, db, merged)
+            else:  # the reference row loop
+                merger = Merger(meta, part.column_names)
+                rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
+                out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
+                changelog = rows_to_table(meta.schema, out_rows, out_kinds)
+                commit = functools.partial(tablet.commit, db, touched)
+            batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
+            start, end = log.append(_ipc(batch), rows=batch.num_rows, schema_id=meta.schema_id, writer=writer,
+                                    seq=seq, origin_ts=origin_ts)
+            commit(end)
             return start, end
 
     def last_seq(self, name: str, writer: str) -> int | None:
