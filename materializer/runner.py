@@ -9,8 +9,8 @@ snapshot is written to ``home/run/<flow>.status.json`` every couple of seconds.
 Modes: until stopped (SIGINT/SIGTERM set ``stop_event``; queries and tiering stop gracefully), for a
 ``duration``, or ``until_idle``: each generation in order is drained with ``processAllAvailable()`` and
 the passes repeat until no hot end offset moves, then a final tiering cycle makes every lake table equal
-its hot table. Starting generation by generation also means a freshly started layer sees its upstream
-layers already caught up, so lookups read complete dimensions on a backfill.
+its hot table. In that mode a table that reads lookups (an ``append`` with primary-key inputs) starts only
+once every earlier generation has caught up, so a backfill's lookups read complete dimensions.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0
+MAX_RESTARTS = 3
+# failures that say nothing about the flow, only about the machine: the query is restarted
+TRANSIENT = ("Python worker failed to connect back", "Python worker exited unexpectedly")
 
 
 @dataclass
@@ -114,6 +117,7 @@ class FlowRunner:
         self._started = time.time()
         self._status_stop = threading.Event()
         self.state = "starting"
+        self._restarts: dict[str, int] = {}
 
     # -- preparation ------------------------------------------------------------------------------
     def full_refresh(self, tables: Iterable[str]) -> list[str]:
@@ -225,10 +229,12 @@ class FlowRunner:
         return query
 
     def _check_failed(self) -> None:
-        for name, query in self.queries.items():
+        for name, query in list(self.queries.items()):
             if query.isActive:
                 continue
             exc = query.exception()
+            if exc is not None and self._restart_if_transient(name, exc):
+                continue
             if exc is not None:
                 detail = self.stats[name].error or str(exc).split("\n")[0]
                 raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
@@ -237,11 +243,29 @@ class FlowRunner:
         from pyspark.errors import StreamingQueryException
 
         for name in names:
-            try:
-                self.queries[name].processAllAvailable()
-            except StreamingQueryException as exc:
-                detail = self.stats[name].error or str(exc).split("\n")[0]
-                raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}") from exc
+            while True:
+                try:
+                    self.queries[name].processAllAvailable()
+                    break
+                except StreamingQueryException as exc:
+                    if not self._restart_if_transient(name, exc):
+                        detail = self.stats[name].error or str(exc).split("\n")[0]
+                        raise TidehouseError(ErrorCode.QUERY_FAILED,
+                                             f"the query of table {name} failed: {detail}") from exc
+
+    def _restart_if_transient(self, name: str, exc) -> bool:
+        """Restart a query that failed for a transient reason (e.g. a Python worker that could not start
+        in time on a loaded machine). Safe: it resumes from its checkpoint, writes are idempotent."""
+        text = str(exc)
+        if not any(marker in text for marker in TRANSIENT) or self.stats[name].error:
+            return False
+        self._restarts[name] = self._restarts.get(name, 0) + 1
+        if self._restarts[name] > MAX_RESTARTS:
+            return False
+        log.warning("restarting the query of %s after a transient failure (%d/%d): %s", name,
+                    self._restarts[name], MAX_RESTARTS, text.splitlines()[0])
+        self.start_query(self.plan.table(name))
+        return True
 
     def reconcile(self, t: TablePlan) -> int:
         """A recomputation outside the query (until-idle): repairs a table whose last micro-batch was
@@ -299,12 +323,14 @@ class FlowRunner:
             self.state = "running"
             status_thread = threading.Thread(target=self._status_loop, name="flow-status", daemon=True)
             status_thread.start()
+            started: list[str] = []
             for gen in self.plan.generations:
                 began = time.time()
+                if until_idle and any(self._has_lookups(name) for name in gen):
+                    self._drain(started)  # lookups of a backfill read complete upstream tables
                 for name in gen:
                     self.start_query(self.plan.table(name))
-                if until_idle:
-                    self._drain(list(gen))
+                started += gen
                 log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began)
             if until_idle:
                 self._until_idle()
@@ -335,6 +361,10 @@ class FlowRunner:
                            {n: s.to_dict() for n, s in self.stats.items()},
                            self.tiering.summary() if self.tiering else {})
         return report
+
+    def _has_lookups(self, name: str) -> bool:
+        t = self.plan.table(name)
+        return t.strategy == "append" and any(i.kind == "primary_key" for i in t.inputs)
 
     def _until_idle(self) -> None:
         previous = None

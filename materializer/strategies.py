@@ -194,7 +194,8 @@ def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: in
         parts.append(keys_table(meta.schema, violators, ctx.table.primary_key, DELETE))
     if kept.num_rows:
         parts.append(keys_table(meta.schema, kept, ctx.table.primary_key, UPDATE_AFTER))
-    return pa.concat_tables(parts) if parts else kept.slice(0, 0)
+    return pa.concat_tables(parts) if parts else keys_table(meta.schema, out.slice(0, 0), ctx.table.primary_key,
+                                                            UPDATE_AFTER)
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -286,6 +287,7 @@ def changelog_batch(ctx: QueryContext) -> Callable:
         if after.num_rows:
             local_df(session, after.select(user), upstream.ddl).createOrReplaceTempView(upstream.name)
             parts.append(_upserts_and_deletes(ctx, session, run_sql(ctx, session), batch_id))
+        parts = [p for p in parts if p.num_rows]
         out = pa.concat_tables(parts) if parts else None
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         if out is not None:

@@ -1,0 +1,106 @@
+"""Plans: strategies per table, deterministic JSON, SQL errors and refused shapes with locations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ACTIONS, FLOW, write_project
+from runtime.errors import ErrorCode, TidehouseError
+
+pytestmark = pytest.mark.spark
+
+
+def _plan(path):
+    from materializer import analyze
+    from runtime.project import Project
+
+    project = Project.open()
+    try:
+        return analyze(project, path)
+    finally:
+        project.close()
+
+
+def test_plan_strategies_and_deterministic_json(spark, project_dir):
+    path = write_project(project_dir)
+    plan = _plan(path)
+    strategies = {t.name: t.strategy for t in plan.tables}
+    assert strategies == {
+        "ods.clicks": "append", "dwd.clicks": "append", "dws.user_activity": "aggregate",
+        "ads.low_users": "changelog", "ads.top_users": "recompute",
+    }
+    assert plan.generations == (("ods.clicks",), ("dwd.clicks",), ("dws.user_activity",),
+                                ("ads.low_users", "ads.top_users"))
+    dwd = plan.table("dwd.clicks")
+    assert {p.name: p.value for p in dwd.params} == {"min_price": 1.0, "valid": ["click", "view", "buy"]}
+    assert plan.table("ods.clicks").quarantine == "ods.clicks__quarantine"
+    assert plan.table("dws.user_activity").ddl == "`user_id` string, `events` bigint, `spend` double"
+    assert plan.table("dws.user_activity").checkpoint.endswith(
+        f"testflow/dws.user_activity/{plan.table('dws.user_activity').fingerprint[:12]}")
+    again = _plan(path)
+    assert again.to_json() == plan.to_json()
+    assert json.loads(plan.to_json())["tables"][0]["name"] == "ods.clicks"
+    assert "ads_top_users" in plan.to_mermaid()
+
+
+def test_fingerprint_follows_upstream_changes(spark, project_dir):
+    path = write_project(project_dir)
+    before = _plan(path)
+    path.write_text(FLOW.replace("min_price: 1.0", "min_price: 2.0"))
+    after = _plan(path)
+    for name in ("dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users"):
+        assert before.table(name).fingerprint != after.table(name).fingerprint, name
+    assert before.table("ods.clicks").fingerprint == after.table("ods.clicks").fingerprint
+    # the trigger does not change what a table holds: same fingerprint, same checkpoint
+    path.write_text(FLOW.replace("trigger: 100ms", "trigger: 2s"))
+    assert _plan(path).table("dwd.clicks").fingerprint == before.table("dwd.clicks").fingerprint
+
+
+def test_sql_error_points_at_action_file_and_flow_table(spark, project_dir):
+    actions = dict(ACTIONS)
+    actions["t_clean.sql"] = ACTIONS["t_clean.sql"].replace("item_id, price", "item_idd, price")
+    path = write_project(project_dir, actions=actions)
+    with pytest.raises(TidehouseError) as err:
+        _plan(path)
+    e = err.value
+    assert e.code == ErrorCode.ACTION_SQL_INVALID
+    assert e.location.file.endswith("t_clean.sql")
+    assert (e.location.line, e.location.col) == (9, 50)  # where item_idd stands in the SELECT line
+    assert "layers.dwd.clicks" in e.message and "item_idd" in e.message
+
+
+def test_unsupported_shape_is_refused_at_the_flow_table(spark, project_dir):
+    flow = FLOW.replace("""      primary_key: [user_id]
+      buckets: 2""", "      buckets: 2")  # an aggregation into a log table
+    path = write_project(project_dir, flow=flow)
+    with pytest.raises(TidehouseError) as err:
+        _plan(path)
+    e = err.value
+    assert e.code == ErrorCode.SHAPE_UNSUPPORTED
+    assert e.location.path == "layers.dws.user_activity"
+    assert e.location.line == 16
+    assert "primary_key" in e.hint
+
+
+def test_nondeterministic_sql_is_refused(spark, project_dir):
+    actions = dict(ACTIONS)
+    actions["t_clean.sql"] = ACTIONS["t_clean.sql"].replace("item_id, price", "item_id, price * rand() AS price")
+    path = write_project(project_dir, actions=actions)
+    with pytest.raises(TidehouseError) as err:
+        _plan(path)
+    assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
+    assert "rand()" in err.value.message
+
+
+def test_cli_plan_json_and_text(spark, project_dir, run_cli):
+    write_project(project_dir)
+    code, out, err = run_cli("flow", "plan", "flows/testflow.yaml", "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [t["strategy"] for t in data["tables"]] == ["append", "append", "aggregate", "changelog", "recompute"]
+    code, out, _ = run_cli("flow", "plan", "flows/testflow.yaml")
+    assert code == 0 and "strategy recompute" in out and "generation 3 (ads)" in out
+    code, _, err = run_cli("flow", "plan", "flows/nope.yaml")
+    assert code == 2 and "nope.yaml" in err
