@@ -21,6 +21,20 @@ from runtime.settings import SETTINGS, SETTINGS_BY_NAME
 
 PROJECT_FILE = "tidehouse.yaml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# values this process substituted from ${ENV} into the project file: redact() hides them in any output
+_LOADED_SECRETS: set[str] = set()
+_MIN_SECRET_LEN = 4  # shorter values (a port, "true") are not worth garbling every message for
+
+
+def redact(text: str) -> str:
+    """``text`` with every value this process read from ``${ENV}`` in the project file replaced by ``****``.
+
+    The CLI passes every error message, traceback (``--debug``) and ``tidehouse info`` line through it.
+    """
+    for secret in sorted(_LOADED_SECRETS, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "****")
+    return text
 
 
 def find_project_dir(start: Path | None = None) -> Path:
@@ -37,6 +51,8 @@ def _expand_env(value: Any, where: str, secret_names: set[str]) -> Any:
             name, default = match.group(1), match.group(2)
             secret_names.add(where)
             if name in os.environ:
+                if len(os.environ[name]) >= _MIN_SECRET_LEN:
+                    _LOADED_SECRETS.add(os.environ[name])
                 return os.environ[name]
             if default is not None:
                 return default
@@ -122,6 +138,9 @@ class Config:
                 "warehouse": (lake / "warehouse").as_uri(),
             }
         return props
+
+    def __repr__(self) -> str:  # never the raw values: a traceback, log line or test failure may print it
+        return f"Config(home={str(self.home)!r}, project_dir={str(self.project_dir)!r}, values={self.masked()!r})"
 
     def masked(self) -> dict[str, Any]:
         """Every setting with secrets masked, for ``tidehouse info``."""

@@ -15,6 +15,7 @@ import traceback
 
 import click
 
+from runtime.config import redact
 from runtime.errors import ErrorCode, TidehouseError
 
 # Modules that add commands to the groups below. A module missing here is simply not loaded.
@@ -107,18 +108,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TidehouseError as exc:
         if debug:
-            traceback.print_exception(exc)
-        click.echo(f"error: {exc.render()}" if "\n" not in exc.render() else exc.render(), err=True)
+            _print_trace(exc)
+        text = redact(exc.render())
+        click.echo(f"error: {text}" if "\n" not in text else text, err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
     except Exception as exc:  # internal error: one line, trace with --debug
         if debug:
-            traceback.print_exception(exc)
-        click.echo(f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
-                   "(run with --debug for the trace)", err=True)
+            _print_trace(exc)
+        click.echo(redact(f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
+                          "(run with --debug for the trace)"), err=True)
         return 1
+
+
+def _print_trace(exc: BaseException) -> None:
+    """The traceback for ``--debug``, with secrets from the project file redacted."""
+    click.echo(redact("".join(traceback.format_exception(exc))).rstrip("\n"), err=True)
 
 
 def run() -> None:  # pragma: no cover - used by the console script

@@ -41,6 +41,8 @@ def info(state, fmt: str) -> None:
         "lake_catalog": {"name": config.get("lake.catalog_name"), **catalog},
         "settings": settings,
     }
+    report = _redacted(report)  # values from ${ENV} may sit inside a URI or path: hide them everywhere
+    catalog = {k: v for k, v in report["lake_catalog"].items() if k != "name"}
     if fmt == "json":
         echo_json(report)
         return
@@ -56,3 +58,14 @@ def info(state, fmt: str) -> None:
     props = ", ".join(f"{k}={v!r}" for k, v in catalog.items())
     click.echo(f"  from pyiceberg.catalog import load_catalog; "
                f"load_catalog({config.get('lake.catalog_name')!r}, {props}).load_table('ads.top_users').scan().to_arrow()")
+
+
+def _redacted(value):
+    """Every string of the report with the project file's ``${ENV}`` values (secrets) replaced by ****."""
+    from runtime.config import redact
+
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return redact(value) if isinstance(value, str) else value
