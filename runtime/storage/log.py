@@ -2,7 +2,9 @@
 
 Folder ``<table>/bucket-<n>/``: ``lock`` (``fcntl.flock`` target), ``index`` (see :mod:`.frames`),
 segments ``<base_offset:020d>.log`` and, once retention deleted segments, ``seqs.json`` (the last ``seq`` of
-every writer as of that deletion: idempotency must not depend on frames that are gone). Offsets are dense per bucket; a segment rolls (a new file named by the
+every writer as of that deletion: idempotency must not depend on frames that are gone). Retention also
+replaces the index by the entries of the kept segments (atomic rename); every process notices the new inode
+and reloads, and unmaps the deleted segments, so neither disk nor memory grows with the bucket's history. Offsets are dense per bucket; a segment rolls (a new file named by the
 next offset) once the active one reaches ``segment_bytes``.
 
 Writers take the lock (a thread mutex plus ``flock``), then *refresh*: read new index entries, verify and index
@@ -78,6 +80,7 @@ class BucketLog:
         self._entries: list[Entry] = []
         self._bases: list[int] = []
         self._n_indexed = 0
+        self._index_ino: int | None = None  # the index file we read (a new inode = replaced: start over)
         self._base_seqs = self._load_seqs()
         self._seqs: dict[int, int] = dict(self._base_seqs)
         self._verified: set[int] = set()
@@ -169,6 +172,8 @@ class BucketLog:
 
     def _refresh(self, repair: bool) -> None:
         self._segs = self._list_segments()
+        for seg in [s for s in self._maps if s not in self._segs]:  # deleted by retention elsewhere:
+            self._drop_map(seg)  # unmap, or the disk space is never given back
         self._read_index(repair)
         if repair and not self._recovered:
             self._verify_last(repair)
@@ -181,9 +186,14 @@ class BucketLog:
 
     def _read_index(self, repair: bool) -> None:
         try:
-            size = os.stat(self.index_path).st_size
+            st = os.stat(self.index_path)
+            size, ino = st.st_size, st.st_ino
         except FileNotFoundError:
-            size = 0
+            size, ino = 0, None
+        if self._index_ino is not None and ino != self._index_ino:  # compacted by retention, or deleted
+            self._reset()
+            self._segs = self._list_segments()
+        self._index_ino = ino
         n_full = size // ENTRY_SIZE
         if n_full < self._n_indexed:  # the index was rebuilt by a writer: start over
             self._reset()
@@ -537,7 +547,24 @@ class BucketLog:
                 self._drop_map(seg)
             if self._segs:
                 self._first_kept = next(iter(self._segs))
+            if doomed:
+                self._compact_index()
         return len(doomed)
+
+    def _compact_index(self) -> None:
+        """Replace the index by the entries of the kept segments (atomic; readers notice the new inode), so
+        that neither the file nor any process's memory grows with the whole history of the bucket."""
+        from runtime.storage.meta import write_atomic
+
+        kept = [e for e in self._entries if e.segment in self._segs]
+        if len(kept) == len(self._entries) or self._n_indexed != len(self._entries):
+            return
+        write_atomic(self.index_path, b"".join(e.pack() for e in kept))
+        self._index_ino = os.stat(self.index_path).st_ino
+        self._entries = kept
+        self._bases = [e.base_offset for e in kept]
+        self._n_indexed = len(kept)
+        self._verified = {b for b in self._verified if b >= self._first_kept}
 
     def _doomed(self, segs: dict[int, int], offset: int, older_than: float) -> list[int]:
         out = []

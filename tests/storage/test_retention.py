@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -118,3 +119,43 @@ def test_pk_retention_flushes_the_state_only_when_it_deletes(tmp_path, monkeypat
     assert s.delete_before("dws.p", 0, end, older_than=time.time() + LATER) >= 1
     assert flushes == [False, False, True]
     s.close()
+
+
+def test_retention_compacts_the_index_and_other_views_follow(tmp_path):
+    root = tmp_path / "hot"
+    bdir = root / "ods" / "events" / "bucket-0"
+    a = open_store(str(root), fsync=False, segment_bytes=2048)
+    a.create_table(log_meta())
+    for i in range(30):
+        a.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    b = open_store(str(root), fsync=False)  # another process's view, loaded before retention
+    assert read_all(b, "ods.events").num_rows == 300
+    log_b = b._table("ods.events").logs[0]
+    assert log_b._maps  # it has segments mapped
+    before = (bdir / "index").stat().st_size
+    end = a.end_offsets("ods.events")[0]
+    assert a.delete_before("ods.events", 0, end, older_than=time.time() + LATER) >= 2
+    first = _segments(root, "ods.events")[0]
+    assert (bdir / "index").stat().st_size < before  # entries of deleted segments are gone from the file
+    assert len(a._table("ods.events").logs[0].entries()) == (bdir / "index").stat().st_size // 72
+    for i in range(30, 60):  # the compacted index grows past what the stale view had read
+        a.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    end = a.end_offsets("ods.events")[0]
+    # the stale view notices the new index, unmaps deleted segments, and writes on at the right offset
+    assert b.write("ods.events", rows(end, 10), writer="w", seq=60).ranges == {0: (end, end + 10)}
+    assert not set(log_b._maps) - set(_segments(root, "ods.events"))
+    assert b.write("ods.events", rows(0, 10), writer="w", seq=3).skipped  # seqs of deleted frames hold
+    for view in (a, b, open_store(str(root))):
+        got = read_all(view, "ods.events", start=first)
+        assert got.column("__offset").to_pylist() == list(range(first, end + 10))
+        assert got.column("id").to_pylist() == list(range(first, end + 10))
+        assert view.offset_times("ods.events", 0, end + 3).base_offset == end
+    # the index file itself is whole: dense entries from the first kept segment, one per frame
+    from runtime.storage.frames import ENTRY_SIZE, Entry
+
+    raw = (bdir / "index").read_bytes()
+    entries = [Entry.unpack(raw[i:i + ENTRY_SIZE]) for i in range(0, len(raw), ENTRY_SIZE)]
+    assert entries[0].base_offset == first and entries[-1].end_offset == end + 10
+    assert all(x.end_offset == y.base_offset for x, y in itertools.pairwise(entries))
+    a.close()
+    b.close()
