@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -231,3 +232,18 @@ def test_origin_is_the_oldest_input_row_origin(tmp_path):
     # batch 0: no start known -> the newest row's origin (a lower bound)
     _offset_file(tmp_path, 0, make_offset("ods.a", [25, 0]))
     assert origin_from_checkpoint(_Times(), tmp_path, 0) == 1002.0
+
+
+def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
+    from runtime.spark.session import DEFAULT_CONF, session_conf
+
+    conf = session_conf("local[*]", {"spark.sql.shuffle.partitions": 8, "spark.driver.extraJavaOptions": "-Dx=1"})
+    assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.python.worker.reuse"] == DEFAULT_CONF["spark.python.worker.reuse"]
+    opts = conf["spark.driver.extraJavaOptions"]
+    assert opts.startswith("-Dx=1 ") and "log4j2.configurationFile=file:" in opts
+    log4j = opts.split("log4j2.configurationFile=file:", 1)[1]
+    assert "rootLogger.level = warn" in Path(log4j).read_text()
+    cluster = session_conf("spark://head:7077", {})
+    assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
+    assert session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
