@@ -104,10 +104,7 @@ class Lake:
     def ensure_table(self, meta: TableMeta) -> Table:
         """Create the lake table of a hot table, or evolve it with the hot schema's new columns."""
         layer, _ = split_name(meta.name)
-        try:
-            self.catalog.create_namespace(layer)
-        except NamespaceAlreadyExistsError:
-            pass
+        self._ensure_namespace(layer)
         if not self.exists(meta.name):
             schema = lake_schema(meta)
             props = dict(TABLE_PROPERTIES)
@@ -118,9 +115,10 @@ class Lake:
                                                  partition_spec=partition_spec(meta, schema), properties=props)
             except TableAlreadyExistsError:  # another process created it first: fine
                 pass
-            except Exception as exc:
-                raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake table {meta.name}: {exc}",
-                                     location=Location(path=meta.name)) from exc
+            except Exception as exc:  # a racing creator can surface as the catalog's own error (IntegrityError)
+                if not self.exists(meta.name):
+                    raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake table {meta.name}: {exc}",
+                                         location=Location(path=meta.name)) from exc
         table = self.load(meta.name)
         new = missing_columns(meta, table.schema())
         if new:
@@ -134,6 +132,16 @@ class Lake:
                 tx.set_properties({"commit.retry.num-retries": "0"})
             table = self.load(meta.name)
         return table
+
+    def _ensure_namespace(self, layer: str) -> None:
+        try:
+            self.catalog.create_namespace(layer)
+        except NamespaceAlreadyExistsError:
+            pass
+        except Exception as exc:  # SQL catalog: two creators racing get an IntegrityError, not AlreadyExists
+            if (layer,) not in [tuple(ns) for ns in self.catalog.list_namespaces()]:
+                raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake namespace {layer}: {exc}",
+                                     location=Location(path=layer)) from exc
 
     def drop(self, name: str) -> None:
         try:

@@ -1,0 +1,76 @@
+"""The tiering service: per-table interval jobs, parallel across tables, never overlapping one table,
+never silently dropping a run, and one table's failures never stopping the others."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import runtime.lake.scheduler as scheduler_module
+from runtime.lake.scheduler import TieringService, wait_until
+from runtime.lake.state import lake_offsets
+from runtime.lake.tiering import CycleResult
+from runtime.storage.api import TableMeta
+from tests.lake.memstore import MemoryTableStore
+from tests.lake.test_tiering import CLICKS, clicks
+
+
+@pytest.fixture
+def mem():
+    store = MemoryTableStore()
+    for name in ("ods.a", "ods.b"):
+        store.create_table(TableMeta(name, CLICKS))
+    return store
+
+
+def test_service_tiers_every_table_on_its_interval(mem, lake):
+    service = TieringService((mem, lake), {"ods.a": 0.2, "ods.b": 0.3})
+    with service:
+        for seq in range(3):
+            mem.write("ods.a", clicks(5, seq * 5), writer="w", seq=seq)
+            mem.write("ods.b", clicks(2, seq * 2), writer="w", seq=seq)
+            assert wait_until(lambda: all(lake.exists(n) and lake_offsets(lake.load(n), 1)[0] == mem.end_offsets(n)
+                                          for n in ("ods.a", "ods.b")), timeout=20)
+    stats = service.summary()
+    assert stats["ods.a"]["commits"] == 3 and stats["ods.b"]["commits"] == 3
+    assert stats["ods.a"]["errors"] == 0 and not service.running
+
+
+def test_no_overlap_and_no_silent_drop_when_a_cycle_is_slower_than_its_interval(mem, lake, monkeypatch):
+    active: dict[str, int] = {"ods.a": 0, "ods.b": 0}
+    peak: dict[str, int] = {"ods.a": 0, "ods.b": 0}
+    lock = threading.Lock()
+
+    def slow_cycle(store, lake_, name, **_):
+        with lock:
+            active[name] += 1
+            peak[name] = max(peak[name], active[name])
+        time.sleep(0.35)  # longer than the 0.1 s interval
+        with lock:
+            active[name] -= 1
+        return CycleResult(name, 0, 0.35, False, None, (0,), (0,), 0.0, 0.0)
+
+    monkeypatch.setattr(scheduler_module, "tier_table", slow_cycle)
+    service = TieringService((mem, lake), {"ods.a": 0.1, "ods.b": 0.1})
+    started = time.monotonic()
+    with service:
+        time.sleep(1.6)
+    elapsed = time.monotonic() - started
+    assert peak == {"ods.a": 1, "ods.b": 1}  # one table never runs twice at once
+    for name in ("ods.a", "ods.b"):  # back to back: a late run waits and then runs at once
+        assert service.stats[name].runs >= int(elapsed / 0.35) - 1, service.summary()
+
+
+def test_a_failing_table_does_not_stop_the_others(mem, lake):
+    errors = []
+    service = TieringService((mem, lake), {"ods.a": 0.1, "ods.missing": 0.1},
+                             on_error=lambda t, e: errors.append(t))
+    mem.write("ods.a", clicks(3), writer="w", seq=0)
+    with service:
+        assert wait_until(lambda: service.stats["ods.missing"].errors >= 3 and service.stats["ods.a"].commits == 1,
+                          timeout=20)
+    assert "TH300" in service.stats["ods.missing"].last_error and set(errors) == {"ods.missing"}
+    results = service.run_all_now()
+    assert results["ods.missing"] is None and results["ods.a"] is not None and not results["ods.a"].committed
