@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import json
 import os
 import shutil
 import threading
@@ -139,12 +138,12 @@ class LocalTableStore(TableStore):
                     return current
                 out = metamod.to_json(evolved, doc["schemas"])
                 out["incarnation"] = doc.get("incarnation")
-                metamod.write_atomic(path, json.dumps(out, indent=1).encode())
+                metamod.write_atomic(path, metamod.encode_doc(out))
                 return evolved
             created = replace(wanted, schema_id=0)
             doc = metamod.to_json(created, [])
             doc["incarnation"] = uuid.uuid4().hex
-            metamod.write_atomic(path, json.dumps(doc, indent=1).encode())
+            metamod.write_atomic(path, metamod.encode_doc(doc))
             return created
 
     def _table(self, name: str) -> _Table:

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -209,12 +210,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _checksum(body: dict[str, Any]) -> str:
+    return f"{zlib.crc32(json.dumps(body, sort_keys=True, separators=(',', ':')).encode()):08x}"
+
+
+def encode_doc(doc: dict[str, Any]) -> bytes:
+    """``meta.json`` bytes with a CRC of the content: a flipped bit is detected rather than trusted."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    return json.dumps({**body, "checksum": _checksum(body)}, indent=1).encode()
+
+
 def read_doc(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_bytes())
+        doc = json.loads(path.read_bytes())
     except (ValueError, KeyError) as exc:
         raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is not valid JSON: {exc}",
                              location=Location(file=str(path))) from exc
+    if isinstance(doc, dict) and "checksum" in doc:  # files written before checksums have none
+        body = {k: v for k, v in doc.items() if k != "checksum"}
+        if doc["checksum"] != _checksum(body):
+            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is damaged (checksum "
+                                 "mismatch)", location=Location(file=str(path)),
+                                 hint="restore it from a backup, or drop and rebuild the table")
+    try:  # valid JSON is not enough: a damaged key or value must not escape as a KeyError later
+        from_json(doc)
+    except Exception as exc:  # noqa: BLE001 - KeyError, TypeError, StopIteration, ArrowInvalid, ...
+        raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is damaged: "
+                             f"{type(exc).__name__}: {exc}", location=Location(file=str(path))) from exc
+    return doc
 
 
 def system_names() -> tuple[str, ...]:
