@@ -147,6 +147,25 @@ class LiveView:
             + (f", {r['quarantined']} quarantined" if r["quarantined"] else "") for r in rows))
 
 
+TRANSIENT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
+
+
+def resuming(run: Callable[[], Any], echo: Callable[[str], None], attempts: int = 3) -> Any:
+    """Run a flow; if Spark's Python worker did not start in time (Spark allows it a fixed 10 s, which an
+    overloaded small machine can miss), trigger again: the flow resumes from its checkpoints, exactly once."""
+    from runtime.errors import ErrorCode, TidehouseError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return run()
+        except TidehouseError as exc:
+            if exc.code != ErrorCode.QUERY_FAILED or attempt == attempts or not any(
+                    t in exc.render() for t in TRANSIENT):
+                raise
+            echo(f"a Spark Python worker did not start in time (busy machine); resuming the flow from its "
+                 f"checkpoints (attempt {attempt + 1} of {attempts})...")
+
+
 def prepare(directory: Path, *, fresh: bool = True) -> Path:
     """A clean demo project in ``directory`` (wiped first only if it is a previous demo's folder)."""
     from runtime.errors import ErrorCode, TidehouseError
@@ -200,15 +219,17 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
         project.spark()
         producer.start()
         stop = threading.Event()
+        deadline = time.time() + seconds
         try:
             with LiveView(echo, tty) as view:
-                trigger(project, flow_path, duration=float(seconds), stop_event=stop, on_status=view)
+                resuming(lambda: trigger(project, flow_path, duration=max(5.0, deadline - time.time()),
+                                         stop_event=stop, on_status=view), echo)
         except KeyboardInterrupt:
             stop.set()
         producer.stop.set()
         producer.join(timeout=5)
         echo("draining every layer and tiering every table into the lake (--until-idle)...")
-        report = trigger(project, flow_path, until_idle=True)
+        report = resuming(lambda: trigger(project, flow_path, until_idle=True), echo)
         plan_tables = list(report.tables)
         result = DemoResult(root, project.home, table_counts(project, plan_tables), time.time() - started)
         _summary(project, result, echo)
