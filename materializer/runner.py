@@ -35,7 +35,8 @@ from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0
-MAX_RESTARTS = 3
+MAX_RESTARTS = 8  # with back-off 1, 2, 4, 8, 15, 15... s
+MAX_IDLE_PASSES = 20
 # failures that say nothing about the flow, only about the machine: the query is restarted
 TRANSIENT = ("Python worker failed to connect back", "Python worker exited unexpectedly")
 
@@ -264,6 +265,7 @@ class FlowRunner:
             return False
         log.warning("restarting the query of %s after a transient failure (%d/%d): %s", name,
                     self._restarts[name], MAX_RESTARTS, text.splitlines()[0])
+        time.sleep(min(2 ** (self._restarts[name] - 1), 15))
         self.start_query(self.plan.table(name))
         return True
 
@@ -368,7 +370,7 @@ class FlowRunner:
 
     def _until_idle(self) -> None:
         previous = None
-        while True:
+        for _ in range(MAX_IDLE_PASSES):
             began = time.time()
             for gen in self.plan.generations:
                 self._drain(list(gen))
@@ -381,6 +383,8 @@ class FlowRunner:
             if ends == previous:
                 return
             previous = ends
+        log.warning("flow %s: still moving after %d until-idle passes (is a source still growing?); stopping",
+                    self.plan.flow, MAX_IDLE_PASSES)
 
     def _stop_all(self) -> None:
         for name in reversed(list(self.queries)):

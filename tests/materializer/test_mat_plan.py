@@ -80,7 +80,7 @@ def test_unsupported_shape_is_refused_at_the_flow_table(spark, project_dir):
     e = err.value
     assert e.code == ErrorCode.SHAPE_UNSUPPORTED
     assert e.location.path == "layers.dws.user_activity"
-    assert e.location.line == 16
+    assert e.location.line == 17  # the table's mapping (its first key, action:)
     assert "primary_key" in e.hint
 
 
