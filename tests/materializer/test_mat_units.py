@@ -1,0 +1,61 @@
+"""Fast pieces of the strategies and status, on the real hot store (no Spark)."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from materializer.plan import Param
+from materializer.status import hot_figures, table_figures
+from materializer.strategies import _last_images, keys_table, quarantine_rows
+from runtime.storage import open_store
+from runtime.storage.api import TableMeta
+
+
+def test_last_images_keep_the_last_upsert_per_key():
+    data = pa.table({
+        "k": ["a", "a", "a", "b", "b", "c"],
+        "v": [1, 1, 2, 5, 5, 7],
+        "__change": ["+I", "-U", "+U", "+I", "-D", "+I"],
+    })
+    last = _last_images(data, ("k",))
+    assert last.to_pydict() == {"k": ["a", "c"], "v": [2, 7], "__change": ["+U", "+I"]}
+
+
+def test_keys_table_deletes_carry_only_keys():
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    rows = pa.table({"k": ["a"], "v": [3]})
+    deletes = keys_table(schema, rows, ("k",), "-D")
+    assert deletes.to_pydict() == {"k": ["a"], "v": [None], "__change": ["-D"]}
+    upserts = keys_table(schema, rows, ("k",), "+U")
+    assert upserts.to_pydict() == {"k": ["a"], "v": [3], "__change": ["+U"]}
+
+
+def test_quarantine_rows_shape():
+    rows = quarantine_rows(["{bad", "x"], "malformed", "clicks")
+    assert rows.column_names == ["raw", "reason", "source", "quarantined_at"]
+    assert rows.column("reason").to_pylist() == ["malformed", "malformed"]
+    assert rows.num_rows == 2
+
+
+def test_hot_delay_is_commit_minus_origin(tmp_path):
+    store = open_store(str(tmp_path / "hot"))
+    try:
+        store.create_table(TableMeta("dwd.x", pa.schema([("a", pa.int64())])))
+        store.create_table(TableMeta("dwd.x__quarantine", pa.schema([("raw", pa.string())])))
+        assert hot_figures(store, "dwd.nope")["hot_end_offsets"] is None
+        origin = time.time() - 5.0
+        store.write("dwd.x", pa.table({"a": [1, 2, 3]}), writer="w", seq=0, origin_ts=origin)
+        store.write("dwd.x__quarantine", pa.table({"raw": ["?"]}), writer="w", seq=0)
+        figures = table_figures(store, None, "dwd.x", "dwd.x__quarantine")
+        assert figures["hot_end_offsets"] == [3]
+        assert 4.9 <= figures["hot_delay_s"] <= 30
+        assert figures["quarantined"] == 1
+    finally:
+        store.close()
+
+
+def test_params_are_plain_data():
+    p = Param("valid", "array<string>", ["a", "b"])
+    assert p.value == ["a", "b"] and p.type == "array<string>"
