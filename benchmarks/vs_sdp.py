@@ -628,6 +628,9 @@ class Tidehouse:
         self.log = base / "tidehouse.log"
         self.proc: subprocess.Popen | None = None
         self._project = None
+        self.restarts, self.max_restarts = 0, 1
+        self.notes: list[str] = []
+        self._duration, self._started = 0.0, 0.0
 
     def command(self, duration: float) -> list[str]:
         return [str(VENV_BIN / "tidehouse"), "--home", str(self.home), "flow", "trigger", str(self.flow_path),
@@ -645,11 +648,22 @@ class Tidehouse:
         return readers
 
     def start(self, duration: float) -> None:
+        self._duration, self._started = duration, time.time()
         with open(self.log, "a", encoding="utf-8") as log:
             self.proc = subprocess.Popen(self.command(duration), cwd=self.project, env=_env(), stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 
     def alive(self) -> bool:
+        """True while the flow runs. A flow that failed is triggered again once (it resumes where it stopped,
+        as a supervisor would restart it); the restart and its cause are reported with the run."""
+        if self.proc is not None and self.proc.poll() not in (None, 0) and self.restarts < self.max_restarts:
+            cause = next((ln for ln in reversed(_tail(self.log, 80).splitlines()) if ln.startswith("error:")),
+                         f"exit code {self.proc.returncode}")
+            self.notes.append(f"flow trigger failed after {time.time() - self._started:.0f} s and was "
+                              f"triggered again: {cause}")
+            print(f"[tidehouse] {self.notes[-1]}", flush=True)
+            self.restarts += 1
+            self.start(self._duration)
         return self.proc is not None and self.proc.poll() is None
 
     @property
@@ -750,7 +764,8 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
         prober.stop()
     phase = Phase(name, generator.rate, generator.measured(), prober.observations, prober.peak_rss,
                   generator.rows_written - rows_before, time.time() - began,
-                  runs=list(getattr(system, "runs", [])), errors=prober.errors[-5:],
+                  runs=list(getattr(system, "runs", [])),
+                  errors=list(getattr(system, "notes", [])) + prober.errors[-5:],
                   load=sum(prober.loads) / len(prober.loads) if prober.loads else None)
     for label in phase.observations:
         s = phase.summary(label)
@@ -938,25 +953,37 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join([".venv/bin/python benchmarks/vs_sdp.py", *argv]).strip()
 
 
-def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Phase]:
-    """Run the selected systems one after the other; save every probe's times to ``workdir/results.json``."""
+def measure(args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, Phase], dict[str, str]], None]
+            ) -> tuple[dict[str, Phase], dict[str, str]]:
+    """Run the selected systems one after the other. A run that fails is reported (``failures``) and the
+    others still run; ``save`` is called after every run so no measurement is lost."""
     phases: dict[str, Phase] = {}
+    failures: dict[str, str] = {}
+
+    def attempt(name: str, run: Callable[[], Phase]) -> None:
+        try:
+            phases[name] = run()
+        except Exception as exc:  # report it, keep measuring the others
+            failures[name] = str(exc)[:1500]
+            print(f"[{name}] FAILED: {failures[name]}", flush=True)
+        save(phases, failures)
+
     if {"loop", "schedule"} & set(args.modes):
         gen = Generator(workdir / "input-sdp", args.rate).start()
         sdp = Sdp(workdir, gen.directory)
         try:
             if "loop" in args.modes:
-                phases["SDP loop"] = run_phase(
+                attempt("SDP loop", lambda: run_phase(
                     "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
                     probe_interval=args.probe_interval, drain=args.sdp_drain, warmup=args.warmup,
-                    poll=args.poll, settle=args.settle)
+                    poll=args.poll, settle=args.settle))
             if "schedule" in args.modes:
-                sdp.runs = []
+                sdp.runs, sdp.failure = [], None
                 name = f"SDP every {args.schedule:g} s"
-                phases[name] = run_phase(
+                attempt(name, lambda: run_phase(
                     name, sdp, gen, start=lambda: sdp.start(args.schedule), window=args.window,
                     probe_interval=args.probe_interval, drain=args.schedule + args.sdp_drain,
-                    warmup=None if "loop" in args.modes else args.warmup, poll=args.poll, settle=args.settle)
+                    warmup=None if "SDP loop" in phases else args.warmup, poll=args.poll, settle=args.settle))
         finally:
             gen.stop()
     if "tidehouse" in args.modes:
@@ -964,14 +991,15 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Phase]:
             gen = Generator(workdir / f"input-th-{t:g}s", args.rate).start()
             th = Tidehouse(workdir, gen.directory, t)
             budget = args.warmup + args.settle + args.window + t + 180.0
+            name = f"Tidehouse T={t:g}s"
             try:
-                phases[f"Tidehouse T={t:g}s"] = run_phase(
-                    f"Tidehouse T={t:g}s", th, gen, start=lambda th=th, budget=budget: th.start(budget),
-                    window=args.window, probe_interval=args.probe_interval, drain=t + 60.0,
-                    warmup=args.warmup, poll=args.poll, settle=args.settle)
+                attempt(name, lambda th=th, gen=gen, budget=budget, t=t, name=name: run_phase(
+                    name, th, gen, start=lambda: th.start(budget), window=args.window,
+                    probe_interval=args.probe_interval, drain=t + 60.0, warmup=args.warmup, poll=args.poll,
+                    settle=args.settle))
             finally:
                 gen.stop()
-    return phases
+    return phases, failures
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -983,27 +1011,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in SAVED_ARGS:
             setattr(args, key, saved["args"][key])
         phases = {d["name"]: Phase.from_json(d) for d in saved["phases"]}
-        command, wall = saved["command"], saved["wall"]
+        command, wall, failures = saved["command"], saved["wall"], saved.get("failures", {})
     else:
         workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vs_sdp-"))
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"work directory: {workdir}", flush=True)
+        keep_dir = workdir if (args.keep or args.workdir) else Path(tempfile.gettempdir())
+        out = keep_dir / "vs_sdp-results.json"
+        command = command_line(argv)
+
+        def save(phases: dict[str, Phase], failures: dict[str, str]) -> None:
+            results = {"command": command, "wall": time.time() - started, "failures": failures,
+                       "phases": [p.to_json() for p in phases.values()],
+                       "args": {k: getattr(args, k) for k in SAVED_ARGS}}
+            out.write_text(json.dumps(results), encoding="utf-8")
+
         try:
-            phases = measure(args, workdir)
+            phases, failures = measure(args, workdir, save)
         finally:
             if not args.keep and args.workdir is None:
                 shutil.rmtree(workdir, ignore_errors=True)
-        command, wall = command_line(argv), time.time() - started
-        results = {"command": command, "wall": wall, "phases": [p.to_json() for p in phases.values()],
-                   "args": {k: getattr(args, k) for k in SAVED_ARGS}}
-        keep_dir = workdir if (args.keep or args.workdir) else Path(tempfile.gettempdir())
-        out = keep_dir / "vs_sdp-results.json"
-        out.write_text(json.dumps(results), encoding="utf-8")
+        wall = time.time() - started
         print(f"raw probe times: {out} (re-render with --from-results)", flush=True)
     if not phases:
         print("nothing measured", file=sys.stderr)
         return 1
     body = report_body(phases, args) + f"\n\nTotal wall time of the measuring script: {wall:.0f} s."
+    notes = [f"* {p.name}: {e}" for p in phases.values() for e in p.errors]
+    notes += [f"* **{name} failed**: {msg.splitlines()[0]}" for name, msg in failures.items()]
+    if notes:
+        body += "\n\nNotes:\n\n" + "\n".join(notes)
     if args.no_write:
         print(body)
         return 0
