@@ -141,8 +141,11 @@ def _affected_filter(table: Table, keys: pa.Table, key_columns: Sequence[str],
         expr = In(BUCKET, set(buckets))
     if keys.num_rows <= _KEY_FILTER_LIMIT:  # prune files by the first key column's min/max statistics
         values = set(keys.column(key_columns[0]).drop_null().to_pylist())  # key columns are required
-        if values:
-            by_key = In(key_columns[0], values)
+        try:
+            by_key = In(key_columns[0], values) if values else None
+        except (TypeError, ValueError):  # a key type pyiceberg has no literal for: prune by partition only
+            by_key = None
+        if by_key is not None:
             expr = by_key if isinstance(expr, AlwaysTrue) else And(expr, by_key)
     return expr
 
