@@ -93,6 +93,17 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
         if not batches else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
+@contextlib.contextmanager
+def _io_errors(what: str, file: Path | None, hint: str | None = None) -> Iterator[None]:
+    """A failing disk (ENOSPC, EIO, EROFS, ...) becomes STORAGE_IO naming the operation, cause kept."""
+    try:
+        yield
+    except OSError as exc:
+        raise TidehouseError(ErrorCode.STORAGE_IO, f"{what} failed: {exc.strerror or exc}",
+                             location=Location(file=str(file) if file else None), hint=hint,
+                             params={"errno": exc.errno}) from exc
+
+
 class LocalTableStore(TableStore):
     """Hot tables under a local directory; safe for several processes sharing ``root``."""
 
@@ -126,7 +137,7 @@ class LocalTableStore(TableStore):
     def create_table(self, meta: TableMeta, *, exist_ok: bool = True) -> TableMeta:
         wanted = metamod.validate(meta)
         path = self._meta_path(wanted.name)
-        with self._mutex, self._catalog_lock():
+        with _io_errors(f"create table {wanted.name}", path), self._mutex, self._catalog_lock():
             if path.exists():
                 doc = metamod.read_doc(path)
                 current = metamod.from_json(doc)
@@ -278,7 +289,10 @@ class LocalTableStore(TableStore):
         for b, idx in groups.items():
             part = prepared if idx is None else prepared.take(pa.array(idx))
             part_kinds = kinds if idx is None or kinds is None else [kinds[i] for i in idx]
-            got = self._write_bucket(table, b, part, part_kinds, writer, seq, origin_ts)
+            with _io_errors(f"write to {name} bucket {b} (writer {writer}, seq {seq})", None,
+                            hint="nothing partial is visible; retry with the same writer and seq "
+                                 "(a retry is applied exactly once)"):
+                got = self._write_bucket(table, b, part, part_kinds, writer, seq, origin_ts)
             if got is None:
                 skipped += 1
             else:

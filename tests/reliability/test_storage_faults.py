@@ -207,3 +207,153 @@ def test_meta_json_damage_is_a_clean_error_or_harmless(tmp_path, seed):
             outcomes["same"] += 1
     print("meta.json damage outcomes:", outcomes, "silently changed:", len(silent))
     assert not silent, f"damaged meta.json silently changed the table: {silent[:5]}"
+
+
+# -- a filesystem that drops unsynced writes ----------------------------------------------------------------
+class SyncTracker:
+    """Records, per inode, how many bytes were made durable by ``fsync``/``fdatasync``.
+
+    ``power_loss()`` then keeps, of every file under the root, its synced prefix plus a random part of the
+    unsynced rest (the page cache flushed some of it, maybe tearing a frame): what a crash can leave.
+    """
+
+    def __init__(self, monkeypatch, root: Path) -> None:
+        self.root = root
+        self.synced: dict[tuple[int, int], int] = {}
+        real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+        def record(fd: int) -> None:
+            st = os.fstat(fd)
+            if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                self.synced[(st.st_dev, st.st_ino)] = st.st_size
+
+        def fsync(fd):
+            real_fsync(fd)
+            record(fd if isinstance(fd, int) else fd.fileno())
+
+        def fdatasync(fd):
+            real_fdatasync(fd)
+            record(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    def power_loss(self, rng: random.Random) -> dict[str, tuple[int, int]]:
+        cut = {}
+        for path in self.root.rglob("*"):
+            if not path.is_file() or "kv" in path.parts:
+                continue
+            st = path.stat()
+            durable = min(self.synced.get((st.st_dev, st.st_ino), 0), st.st_size)
+            keep = rng.randint(durable, st.st_size)
+            if keep < st.st_size:
+                with open(path, "r+b") as fh:
+                    fh.truncate(keep)
+                cut[str(path.relative_to(self.root))] = (keep, st.st_size)
+        return cut
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("fsync", [True, False], ids=["fsync", "no-fsync"])
+def test_power_loss_drops_unsynced_bytes(tmp_path, monkeypatch, seed, fsync):
+    """With fsync every acknowledged write survives; without, the log is still a clean prefix."""
+    rng = random.Random(seed)
+    for round_ in range(scale(12, 80)):
+        root = tmp_path / f"p{round_}"
+        tracker = SyncTracker(monkeypatch, root)
+        store = open_store(str(root), fsync=fsync, segment_bytes=rng.choice([600, 2000, 1 << 20]))
+        store.create_table(TableMeta(NAME, SCHEMA))
+        acked = 0
+        for seq in range(rng.randrange(1, 25)):
+            n = rng.randrange(1, 9)
+            store.write(NAME, _batch(acked, n), writer="w", seq=seq)
+            acked += n
+        store.close()
+        cut = tracker.power_loss(rng)
+        monkeypatch.undo()
+        try:
+            keys = _read_keys(str(root))
+        except TidehouseError as exc:
+            # without fsync nothing orders the files: an older segment may lose bytes a newer one kept.
+            # That is reported (never silently truncated); fsync: false documents this trade-off.
+            assert not fsync and exc.code is ErrorCode.STORAGE_CORRUPT, (round_, exc, cut)
+            continue
+        assert keys == list(range(len(keys))), (round_, cut)
+        if fsync:
+            assert len(keys) == acked, (round_, "acknowledged rows lost", len(keys), acked, cut)
+        # recovery: a new writer continues right after the surviving rows
+        store = open_store(str(root), fsync=fsync)
+        assert store.write(NAME, _batch(len(keys), 2), writer="w2", seq=0).ranges[0] == (len(keys), len(keys) + 2)
+        store.close()
+        assert _read_keys(str(root)) == list(range(len(keys) + 2))
+
+
+# -- ENOSPC / EIO -------------------------------------------------------------------------------------------
+def _fail(err: int):
+    def raiser(*_a, **_k):
+        raise OSError(err, os.strerror(err))
+    return raiser
+
+
+def _partial_pwritev(real):
+    """A full disk mid-frame: the first part of the frame reaches the file, then ENOSPC."""
+    def pwritev(fd, buffers, offset):
+        data = b"".join(bytes(b) for b in buffers)
+        os.pwrite(fd, data[: max(1, len(data) // 3)], offset)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return pwritev
+
+
+FAULTS = {
+    "enospc-before-write": lambda real: ("pwritev", _fail(errno.ENOSPC)),
+    "enospc-mid-frame": lambda real: ("pwritev", _partial_pwritev(real)),
+    "eio-on-write": lambda real: ("pwritev", _fail(errno.EIO)),
+    "eio-on-fdatasync": lambda real: ("fdatasync", _fail(errno.EIO)),
+    "enospc-on-index": lambda real: ("write", _fail(errno.ENOSPC)),
+}
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_disk_errors_are_clean_and_recoverable(tmp_path, monkeypatch, seed, fault):
+    rng = random.Random(seed)
+    for round_ in range(scale(5, 40)):
+        root = str(tmp_path / f"{fault}{round_}")
+        store = open_store(root, fsync=True, segment_bytes=rng.choice([700, 1 << 20]))
+        store.create_table(TableMeta(NAME, SCHEMA))
+        committed = 0
+        for seq in range(rng.randrange(0, 6)):
+            store.write(NAME, _batch(committed, 4), writer="w", seq=seq)
+            committed += 4
+        failing_seq = 100
+        name, broken = FAULTS[fault](None)
+        monkeypatch.setattr(os, name, broken)
+        with pytest.raises(TidehouseError) as info:
+            store.write(NAME, _batch(committed, 5), writer="w", seq=failing_seq)
+        monkeypatch.undo()
+        assert info.value.code is ErrorCode.STORAGE_IO, info.value
+        assert "Traceback" not in info.value.render()
+        # nothing partial is visible: the failed batch is absent, or (its frame was whole) present entirely
+        seen = _read_keys(root)
+        assert seen in (list(range(committed)), list(range(committed + 5))), (fault, round_, len(seen), committed)
+        # space is back: the same write retried lands exactly once, and the next one is dense
+        store.write(NAME, _batch(committed, 5), writer="w", seq=failing_seq)
+        got = store.write(NAME, _batch(committed + 5, 3), writer="w", seq=failing_seq + 1)
+        assert got.ranges[0] == (committed + 5, committed + 8), (fault, round_)
+        store.close()
+        assert _read_keys(root) == list(range(committed + 8)), (fault, round_)
+        assert _read_keys(root) == list(range(committed + 8))
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("call", ["fsync", "replace"])
+def test_create_table_on_a_full_disk_is_clean(tmp_path, monkeypatch, call):
+    store = open_store(str(tmp_path / "r"), fsync=True)
+    monkeypatch.setattr(os, call, _fail(errno.ENOSPC))
+    with pytest.raises(TidehouseError) as info:
+        store.create_table(TableMeta(NAME, SCHEMA))
+    monkeypatch.undo()
+    assert info.value.code is ErrorCode.STORAGE_IO
+    assert not store.has_table(NAME) and list((tmp_path / "r").rglob(".tmp-*")) == []
+    store.create_table(TableMeta(NAME, SCHEMA))  # space is back
+    assert store.write(NAME, _batch(0, 2), writer="w", seq=0).ranges[0] == (0, 2)
