@@ -32,6 +32,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,6 +59,10 @@ _SEGMENT = re.compile(r"^(\d{20})\.log$")
 
 def segment_name(base: int) -> str:
     return f"{base:020d}.log"
+
+
+def _seqs_crc(seqs: dict[str, int]) -> int:
+    return zlib.crc32(json.dumps(seqs, sort_keys=True).encode())
 
 
 class BucketLog:
@@ -103,13 +108,17 @@ class BucketLog:
         except FileNotFoundError:
             return {}
         try:
-            return {int(h): int(s) for h, s in json.loads(raw)["seqs"].items()}
+            doc = json.loads(raw)
+            seqs = doc["seqs"]
+            if _seqs_crc(seqs) != doc["crc"]:
+                raise ValueError("checksum mismatch")
+            return {int(h): int(s) for h, s in seqs.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             file = str(self.seqs_path)
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{self.table} bucket {self.bucket}: unreadable "
+            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{self.table} bucket {self.bucket}: damaged "
                                  f"writer sequence file {file}: {exc}", location=Location(file=file),
-                                 hint="restore it from a backup; it is replaced atomically, so this is damage") \
-                from exc
+                                 hint="restore it from a backup (it is replaced atomically, so this is damage); "
+                                      "without it a replayed old write could be applied twice") from exc
 
     def segment_path(self, base: int) -> Path:
         return self.path / segment_name(base)
@@ -585,7 +594,8 @@ class BucketLog:
     def _save_seqs(self) -> None:
         from runtime.storage.meta import write_atomic
 
-        doc = {"format": 1, "seqs": {str(h): s for h, s in sorted(self._seqs.items())}}
+        seqs = {str(h): s for h, s in sorted(self._seqs.items())}
+        doc = {"format": 1, "seqs": seqs, "crc": _seqs_crc(seqs)}
         write_atomic(self.seqs_path, json.dumps(doc).encode())
         self._base_seqs = dict(self._seqs)
 

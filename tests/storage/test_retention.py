@@ -6,6 +6,9 @@ import itertools
 import os
 import time
 
+import pytest
+
+from runtime.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
 
 from ._util import LOG_SCHEMA, log_meta, read_all, rows
@@ -159,3 +162,20 @@ def test_retention_compacts_the_index_and_other_views_follow(tmp_path):
     assert all(x.end_offset == y.base_offset for x, y in itertools.pairwise(entries))
     a.close()
     b.close()
+
+
+def test_a_damaged_seqs_file_is_a_clean_error(tmp_path):
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=1024)
+    s.create_table(log_meta())
+    for i in range(20):
+        s.write("ods.events", rows(i * 5, 5), writer="w", seq=i)
+    assert s.delete_before("ods.events", 0, s.end_offsets("ods.events")[0], older_than=time.time() + LATER)
+    s.close()
+    path = root / "ods" / "events" / "bucket-0" / "seqs.json"
+    text = path.read_text()
+    assert '"crc"' in text
+    path.write_text(text.replace(": 19", ": 17"))  # a flipped digit would silently re-admit seqs 18 and 19
+    with pytest.raises(TidehouseError) as err:
+        open_store(str(root)).last_seq("ods.events", "w")
+    assert err.value.code == ErrorCode.STORAGE_CORRUPT and err.value.location.file == str(path)
