@@ -240,15 +240,17 @@ class Tablet:
                 return self._secondary, False
             except Exception:  # noqa: BLE001 - rocksdict raises plain Exception; files vanished: reopen
                 self._close_secondary()
-        scratch = tempfile.mkdtemp(prefix="tidehouse-kv-")
+        scratch = ""
         try:
+            scratch = tempfile.mkdtemp(prefix="tidehouse-kv-")
             self._secondary = Rdict(str(self.path), Options(raw_mode=True),
                                     access_type=AccessType.secondary(scratch))
             self._scratch = scratch
             weakref.finalize(self, shutil.rmtree, scratch, True)  # also when never closed
             return self._secondary, False
-        except Exception:  # noqa: BLE001 - rocksdict raises plain Exception; fall back to read-only
-            shutil.rmtree(scratch, ignore_errors=True)
+        except Exception:  # noqa: BLE001 - no temp space, or rocksdict's plain Exception: read-only below
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
         for attempt in range(5):
             try:
                 return Rdict(str(self.path), Options(raw_mode=True), access_type=AccessType.read_only()), True

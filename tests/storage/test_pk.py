@@ -240,3 +240,23 @@ def test_reader_in_another_store_follows_the_writer(tmp_path):
     r.close()
     assert not os.path.exists(scratch)
     w2.close()
+
+
+def test_reader_falls_back_to_read_only_without_temp_space(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    root = str(tmp_path / "hot")
+    w = open_store(root, fsync=False)
+    w.create_table(pk_meta())
+    w.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    r = open_store(root)
+    assert r.lookup("dws.t", pa.table({"k": ["a"]})).column("a").to_pylist() == [1]
+    assert r._table("dws.t").tablets[0]._secondary is None
+    r.close()
+    w.close()
