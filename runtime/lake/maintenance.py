@@ -6,7 +6,9 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
   300 commits). When a table has more than ``tiering.max_snapshots`` snapshots, the oldest are expired
   down to half that number (hysteresis: one expiry commit per ``max/2`` cycles, not one per cycle). The
   current snapshot always survives, and it carries ``tidehouse.offsets``, so offsets are never lost.
-  (pyiceberg 0.12 expires metadata only; the data files of expired snapshots stay on disk.)
+  pyiceberg 0.12 expires metadata only, so the data files, manifests and manifest lists that only expired
+  snapshots referenced are deleted here (a reader still pinned to an expired snapshot may then fail and must
+  re-plan, as with any Iceberg expiry). Files of a crashed, never-committed cycle are not found this way.
 * **Compact small files.** pyiceberg 0.12 has no data-file compaction, so when the current snapshot has at
   least ``tiering.compact_min_files`` data files, every partition with more than one file is rewritten into
   as few files as the target size allows (log tables sorted by ``__offset``), as ONE ``overwrite`` snapshot
@@ -41,17 +43,41 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 
+def _reachable(table: Table, snapshots) -> tuple[set[str], set[str]]:
+    """(data file paths, manifest paths) that the given snapshots reference."""
+    files: set[str] = set()
+    manifests: set[str] = set()
+    for snap in snapshots:
+        for manifest in snap.manifests(table.io):
+            if manifest.manifest_path in manifests:
+                continue
+            manifests.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                files.add(entry.data_file.file_path)
+    return files, manifests
+
+
 def expire_snapshots(table: Table, max_snapshots: int) -> int:
-    """Expire the oldest snapshots when there are more than ``max_snapshots``; return how many."""
+    """Expire the oldest snapshots when there are more than ``max_snapshots``, and delete the files only they
+    referenced (data files, manifests, manifest lists); return how many snapshots were expired."""
     snapshots = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
     if max_snapshots <= 0 or len(snapshots) <= max_snapshots:
         return 0
     keep = max(1, max_snapshots // 2)
     current = table.current_snapshot()
-    doomed = [s.snapshot_id for s in snapshots[:-keep] if current is None or s.snapshot_id != current.snapshot_id]
+    doomed = [s for s in snapshots[:-keep] if current is None or s.snapshot_id != current.snapshot_id]
     if not doomed:
         return 0
-    table.maintenance.expire_snapshots().by_ids(doomed).commit()
+    kept = [s for s in snapshots if s not in doomed]
+    old_files, old_manifests = _reachable(table, doomed)
+    table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in doomed]).commit()
+    live_files, live_manifests = _reachable(table, kept)
+    garbage = sorted((old_files - live_files) | (old_manifests - live_manifests)) + [s.manifest_list for s in doomed]
+    for path in garbage:
+        try:
+            table.io.delete(path)
+        except OSError as exc:  # already gone, or not ours to delete: the table stays correct either way
+            log.debug("could not delete %s: %s", path, exc)
     return len(doomed)
 
 

@@ -127,3 +127,23 @@ def test_lake_status_reports_backlog_and_delay(store, lake):
     assert status["lake_offsets"] == store.end_offsets("ods.clicks")
     offsets, snap = lake_offsets(lake.load("ods.clicks"), 2)
     assert offsets == status["lake_offsets"] and snap.snapshot_id == status["last_snapshot_id"]
+
+
+def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake, config):
+    lake.max_snapshots = 6
+    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2))
+    schema = ACTIVITY.append(pa.field(CHANGE, pa.string()))
+    expired = 0
+    for seq in range(30):
+        rows = [{"user_id": f"u{(seq * 3 + k) % 11}", "events": seq, "last_item": "x", CHANGE: "+U"} for k in range(3)]
+        store.write("dws.activity", pa.Table.from_pylist(rows, schema=schema), writer="w", seq=seq)
+        result = tier_table(store, lake, "dws.activity")
+        expired += sum(int(n.split()[1]) for n in result.maintenance if n.startswith("expired"))
+    table = lake.load("dws.activity")
+    assert expired >= 20 and len(table.snapshots()) <= 6
+    assert lake_offsets(table, 2)[0] == store.end_offsets("dws.activity")
+    assert lake_rows(lake, "dws.activity") == rows_of(store.scan("dws.activity"))
+    for snap in table.snapshots():  # every kept snapshot is still readable (no live file was deleted)
+        table.scan(snapshot_id=snap.snapshot_id).to_arrow()
+    on_disk = list((config.home / "lake").rglob("*.parquet"))
+    assert len(on_disk) <= 6 * 2 * 2, f"{len(on_disk)} data files on disk for 6 snapshots of a 2-bucket table"
