@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import tempfile
@@ -202,12 +203,14 @@ def main() -> None:
         rows_out.append([label, rate, rate / tput[base][0], args.rows / wall, startup])
     tput_table = markdown_table(["query", "steady rows/s", "vs Parquet", "rows/s incl. start", "start-up (s)"],
                                 rows_out)
+    load = os.getloadavg()[1]
     verdict = (f"Targets: p50 <= 0.6 s ({'met' if p50 <= 0.6 else 'MISSED'}: {p50:.3f} s); throughput >= 0.5 of "
                f"Parquet ({'met' if hot / par >= 0.5 else 'MISSED'}: {hot / par:.2f}).")
     body = (f"{args.batches} batches of {args.batch_rows} rows, 0-interval trigger, fsync on; throughput over "
             f"{args.rows:,} rows (2 buckets vs {args.rows // 100_000} Parquet files) in micro-batches of 500,000 rows, "
             "best of 2 runs; steady rows/s leave out the first micro-batch, start-up is the wall time outside "
             "micro-batches (a Python source starts a Python process on the driver).\n\n"
+            f"Machine load average (5 min) at the end of the run: {load:.1f} on {os.cpu_count()} cores.\n\n"
             f"{latency_table}\n\n{tput_table}\n\n{verdict}\n")
     write_section("spark_bridge", "Spark bridge: per-layer hot latency and copy throughput",
                   ".venv/bin/python -m benchmarks.spark_bridge", body)
