@@ -177,12 +177,12 @@ def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Mer
                   [keys[i] for i in final[final_del]])
 
 
-def commit(db: Rdict, merged: Merged, applied: int) -> None:
-    """Apply the KV mutations and the applied offset in one atomic ``WriteBatch``."""
+def write_batch(merged: Merged, applied: int) -> WriteBatch:
+    """The KV mutations and the applied offset as one atomic ``WriteBatch``."""
     wb = WriteBatch(raw_mode=True)
-    for k, v in zip(merged.put_keys, merged.put_values):
+    for k, v in zip(merged.put_keys, merged.put_values, strict=True):
         wb.put(k, v)
     for k in merged.delete_keys:
         wb.delete(k)
     wb.put(APPLIED, str(applied).encode())
-    db.write(wb)
+    return wb

@@ -317,7 +317,8 @@ class LocalTableStore(TableStore):
             if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
                 merged = fastpk.merge(meta, part, is_del, db)
                 changelog = merged.changelog
-                commit = functools.partial(fastpk.commit, db, merged)
+                def commit(end: int) -> None:
+                    tablet.write_state(db, fastpk.write_batch(merged, end))
             else:  # the reference row loop
                 merger = Merger(meta, part.column_names)
                 rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))

@@ -40,6 +40,7 @@ until :meth:`Tablet.close`; another process trying to write the same bucket mean
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import shutil
@@ -327,7 +328,7 @@ class Tablet:
                 else:
                     wb.put(key, _DUMPS(row, _PROTO))
             wb.put(APPLIED, str(end).encode())
-            db.write(wb)
+            self.write_state(db, wb)
         return db
 
     def apply(self, meta: TableMeta, merger: Merger, rows: Sequence[tuple], kinds: Sequence[str] | None,
@@ -366,8 +367,7 @@ class Tablet:
             state[k] = touched[k] = new
         return out_rows, out_kinds, touched
 
-    @staticmethod
-    def commit(db: Rdict, touched: dict[bytes, tuple | None], applied: int) -> None:
+    def commit(self, db: Rdict, touched: dict[bytes, tuple | None], applied: int) -> None:
         wb = WriteBatch(raw_mode=True)
         for k, row in touched.items():
             if row is None:
@@ -375,7 +375,24 @@ class Tablet:
             else:
                 wb.put(k, _DUMPS(row, _PROTO))
         wb.put(APPLIED, str(applied).encode())
-        db.write(wb)
+        self.write_state(db, wb)
+
+    def write_state(self, db: Rdict, wb: WriteBatch) -> None:
+        """Apply one ``WriteBatch`` to the state. A failure (full disk, I/O error) is STORAGE_IO; the handle is
+        dropped (RocksDB may refuse writes after a background error) and the next write reopens it and
+        catches up from the changelog, which is already durable."""
+        try:
+            db.write(wb)
+        except Exception as exc:  # rocksdict raises a plain Exception for RocksDB I/O errors
+            if db is self._db:
+                with contextlib.suppress(Exception):
+                    self.close()
+            raise TidehouseError(
+                ErrorCode.STORAGE_IO,
+                f"{self.log.table} bucket {self.log.bucket}: the primary-key state {self.path} could not be "
+                f"written: {exc}", location=Location(file=str(self.path)),
+                hint="the changelog is durable; the state catches up from it on the next write once the disk "
+                     "works again (a retry with the same writer and seq is a no-op)") from exc
 
     # reads
     def _overlay(self, meta: TableMeta, db: Rdict | None) -> dict[bytes, tuple | None]:

@@ -260,3 +260,39 @@ def test_reader_falls_back_to_read_only_without_temp_space(tmp_path, monkeypatch
     assert r._table("dws.t").tablets[0]._secondary is None
     r.close()
     w.close()
+
+
+class _FailingKV:
+    """The writer's RocksDB handle with a failing ``write`` (a full disk under the state)."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+
+    def write(self, *_a, **_k):
+        raise Exception("IO error: No space left on device")  # noqa: TRY002 - what rocksdict raises
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+@pytest.mark.parametrize("engine", ["last_row", "aggregate"])
+def test_a_failing_state_write_is_storage_io_and_catches_up(tmp_path, engine):
+    root = str(tmp_path / "hot")
+    s = open_store(root, fsync=False)
+    s.create_table(pk_meta(engine))
+    s.write("dws.t", pa.table({"k": ["a", "b"], "a": [1, 2]}), writer="w", seq=1)
+    tablet = s._table("dws.t").tablets[0]
+    tablet._db = _FailingKV(tablet._db)
+    with pytest.raises(TidehouseError) as err:
+        s.write("dws.t", pa.table({"k": ["a", "c"], "a": [3, 4]}), writer="w", seq=2)
+    assert err.value.code == ErrorCode.STORAGE_IO and err.value.location.file == str(tablet.path)
+    assert tablet._db is None  # dropped: the next write reopens the state and replays the changelog
+    assert s.write("dws.t", pa.table({"k": ["a", "c"], "a": [3, 4]}), writer="w", seq=2).skipped  # it landed
+    s.write("dws.t", pa.table({"k": ["d"], "a": [5]}), writer="w", seq=3)
+    want = {"a": 3 if engine == "last_row" else 4, "b": 2, "c": 4, "d": 5}
+    assert {r["k"]: r["a"] for r in s.scan("dws.t").to_pylist()} == want
+    s.close()
+    assert {r["k"]: r["a"] for r in open_store(root).scan("dws.t").to_pylist()} == want
