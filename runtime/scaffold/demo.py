@@ -202,7 +202,7 @@ def table_counts(project, tables: list[str]) -> dict[str, dict[str, Any]]:
 def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed: int = 7,
              echo: Callable[[str], None] = print, tty: bool | None = None) -> DemoResult:
     """Run the demo (see the module docstring) and return the final row counts."""
-    from materializer import trigger
+    from materializer import FlowRunner, plan_flow
     from runtime.project import Project
 
     started = time.time()
@@ -217,19 +217,32 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
         echo(f"starting Spark and planning {FLOW} (about {rate} events/s for {seconds}s; "
              "Ctrl-C stops early)...")
         project.spark()
-        producer.start()
+        plan = plan_flow(project, flow_path, register=True)  # planned once, run twice
         stop = threading.Event()
-        deadline = time.time() + seconds
+        deadline: list[float] = []
+
+        def on_status(snapshot: dict) -> None:
+            if not deadline:  # the queries are up: start the clock and the live events now
+                deadline.append(time.time() + seconds)
+                producer.start()
+            view(snapshot)
+
+        def live_run():
+            left = deadline[0] - time.time() if deadline else float(seconds)
+            return FlowRunner(project, plan, on_status=on_status).run(duration=max(5.0, left), stop_event=stop)
+
         try:
             with LiveView(echo, tty) as view:
-                resuming(lambda: trigger(project, flow_path, duration=max(5.0, deadline - time.time()),
-                                         stop_event=stop, on_status=view), echo)
+                resuming(live_run, echo)
         except KeyboardInterrupt:
             stop.set()
         producer.stop.set()
-        producer.join(timeout=5)
+        if producer.is_alive():
+            producer.join(timeout=5)
+        while producer.write_next():  # whatever the live run did not get to, the drain reads
+            pass
         echo("draining every layer and tiering every table into the lake (--until-idle)...")
-        report = resuming(lambda: trigger(project, flow_path, until_idle=True), echo)
+        report = resuming(lambda: FlowRunner(project, plan).run(until_idle=True), echo)
         plan_tables = list(report.tables)
         result = DemoResult(root, project.home, table_counts(project, plan_tables), time.time() - started)
         _summary(project, result, echo)
