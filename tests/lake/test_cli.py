@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import load_catalog
@@ -53,3 +54,31 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
     code, out, err = run_cli("tier", "schedule", "--duration", "1.5")
     assert code == 0, err
     assert "ods.clicks: 5 rows" in out and "1 commits/0 errors" in out
+
+
+def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, project_dir):
+    import shutil
+
+    from runtime.cli.tier import tables_to_tier
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
+    shutil.copy(repo / "flows" / "ecommerce_activity.yaml", project_dir / "flows")
+    project = Project.open()
+    project.registry.register_actions([project_dir / "actions"])
+    project.registry.register_flow(project_dir / "flows" / "ecommerce_activity.yaml")
+    project.store.create_table(TableMeta("ods.events", CLICKS))
+    project.store.write("ods.events", clicks(4), writer="test", seq=0)
+    project.store.create_table(TableMeta("ods.unrelated", CLICKS))
+    project.store.create_table(TableMeta("ads.top_users", pa.schema([("rank", pa.int32()), ("user_id", pa.string())]),
+                                         kind="primary_key", primary_key=("rank",)))
+    # only the flow's tables that exist in the hot storage, each with its own interval
+    assert tables_to_tier(project, "ecommerce_activity", None) == {"ods.events": 30.0, "ads.top_users": 10.0}
+    project.close()
+    code, out, err = run_cli("tier", "run", "--flow", "ecommerce_activity")
+    assert code == 0, err
+    assert "ods.events" in out and "ads.top_users" in out and "ods.unrelated" not in out
+    code, _, err = run_cli("tier", "run", "--flow", "ecommerce_activity", "--table", "ods.unrelated")
+    assert code == 2 and "TH300" in err
+    code, _, err = run_cli("tier", "run", "--flow", "no_such_flow")
+    assert code == 2
