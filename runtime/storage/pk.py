@@ -218,12 +218,14 @@ class Tablet:
                 self._close_secondary()  # this process now reads through its writer handle
                 return self._db
             except Exception as exc:  # rocksdict raises a plain Exception for a held LOCK
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                locked = "lock" in str(exc).lower()
+                if not locked or time.monotonic() > deadline:
                     raise TidehouseError(
-                        ErrorCode.STORAGE_LOCKED,
+                        ErrorCode.STORAGE_LOCKED if locked else ErrorCode.STORAGE_IO,
                         f"{self.log.table} bucket {self.log.bucket}: cannot open the primary-key state {self.path}: "
                         f"{exc}", location=Location(file=str(self.path)),
-                        hint="another process is writing this primary-key table; one writer process at a time",
+                        hint="another process is writing this primary-key table; one writer process at a time"
+                        if locked else "check the disk (space, permissions) under the storage root",
                     ) from exc
                 time.sleep(0.05)
 

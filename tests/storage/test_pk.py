@@ -296,3 +296,27 @@ def test_a_failing_state_write_is_storage_io_and_catches_up(tmp_path, engine):
     assert {r["k"]: r["a"] for r in s.scan("dws.t").to_pylist()} == want
     s.close()
     assert {r["k"]: r["a"] for r in open_store(root).scan("dws.t").to_pylist()} == want
+
+
+def test_second_writer_of_a_bucket_waits_then_is_locked_and_a_broken_state_is_io(tmp_path):
+    from runtime.storage.local import LocalTableStore
+
+    root = str(tmp_path / "hot")
+    s1 = open_store(root, fsync=False)
+    s1.create_table(pk_meta())
+    s1.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w1", seq=1)  # holds the KV until closed
+    s2 = LocalTableStore(root, fsync=False, lock_timeout=0.3)
+    with pytest.raises(TidehouseError) as err:
+        s2.write("dws.t", pa.table({"k": ["b"], "a": [2]}), writer="w2", seq=1)
+    assert err.value.code == ErrorCode.STORAGE_LOCKED
+    s1.close()
+    assert s2.write("dws.t", pa.table({"k": ["b"], "a": [2]}), writer="w2", seq=1).rows == 1
+    s2.close()
+    s3 = open_store(str(tmp_path / "other"), fsync=False)
+    s3.create_table(pk_meta())
+    kv = tmp_path / "other" / "dws" / "t" / "bucket-0" / "kv"
+    kv.parent.mkdir(parents=True, exist_ok=True)
+    kv.write_text("not a database")  # a file where the state's folder belongs
+    with pytest.raises(TidehouseError) as err:
+        s3.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
+    assert err.value.code == ErrorCode.STORAGE_IO and err.value.location.file == str(kv)
