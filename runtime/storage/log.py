@@ -456,7 +456,14 @@ class BucketLog:
         cached = self._maps.get(seg)
         if cached is not None and cached[0] >= need:
             return cached[2]
-        fd = os.open(self.segment_path(seg), os.O_RDONLY)
+        try:
+            fd = os.open(self.segment_path(seg), os.O_RDONLY)
+        except FileNotFoundError as exc:  # retention (another process) deleted it after we listed it
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{self.table} bucket {self.bucket}: segment {segment_name(seg)} was deleted by retention while "
+                "being read", location=Location(path=self.table),
+                hint="read again from the earliest kept offset (end_offsets / first offset)") from exc
         try:
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)

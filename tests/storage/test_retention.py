@@ -179,3 +179,20 @@ def test_a_damaged_seqs_file_is_a_clean_error(tmp_path):
     with pytest.raises(TidehouseError) as err:
         open_store(str(root)).last_seq("ods.events", "w")
     assert err.value.code == ErrorCode.STORAGE_CORRUPT and err.value.location.file == str(path)
+
+
+def test_a_segment_deleted_under_a_running_read_is_storage_range(tmp_path):
+    root = tmp_path / "hot"
+    a = open_store(str(root), fsync=False, segment_bytes=1024)
+    a.create_table(log_meta())
+    for i in range(20):
+        a.write("ods.events", rows(i * 5, 5), writer="w", seq=i)
+    reader = open_store(str(root))
+    it = reader.read("ods.events", 0, 0)
+    assert next(it).column("__offset").to_pylist()[0] == 0
+    assert a.delete_before("ods.events", 0, a.end_offsets("ods.events")[0], older_than=time.time() + LATER) >= 2
+    with pytest.raises(TidehouseError) as err:
+        list(it)
+    assert err.value.code == ErrorCode.STORAGE_RANGE and "deleted by retention" in err.value.message
+    first = _segments(root, "ods.events")[0]
+    assert read_all(reader, "ods.events", start=first).column("__offset").to_pylist()[0] == first
