@@ -13,8 +13,8 @@ application all advance the lake's offsets atomically with the data.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc

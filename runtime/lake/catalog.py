@@ -23,7 +23,10 @@ from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
-    NamespaceAlreadyExistsError, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError,
+    NamespaceAlreadyExistsError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
 )
 from pyiceberg.table import Table
 
@@ -66,7 +69,7 @@ class Lake:
         self.retention_s = retention_s
 
     @classmethod
-    def open(cls, config: "Config") -> "Lake":
+    def open(cls, config: Config) -> Lake:
         """The lake a project's configuration names (embedded SQLite SQL catalog by default)."""
         props = config.lake_catalog_properties
         _make_local_dirs(props)

@@ -125,7 +125,7 @@ def trim_hot(store: TableStore, meta: TableMeta, offsets: list[int], retention_s
     return deleted
 
 
-def maintain_table(store: TableStore, lake: "Lake", meta: TableMeta, table: Table, offsets: list[int]) -> list[str]:
+def maintain_table(store: TableStore, lake: Lake, meta: TableMeta, table: Table, offsets: list[int]) -> list[str]:
     """All maintenance steps for one table after a committed cycle; failures are logged, never fatal."""
     notes: list[str] = []
     try:

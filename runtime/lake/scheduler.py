@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.executors.pool import ThreadPoolExecutor as APThreadPool
@@ -129,7 +130,7 @@ class TieringService:
     def running(self) -> bool:
         return self._scheduler is not None
 
-    def __enter__(self) -> "TieringService":
+    def __enter__(self) -> TieringService:
         self.start()
         return self
 

@@ -16,9 +16,10 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pyiceberg.table import Table
 

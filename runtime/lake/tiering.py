@@ -39,7 +39,12 @@ from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.lake.apply import LakeTransaction, stage_append, stage_changelog
 from runtime.lake.schema import missing_columns, to_lake_arrow
 from runtime.lake.state import (
-    OFFSETS_PROPERTY, append_history, lake_offsets, offsets_json, read_history, table_lock,
+    OFFSETS_PROPERTY,
+    append_history,
+    lake_offsets,
+    offsets_json,
+    read_history,
+    table_lock,
 )
 from runtime.storage.api import TableMeta, TableStore
 
@@ -76,7 +81,7 @@ class CycleResult:
         return out
 
 
-def lake_table(lake: "Lake", meta: TableMeta) -> Table:
+def lake_table(lake: Lake, meta: TableMeta) -> Table:
     """The lake table of a hot table, created or evolved to the hot schema as needed."""
     try:
         table = lake.load(meta.name)
@@ -130,7 +135,7 @@ def _check_ranges(meta: TableMeta, before: list[int], ends: list[int]) -> None:
             hint="the hot storage was reset while the lake kept its data; drop the lake table to re-tier")
 
 
-def tier_table(store: TableStore, lake: "Lake", table_name: str, *, lock_timeout: float = 600.0,
+def tier_table(store: TableStore, lake: Lake, table_name: str, *, lock_timeout: float = 600.0,
                maintain: bool = True) -> CycleResult:
     """Run one tiering cycle of ``table_name`` now (see the module docstring for the protocol)."""
     started = time.monotonic()
@@ -193,7 +198,7 @@ def _snapshot_id(table: Table) -> int | None:
     return snap.snapshot_id if snap is not None else None
 
 
-def lake_status(store: TableStore, lake: "Lake", table: str, *, window_s: float = STATUS_WINDOW_S) -> dict:
+def lake_status(store: TableStore, lake: Lake, table: str, *, window_s: float = STATUS_WINDOW_S) -> dict:
     """Per-table tiering figures for ``flow status``: offsets, backlog, lake delay now and its recent max."""
     meta = store.get_table(table)
     ends = store.end_offsets(table)

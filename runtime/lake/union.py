@@ -26,8 +26,9 @@ tokenizer (identifier ``.`` identifier, quoted or not), so only the tables a que
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -212,6 +213,6 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
         con.close()
 
 
-def query(project: "Project", sql: str) -> pa.Table:
+def query(project: Project, sql: str) -> pa.Table:
     """The union read of a project: ``tidehouse query SQL``."""
     return union_query(project.store, project.lake, sql)

@@ -33,8 +33,8 @@ def main() -> None:
 
     from pyiceberg.table import Transaction
 
-    import runtime.lake.tiering as tiering
     from runtime.errors import ErrorCode, TidehouseError
+    from runtime.lake import tiering
     from runtime.project import Project
 
     if args.crash:

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from runtime.errors import ErrorCode, TidehouseError
 from runtime.storage.api import (
-    BUCKET, CHANGE, DELETE, INSERT, OFFSET, TS, TS_TYPE, UPDATE_AFTER, UPDATE_BEFORE, BatchInfo, TableMeta,
-    TableStore, WriteResult, bucket_of,
+    BUCKET,
+    CHANGE,
+    DELETE,
+    INSERT,
+    OFFSET,
+    TS,
+    TS_TYPE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    BatchInfo,
+    TableMeta,
+    TableStore,
+    WriteResult,
+    bucket_of,
 )
 
 

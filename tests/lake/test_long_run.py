@@ -37,10 +37,10 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
         store.write("dws.activity", pa.Table.from_pylist(
             [{"user_id": f"u{(i * 7 + k) % 50}", "events": i, "last_item": str(k), CHANGE: "+U"} for k in range(5)],
             schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))), writer="w", seq=i)
-        for name in timings:
+        for name, values in timings.items():
             started = time.process_time()  # CPU time of this process: the machine is shared, wall time is noisy
             result = tier_table(store, lake, name)
-            timings[name].append(time.process_time() - started)
+            values.append(time.process_time() - started)
             assert result.committed
             notes.extend(result.maintenance)
     window = max(10, cycles // 10)

@@ -100,7 +100,7 @@ def test_kill_9_before_and_after_the_lake_commit(project, seed):
         before = [lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)]
         point = f"{rng.randint(1, 2)}:{rng.choice(['before', 'after'])}"
         proc = worker(project, "--crash", point)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, f"worker did not crash at {point}: {proc.returncode} {err}"
         # a crash before the commit leaves the offsets; after it, they moved; never anything in between
         after = [lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)]

@@ -89,7 +89,7 @@ def test_primary_key_table_with_updates_and_deletes(store, lake, seed, buckets):
 def test_composite_primary_key(store, lake):
     schema = pa.schema([("shop", pa.string()), ("day", pa.int32()), ("total", pa.float64())])
     store.create_table(TableMeta("ads.totals", schema, kind="primary_key", primary_key=("shop", "day"), buckets=2))
-    t = lambda rows: pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))  # noqa: E731
+    t = lambda rows: pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))
     store.write("ads.totals", t([{"shop": "a", "day": 1, "total": 1.0, CHANGE: "+I"},
                                  {"shop": "a", "day": 2, "total": 2.0, CHANGE: "+I"},
                                  {"shop": "b", "day": 1, "total": 3.0, CHANGE: "+I"}]), writer="w", seq=0)
