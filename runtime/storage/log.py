@@ -505,21 +505,20 @@ class BucketLog:
             yield e, pa.ipc.open_stream(payload).read_next_batch()
 
     def frame_writer(self, e: Entry) -> tuple[str, int]:
-        """(writer, schema_id) of a frame, read from its header."""
-        fd = os.open(self.segment_path(e.segment), os.O_RDONLY)
+        """(writer, schema_id) of a frame, read from its header (``("", 0)`` once retention deleted it)."""
+        try:
+            fd = os.open(self.segment_path(e.segment), os.O_RDONLY)
+        except FileNotFoundError:
+            return "", 0
         try:
             head = os.pread(fd, HEADER_SIZE + 512, e.position)
+            header = parse_header(head)
+            if header is None:
+                return "", 0
+            if header.writer_len > 512 - 8:
+                head = os.pread(fd, HEADER_SIZE + header.writer_len, e.position)
         finally:
             os.close(fd)
-        header = parse_header(head)
-        if header is None:
-            return "", 0
-        if header.writer_len > 512 - 8:
-            fd = os.open(self.segment_path(e.segment), os.O_RDONLY)
-            try:
-                head = os.pread(fd, HEADER_SIZE + header.writer_len, e.position)
-            finally:
-                os.close(fd)
         return writer_of(head, header), header.schema_id
 
     def entry_at(self, offset: int) -> Entry | None:
