@@ -38,14 +38,16 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
     lines = make_events(rng, 50)
     write_batch(project_dir, "part-0", lines)
     env = dict(os.environ, TIDEHOUSE_HOME=str(home))
+    log_path = project_dir.parent / "trigger.log"
+    log_file = open(log_path, "wb")  # a file, not a pipe: a full pipe would block the child
     proc = subprocess.Popen(
         [sys.executable, "-c", "from runtime.cli import run; run()", "flow", "trigger", "flows/testflow.yaml",
          "--duration", "300"],
-        cwd=project_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=project_dir, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         store = open_store(str(home / "hot"))
         _wait(lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
-              240, "the first aggregation batch")
+              420, "the first aggregation batch")
         more = make_events(rng, 40)
         write_batch(project_dir, "part-1", more)
         lines += more
@@ -63,8 +65,9 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    print(output[-2000:])
+            proc.wait(timeout=30)
+        log_file.close()
+        print(log_path.read_text(errors="replace")[-3000:])
     last = make_events(rng, 30, bad=1)
     write_batch(project_dir, "part-2", last)
     lines += last
