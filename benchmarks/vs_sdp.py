@@ -76,11 +76,13 @@ class Summary:
     p50: float
     p95: float
     max: float
+    unseen: int = 0  # probes never seen: counted at the time the run ended (a lower bound of their delay)
 
     @classmethod
-    def of(cls, delays: Sequence[float]) -> "Summary":
-        top = max(delays) if delays else math.nan
-        return cls(len(delays), percentile(delays, 50), percentile(delays, 95), top)
+    def of(cls, delays: Sequence[float], unseen: Sequence[float] = ()) -> "Summary":
+        values = [*delays, *unseen]
+        top = max(values) if values else math.nan
+        return cls(len(values), percentile(values, 50), percentile(values, 95), top, len(unseen))
 
 
 def delay_slope(points: Sequence[tuple[float, float]]) -> float:
@@ -697,9 +699,15 @@ class Phase:
     runs: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     load: float | None = None  # mean 1-minute load average of the machine during the run
+    ended: float = 0.0  # epoch seconds when measuring stopped
 
     def summary(self, label: str) -> Summary:
-        return Summary.of(self.observations[label].delays(self.probes))
+        """Delays of one series; a probe never seen counts with the time it waited until the run ended, so
+        percentiles are never flattered by dropping the slowest probes."""
+        seen = self.observations[label].seen
+        end = self.ended or max((t for o in self.observations.values() for t in o.seen.values()), default=0.0)
+        unseen = [end - t for m, t in self.probes.items() if m not in seen]
+        return Summary.of(self.observations[label].delays(self.probes), unseen)
 
     def lag(self, layer: str) -> Summary:
         """How far a Tidehouse lake table was behind its hot table: per probe, lake visibility minus hot
@@ -710,14 +718,14 @@ class Phase:
     def to_json(self) -> dict:
         return {"name": self.name, "rate": self.rate, "probes": self.probes, "peak_rss": self.peak_rss,
                 "rows": self.rows, "seconds": self.seconds, "runs": self.runs, "errors": self.errors,
-                "load": self.load,
+                "load": self.load, "ended": self.ended,
                 "seen": {label: obs.seen for label, obs in self.observations.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Phase":
         obs = {label: Observation(label, dict(seen)) for label, seen in d["seen"].items()}
         return cls(d["name"], d["rate"], d["probes"], obs, d["peak_rss"], d["rows"], d["seconds"],
-                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"))
+                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"), d.get("ended", 0.0))
 
     def keeps_up(self, label: str) -> bool | None:
         points = self.observations[label].points(self.probes)
@@ -760,13 +768,14 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
         if system.failure:
             raise RuntimeError(f"[{name}] {system.failure}")
     finally:
+        ended = time.time()
         system.stop()
         prober.stop()
     phase = Phase(name, generator.rate, generator.measured(), prober.observations, prober.peak_rss,
                   generator.rows_written - rows_before, time.time() - began,
                   runs=list(getattr(system, "runs", [])),
                   errors=list(getattr(system, "notes", [])) + prober.errors[-5:],
-                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None)
+                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None, ended=ended)
     for label in phase.observations:
         s = phase.summary(label)
         print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s "
@@ -780,7 +789,8 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
 def _cell(s: Summary | None) -> str:
     if s is None or s.n == 0:
         return "—"
-    return f"{s.p50:.1f} / {s.p95:.1f} / {s.max:.1f}"
+    cell = f"{s.p50:.1f} / {s.p95:.1f} / {s.max:.1f}"
+    return cell if not s.unseen else f"≥ {cell} ({s.unseen} never seen)"
 
 
 def _ratio(a: Summary | None, b: Summary | None) -> str:

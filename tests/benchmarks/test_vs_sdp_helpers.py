@@ -145,3 +145,13 @@ def test_report_and_plot_from_saved_results(tmp_path):
     pytest.importorskip("matplotlib")  # the optional `bench` extra
     vs_sdp.plot(phases, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_a_probe_never_seen_counts_with_its_wait_until_the_end():
+    probes = {"a": 0.0, "b": 10.0, "c": 20.0}
+    obs = {f"{layer} SDP": vs_sdp.Observation(f"{layer} SDP", {"a": 5.0, "b": 15.0})
+           for layer in vs_sdp.LAYERS}
+    phase = vs_sdp.Phase("SDP loop", 1000, probes, obs, 0, 0, 100.0, ended=120.0)
+    s = phase.summary("ADS SDP")
+    assert (s.n, s.unseen, s.max) == (3, 1, 100.0)  # c waited 100 s and was still not visible
+    assert vs_sdp._cell(s).startswith("≥ ") and "1 never seen" in vs_sdp._cell(s)
