@@ -497,16 +497,41 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _terminate(proc: subprocess.Popen | None, grace: float) -> None:
-    """SIGTERM the process (graceful stop), then SIGKILL its whole process group after ``grace`` s."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
+def _killpg(pgid: int, sig: int) -> None:
     try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
+    """SIGTERM the process (``group``: its whole process group), wait up to ``grace`` s, then SIGKILL
+    whatever is left of the group (a JVM child must not outlive the run and hold its ports)."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        if group:
+            _killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    _killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _wait_port_free(port: int, timeout: float = 60.0) -> None:
+    """Wait until nothing listens on localhost:``port`` (the Spark Connect server of the previous run)."""
+    import socket
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.5)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -565,6 +590,7 @@ class Sdp:
                 for layer in LAYERS}
 
     def run_once(self) -> None:
+        _wait_port_free(15002)  # the Spark Connect port every spark-pipelines run binds
         start = time.time()
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"\n===== run at {time.strftime('%H:%M:%S')} =====\n")
@@ -572,6 +598,7 @@ class Sdp:
             self.proc = subprocess.Popen(self.command(), cwd=self.project, env=_env(), stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
             rc = self.proc.wait()
+        _terminate(self.proc, 0)  # reap anything the run left behind in its process group
         if self._stop.is_set():
             return  # stopped on purpose mid-run
         if rc != 0:
@@ -604,7 +631,7 @@ class Sdp:
 
     def stop(self) -> None:
         self._stop.set()
-        _terminate(self.proc, grace=20)
+        _terminate(self.proc, grace=20, group=True)
         if self._thread is not None:
             self._thread.join()
 
@@ -943,8 +970,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="smoke run (~3-4 min): SDP loop + Tidehouse T=5s, 30 s windows, a marker per second")
     ap.add_argument("--settle", type=float, default=15.0,
                     help="seconds to wait after a system is up before the first probe")
-    ap.add_argument("--from-results", type=Path, default=None,
-                    help="re-render the table and plot from a results.json of an earlier run (no measuring)")
+    ap.add_argument("--from-results", type=Path, nargs="+", default=None,
+                    help="re-render the table and plot from vs_sdp-results.json files of earlier runs, "
+                         "merged in order (no measuring)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where runs keep their files (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -1017,11 +1045,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.time()
     if args.from_results:
-        saved = json.loads(args.from_results.read_text(encoding="utf-8"))
-        for key in SAVED_ARGS:
-            setattr(args, key, saved["args"][key])
-        phases = {d["name"]: Phase.from_json(d) for d in saved["phases"]}
-        command, wall, failures = saved["command"], saved["wall"], saved.get("failures", {})
+        phases, failures, commands, wall = {}, {}, [], 0.0
+        for path in args.from_results:  # later files add runs or replace same-named ones
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            for key in SAVED_ARGS:
+                setattr(args, key, saved["args"][key])
+            failures.update(saved.get("failures", {}))
+            for d in saved["phases"]:
+                phases[d["name"]] = Phase.from_json(d)
+                failures.pop(d["name"], None)
+            commands.append(f"`{saved['command']}`")
+            wall += saved["wall"]
+        command = commands[0].strip("`") if len(commands) == 1 else " then ".join(commands).strip("`")
     else:
         workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vs_sdp-"))
         workdir.mkdir(parents=True, exist_ok=True)
