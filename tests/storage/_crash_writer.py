@@ -1,6 +1,6 @@
 """Writer subprocess of the kill -9 test: writes seq after seq, acknowledging each on stdout once it returned.
 
-Usage: python _crash_writer.py ROOT TABLE ROWS. Seq n carries rows (seq=n, i=0..ROWS-1); on a primary-key
+Usage: python _crash_writer.py ROOT TABLE ROWS [SEGMENT_BYTES]. Seq n carries rows (seq=n, i=0..ROWS-1); on a primary-key
 table (aggregate) each seq counts once per key i.
 """
 
@@ -20,7 +20,8 @@ def batch(seq: int, rows: int) -> pa.Table:
 
 def main() -> None:
     root, table, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    store = open_store(root, fsync=True)
+    segment_bytes = int(sys.argv[4]) if len(sys.argv) > 4 else 64 << 20
+    store = open_store(root, fsync=True, segment_bytes=segment_bytes)
     # replay the last seq first: a crash between buckets may have committed it in some buckets only, and a
     # replay is a no-op in the buckets that have it (a Spark query replays its last uncommitted batch id)
     seq = store.last_seq(table, "w") or 1

@@ -26,17 +26,23 @@ SCHEMA = pa.schema([("seq", pa.int64()), ("i", pa.int64()), ("pad", pa.string())
 ROWS = 500
 
 
-def _run_and_kill(root: str, table: str, rng: random.Random, acked: set[int]) -> None:
+def _run_and_kill(root: str, table: str, rng: random.Random, acked: set[int], *, segment_bytes: int = 64 << 20,
+                  during=None) -> None:
+    """Start a writer, kill -9 it at a random moment after its first ack; ``during()`` runs meanwhile."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, str(HERE / "_crash_writer.py"), root, table, str(ROWS)],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    proc = subprocess.Popen([sys.executable, str(HERE / "_crash_writer.py"), root, table, str(ROWS),
+                             str(segment_bytes)], stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 30
     while not any(x.startswith("ack") for x in lines) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.002)  # the first write of a fresh process is slow (lazy imports): kill after it
-    time.sleep(rng.uniform(0, 0.05))
+    kill_at = time.monotonic() + rng.uniform(0, 0.05)
+    while time.monotonic() < kill_at:
+        if during is not None:
+            during()
+        time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     reader.join(5)
@@ -99,3 +105,37 @@ def test_kill9_writer_loses_and_duplicates_nothing(tmp_path, seed, kind):
                         replay.pop(i, None)
         assert replay == {i: last for i in range(ROWS)}
     print(f"[crash] {kind}: {len(acked)} acked, {last} committed")
+
+
+@pytest.mark.reliability
+@pytest.mark.slow
+def test_kill9_writer_while_retention_trims_the_log(tmp_path, seed):
+    """Retention (another process's job: deletes segments, saves seqs, compacts the index) runs while a writer
+    is killed at random moments: the kept log stays whole and dense and no replayed seq lands twice."""
+    rng = random.Random(seed)
+    root = str(tmp_path / "hot")
+    open_store(root).create_table(TableMeta("ods.c", SCHEMA))
+    trimmer = open_store(root)
+    deleted = [0]
+
+    def trim() -> None:  # keep the last few batches; every segment is old enough
+        end = trimmer.end_offsets("ods.c")[0]
+        deleted[0] += trimmer.delete_before("ods.c", 0, end - 3 * ROWS, older_than=time.time() + 3600)
+
+    acked: set[int] = set()
+    for _ in range(scale(10, 100)):
+        _run_and_kill(root, "ods.c", rng, acked, segment_bytes=16 * 1024, during=trim)
+        trim()
+    final = open_store(root)
+    last = final.last_seq("ods.c", "w") or 0
+    final.write("ods.c", make_batch(last, ROWS), writer="w", seq=last)  # the restart replays the newest seq
+    first = final._table("ods.c").logs[0].first_offset
+    t = pa.Table.from_batches(list(final.read("ods.c", 0, first)))
+    assert t.column("__offset").to_pylist() == list(range(first, final.end_offsets("ods.c")[0]))
+    per_seq = Counter(t.column("seq").to_pylist())
+    assert sorted(per_seq) == list(range(min(per_seq), last + 1)) and set(per_seq.values()) == {ROWS}
+    assert deleted[0] > 0 and min(per_seq) > 1  # retention really went past early seqs ...
+    assert acked and max(acked) <= last
+    for old in {1, min(per_seq) - 1}:  # ... and their replays are still no-ops
+        assert final.write("ods.c", make_batch(old, ROWS), writer="w", seq=old).skipped
+    print(f"[crash+retention] {len(acked)} acked, {last} committed, {deleted[0]} segments deleted")
