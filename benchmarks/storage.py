@@ -102,18 +102,28 @@ def main() -> None:
     mb = sum(b.nbytes for b in batches) / 1e6
     work = Path(tempfile.mkdtemp(prefix="th-bench-", dir=os.environ.get("TIDEHOUSE_BENCH_DIR")))
 
-    raw_w = raw_write(work / "raw", batches)
+    raw_w, raw_wc, _ = timed(lambda: raw_write(work / "raw", batches))
     store = open_store(str(work / "hot"), fsync=True)
     store.create_table(TableMeta("ods.bench", batches[0].schema))
     log_w, log_wc, _ = timed(lambda: [store.write("ods.bench", b, writer="bench", seq=i)
                                       for i, b in enumerate(batches)])
 
-    raw_r, raw_rows = raw_read(work / "raw")
-    reader = open_store(str(work / "hot"))  # a fresh process-like view (verifies CRCs on first read)
-    log_r, log_rc, got = timed(lambda: sum(b.num_rows for b in reader.read("ods.bench", 0, 0)))
-    log_rp, log_rpc, got_p = timed(lambda: sum(b.num_rows for b in reader.read("ods.bench", 0, 0,
-                                                                               columns=["price"])))
-    assert got == raw_rows == total_rows == got_p
+    # reads take ~0.1 s: best of 3 (wall and CPU apart); "fresh" = a new process-like view, which verifies
+    # the CRC of every frame it decodes for the first time
+    def best3(fn):
+        runs = [timed(fn) for _ in range(3)]
+        return min(r[0] for r in runs), min(r[1] for r in runs), runs[0][2]
+
+    def hot_rows(view, columns=None):
+        return sum(b.num_rows for b in view.read("ods.bench", 0, 0, columns=columns))
+
+    raw_r, raw_rc, (_, raw_rows) = best3(lambda: raw_read(work / "raw"))
+    log_r, log_rc, got = best3(lambda: hot_rows(open_store(str(work / "hot"))))
+    log_rp, log_rpc, got_p = best3(lambda: hot_rows(open_store(str(work / "hot")), ["price"]))
+    warm = open_store(str(work / "hot"))
+    assert hot_rows(warm) == total_rows  # every frame verified once
+    log_rw, log_rwc, got_w = best3(lambda: hot_rows(warm, ["price"]))
+    assert got == raw_rows == total_rows == got_p == got_w
 
     pk = open_store(str(work / "hot"), fsync=True)
     schema = batches[0].schema
@@ -136,13 +146,15 @@ def main() -> None:
     look_w, look_c, _ = timed(lambda: [other.lookup("dws.last_row_0", keys) for keys in probe])
     load_after = os.getloadavg()[0]
 
+    def log_row(label, wall, cpu, raw_wall, raw_cpu):
+        return [label, total_rows / wall, total_rows / cpu, mb / wall, total_rows / raw_wall, raw_wall / wall,
+                raw_cpu / cpu]
+
     rows = [
-        ["log append (fsync)", total_rows / log_w, total_rows / log_wc, mb / log_w, total_rows / raw_w, mb / raw_w,
-         raw_w / log_w],
-        ["log read, all columns (fresh reader: CRC)", total_rows / log_r, total_rows / log_rc, mb / log_r,
-         total_rows / raw_r, mb / raw_r, raw_r / log_r],
-        ["log read, 1 column", total_rows / log_rp, total_rows / log_rpc, mb / log_rp, total_rows / raw_r,
-         mb / raw_r, raw_r / log_rp],
+        log_row("log append (fsync)", log_w, log_wc, raw_w, raw_wc),
+        log_row("log read, all columns (fresh view: CRC)", log_r, log_rc, raw_r, raw_rc),
+        log_row("log read, 1 column (fresh view: CRC of whole frames)", log_rp, log_rpc, raw_r, raw_rc),
+        log_row("log read, 1 column (frames already verified)", log_rw, log_rwc, raw_r, raw_rc),
         *[[label, w, c, "", "", "", ""] for label, w, c in pk_rows],
         ["PK scan of current state", scanned / scan_w, scanned / scan_c, "", "", "", ""],
         [f"PK lookup from another view, 1,000 keys per call (first call, opening the state: {open_w * 1e3:,.0f} ms)",
@@ -150,7 +162,8 @@ def main() -> None:
     ]
     body = (f"{args.batches} batches x {args.rows_per_batch:,} rows ({mb:,.1f} MB in Arrow), 5 columns; raw = one "
             "`pyarrow.ipc` stream file per batch written + `fdatasync`, read back with `ipc.open_stream`. "
-            "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw). PK upserts: batches of "
+            "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw), in wall and in CPU time; reads are the "
+            "best of 3. PK upserts: batches of "
             f"{per:,} rows, each key inserted then updated ({args.pk_rows:,} rows; the row loop {args.pk_rows // 4:,}). "
             "Targets: append ≥ 0.5, read ≥ 0.5, PK upsert ≥ 100k rows/s.\n\n"
             "*rows/s (CPU)* divides by the CPU time of the benchmark process (`time.process_time`, RocksDB's "
@@ -158,8 +171,8 @@ def main() -> None:
             f"Load average (1 min) on this 2-core machine: {load_before:.1f} at the start, {load_after:.1f} at the "
             "end; when it is far above 2, wall figures are throttled by other processes and the CPU figures "
             "are the ones to compare with the targets.\n\n"
-            + markdown_table(["operation", "rows/s", "rows/s (CPU)", "MB/s", "raw rows/s", "raw MB/s",
-                              "ratio vs raw"], rows))
+            + markdown_table(["operation", "rows/s", "rows/s (CPU)", "MB/s", "raw rows/s", "ratio vs raw",
+                              "ratio vs raw (CPU)"], rows))
     write_section("storage", "Hot storage", "python benchmarks/storage.py", body)
 
 
