@@ -11,7 +11,9 @@ the changelog frame (durable), then applies the batch; on open it replays change
 offset (``+I``/``+U`` put the row, ``-D`` deletes it; ``-U`` is always followed by the ``+U`` of the same key).
 Readers in other processes follow the KV as a RocksDB *secondary* instance (a scratch folder in the system
 temp directory, removed on close), caught up at every call, and overlay the changelog written after its
-recorded offset, so a lookup or scan always reflects exactly the committed log.
+recorded offset, so a lookup or scan always reflects exactly the committed log. Retention never deletes log
+the state has not applied (:meth:`Tablet.applied_offset`), and a state write that fails (full disk) is
+``STORAGE_IO`` and is caught up from the durable changelog by the next write.
 
 Merge engines (an incoming row is an upsert unless its ``__change`` is ``-U``/``-D``, which deletes the key
 under every engine; for ``aggregate`` that discards the accumulated values):
