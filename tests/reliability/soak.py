@@ -128,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while time.time() - started < args.minutes * 60:
             now = time.time()
-            if scheduler is None and (home / "hot").exists() and now - started > 60:
+            if (scheduler is None or scheduler.poll() is not None) and any((home / "hot").glob("*/*/meta.json")):
+                # (re)start the tiering service once the flow's hot tables exist
                 scheduler = subprocess.Popen([tidehouse(), "tier", "schedule", "--flow", FLOW], cwd=project, env=env,
                                              stdout=open(logs / "schedule.out", "w"), stderr=subprocess.STDOUT)
-            if now >= next_file:
+            while now >= next_file:  # catch up if a slow sample held the loop
                 cfg = EventsConfig(seed=part, events=args.events_per_file, malformed=0)
                 write_parts(shop_events(cfg), project / "data" / "events", 1, first=part)
                 part += 1
