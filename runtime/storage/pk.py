@@ -198,6 +198,15 @@ def pad(row: tuple, n: int) -> tuple:
 
 # -- the tablet ------------------------------------------------------------------------------------------
 
+STATE_BUFFER_BYTES = 16 << 20  # memtable (and so unflushed WAL) per bucket: what a reader's secondary replays
+
+
+def _writer_options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.set_write_buffer_size(STATE_BUFFER_BYTES)
+    return opts
+
+
 class Tablet:
     """The key-value state of one primary-key bucket."""
 
@@ -216,7 +225,7 @@ class Tablet:
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
-                self._db = Rdict(str(self.path), Options(raw_mode=True))
+                self._db = Rdict(str(self.path), _writer_options())
                 self._close_secondary()  # this process now reads through its writer handle
                 return self._db
             except Exception as exc:  # rocksdict raises a plain Exception for a held LOCK
