@@ -90,7 +90,7 @@ def baseline(spark, root: Path, probes: int, trigger: str) -> list[float]:
             pid = f"b{i}"
             t0 = land(folder, pid)
             with cond:
-                cond.wait_for(lambda: pid in seen, timeout=60)
+                cond.wait_for(lambda pid=pid: pid in seen, timeout=60)
             latencies.append(seen[pid] - t0)
     finally:
         query.stop()

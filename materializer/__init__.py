@@ -16,7 +16,7 @@ from pathlib import Path
 
 from materializer.analyze import analyze, build_plan, resolve  # noqa: F401
 from materializer.plan import FlowPlan, TablePlan  # noqa: F401
-from materializer.runner import FlowRunner, RunReport  # noqa: F401
+from materializer.runner import FlowRunner, RunReport
 from materializer.status import flow_status  # noqa: F401
 
 

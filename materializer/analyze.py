@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from materializer import shape as shape_mod
-from materializer.dag import FlowGraph, is_source, node_location, source_node
+from materializer.dag import FlowGraph, node_location, source_node
 from materializer.plan import (
-    QUARANTINE_DDL, Expectation, FlowPlan, Input, Param, SourcePlan, TablePlan, fingerprint, quarantine_name,
+    QUARANTINE_DDL,
+    Expectation,
+    FlowPlan,
+    Input,
+    Param,
+    SourcePlan,
+    TablePlan,
+    fingerprint,
+    quarantine_name,
 )
 from runtime.errors import ErrorCode, Location, TidehouseError
 
@@ -168,7 +177,7 @@ def struct_of(ddl: str, location: Location | None = None):
 
 # -- plan inspection --------------------------------------------------------------------------------
 _NONDET = re.compile(r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|spark_partition_id|"
-                     r"input_file_name|random|try_reflect|reflect)\s*\(", re.I)
+                     r"input_file_name|random|try_reflect|reflect)\s*\(", re.IGNORECASE)
 
 
 def sql_shape(df) -> shape_mod.SqlShape:

@@ -9,7 +9,7 @@ same flow always yields the same order; a cycle is reported with :func:`networkx
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
@@ -39,7 +39,7 @@ class FlowGraph:
         tables: Mapping[str, Mapping[str, str]],
         *,
         location_of=None,
-    ) -> "FlowGraph":
+    ) -> FlowGraph:
         """``tables`` maps ``"dwd.clicks"`` to its inputs ``{relation name: source name or "layer.table"}``.
 
         An input naming a declared source becomes an edge from ``source:<name>``; any other input is a table

@@ -22,9 +22,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from materializer.analyze import struct_of
 from materializer.dag import FlowGraph
@@ -335,8 +335,8 @@ class FlowRunner:
                 started += gen
                 log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began)
             if until_idle:
-                self._until_idle()
-                if self.tiering is not None:
+                self._until_idle(stop_event)
+                if self.tiering is not None and not stop_event.is_set():
                     began = time.time()
                     self.tiering.run_all_now()
                     log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began)
@@ -368,11 +368,13 @@ class FlowRunner:
         t = self.plan.table(name)
         return t.strategy == "append" and any(i.kind == "primary_key" for i in t.inputs)
 
-    def _until_idle(self) -> None:
+    def _until_idle(self, stop_event: threading.Event) -> None:
         previous = None
         for _ in range(MAX_IDLE_PASSES):
             began = time.time()
             for gen in self.plan.generations:
+                if stop_event.is_set():  # SIGINT/SIGTERM: stop between drains, checkpoints are consistent
+                    return
                 self._drain(list(gen))
                 for name in gen:
                     t = self.plan.table(name)
@@ -398,9 +400,9 @@ class FlowRunner:
 
 def new_session(spark):
     """A session of its own (temp views never clash) that knows the ``tidehouse`` data source."""
-    from runtime.spark.datasource import TidehouseDataSource
-
     from pyspark.errors import AnalysisException
+
+    from runtime.spark.datasource import TidehouseDataSource
 
     session = spark.newSession()
     try:

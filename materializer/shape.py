@@ -29,8 +29,9 @@ Anything that fits none of these is refused with ``SHAPE_UNSUPPORTED`` saying wh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from runtime.errors import ErrorCode, Location, TidehouseError
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +27,15 @@ from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from runtime.errors import ErrorCode, TidehouseError
 from runtime.spark.writer import origin_from_checkpoint, prepare
-from runtime.storage.api import CHANGE, DELETE, SYSTEM_COLUMNS, TS_TYPE, UPDATE_AFTER, UPDATE_BEFORE, TableStore
+from runtime.storage.api import (
+    CHANGE,
+    DELETE,
+    SYSTEM_COLUMNS,
+    TS_TYPE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    TableStore,
+)
 
 CORRUPT = "_corrupt_record"
 
@@ -372,4 +381,4 @@ BATCH_FUNCTIONS = {
     "recompute": recompute_batch,
 }
 
-__all__ = ["BATCH_FUNCTIONS", "QueryContext", "TableStats", "recompute", "SYSTEM_COLUMNS"]
+__all__ = ["BATCH_FUNCTIONS", "SYSTEM_COLUMNS", "QueryContext", "TableStats", "recompute"]

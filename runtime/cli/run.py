@@ -62,7 +62,7 @@ class _Progress:
         self._live = None
         self._last_plain = 0.0
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.tty:
             from rich.live import Live
 

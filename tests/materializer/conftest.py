@@ -176,7 +176,6 @@ def oracle(all_lines: list[str]) -> dict[str, set]:
 
 def canon(table) -> set:
     """Rows as a set of tuples in column-name order, floats rounded, timestamps as epoch microseconds."""
-    import pyarrow as pa
 
     if hasattr(table, "read_all"):
         table = table.read_all()

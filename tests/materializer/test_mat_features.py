@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from conftest import ACTIONS, canon, make_events, write_batch, write_project
+from conftest import canon, make_events, write_batch, write_project
 
 pytestmark = pytest.mark.spark
 

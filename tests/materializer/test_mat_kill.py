@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import canon, make_events, oracle, write_batch, write_project
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]

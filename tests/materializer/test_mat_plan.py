@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ACTIONS, FLOW, write_project
+
 from runtime.errors import ErrorCode, TidehouseError
 
 pytestmark = pytest.mark.spark

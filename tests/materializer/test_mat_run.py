@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from conftest import canon, make_events, oracle, write_batch
 
 pytestmark = pytest.mark.spark
