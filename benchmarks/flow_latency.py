@@ -140,6 +140,8 @@ def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[floa
         probe("warmup", 300)  # first micro-batches start Python workers
         for i in range(probes):
             latencies.append(probe(f"p{i}", 60))
+            if (i + 1) % 20 == 0:
+                print(f"  {i + 1} probes, last {latencies[-1]:.3f}s", flush=True)
     finally:
         stop.set()
         thread.join(timeout=120)
@@ -154,13 +156,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--trigger", default="0s")
+    parser.add_argument("--baseline-probes", type=int, default=None, help="default: --probes")
     args = parser.parse_args()
     spark = get_spark("local[2]")
     trigger_ms = f"{int(__import__('runtime.durations', fromlist=['x']).parse_duration(args.trigger) * 1000)} milliseconds"
     with tempfile.TemporaryDirectory(prefix="th-latency-") as tmp:
         root = Path(tmp)
-        base = baseline(spark, root, args.probes, trigger_ms)
         flow, strategies = flow_probes(spark, root, args.probes, args.trigger)
+        print(f"flow: p50 {statistics.median(flow):.3f}s over {len(flow)} probes", flush=True)
+        base = baseline(spark, root, args.baseline_probes or args.probes, trigger_ms)
     rows = []
     for label, values in (("4-layer flow: source file -> ads.seen visible", flow),
                           ("baseline: 1 built-in file-source query -> foreachBatch", base)):
@@ -173,7 +177,8 @@ def main() -> None:
             + f"Targets p50 <= 2 s, p99 <= 5 s: p50 {'met' if statistics.median(flow) <= 2 else 'MISSED'}, "
             + f"p99 {'met' if percentile(flow, 0.99) <= 5 else 'MISSED'}.")
     write_section("flow_latency", "End-to-end hot latency of a 4-layer flow",
-                  f".venv/bin/python -m benchmarks.flow_latency --probes {args.probes} --trigger {args.trigger}",
+                  f".venv/bin/python -m benchmarks.flow_latency --probes {args.probes} --trigger {args.trigger}"
+                  + (f" --baseline-probes {args.baseline_probes}" if args.baseline_probes else ""),
                   body)
 
 
