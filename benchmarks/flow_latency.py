@@ -155,7 +155,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--probes", type=int, default=200)
-    parser.add_argument("--trigger", default="0s")
+    parser.add_argument("--trigger", default="10ms")
     parser.add_argument("--baseline-probes", type=int, default=None, help="default: --probes")
     args = parser.parse_args()
     spark = get_spark("local[2]")
