@@ -921,8 +921,9 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(9, 5.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 6.4), dpi=110)
     xs = list(range(len(LAYERS)))
     colors = {"SDP": ["#c0392b", "#e67e22"], "hot": ["#1f77b4", "#17becf"], "lake": ["#2ca02c", "#98df8a"]}
     used: dict[str, int] = {}
@@ -941,8 +942,9 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("delay until a marker is visible (s, log scale)")
     ax.set_title("Freshness per layer: Tidehouse vs Spark Declarative Pipelines")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(True, which="both", axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
