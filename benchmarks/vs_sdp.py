@@ -844,8 +844,8 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
 
     cols = series(phases)
     loop = phases.get("SDP loop")
-    hot = next((p for n, p in phases.items() if n.startswith("Tidehouse")), None)
     fast_lake = phases.get(f"Tidehouse T={min(args.tiering):g}s")
+    hot = fast_lake or next((p for n, p in phases.items() if n.startswith("Tidehouse")), None)
     rows = []
     for layer in LAYERS:
         row: list[object] = [layer]
