@@ -1,7 +1,9 @@
 """The ``tidehouse`` command: a thin shell over :class:`runtime.project.Project`.
 
-Each command group lives in its own module and registers itself on :data:`main` (``runtime.cli.action``,
-``runtime.cli.flow``, ...). Commands call the façade, render text or JSON, and let errors propagate:
+Each command group lives in its own module and registers itself on :data:`cli`
+(``runtime.cli.action_commands``, ``runtime.cli.flow_commands``, ...; the ``_commands`` suffix keeps a
+submodule from shadowing the group of the same name on this package). Commands call the façade, render
+text or JSON, and let errors propagate:
 :func:`main` maps a :class:`~runtime.errors.TidehouseError` to one clear message and its exit code (2 for
 user errors, 1 for internal ones); any other exception is an internal error. Tracebacks only with
 ``--debug``.
@@ -18,13 +20,13 @@ import click
 from runtime.config import redact
 from runtime.errors import ErrorCode, TidehouseError
 
-# Modules that add commands to the groups below. A module missing here is simply not loaded.
+# Modules that add commands to the groups below.
 COMMAND_MODULES = (
     "runtime.cli.info",
-    "runtime.cli.action",
-    "runtime.cli.flow",
+    "runtime.cli.action_commands",
+    "runtime.cli.flow_commands",
     "runtime.cli.run",
-    "runtime.cli.tier",
+    "runtime.cli.tier_commands",
     "runtime.cli.query",
     "runtime.cli.init",
 )
@@ -77,17 +79,8 @@ def tier() -> None:
     """Tier hot tables into the Iceberg lake."""
 
 
-_GROUPS = {"action": action, "flow": flow, "tier": tier}
-
 for _name in COMMAND_MODULES:
-    try:
-        importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:
-        if _exc.name != _name:
-            raise
-    # importing runtime.cli.flow sets this package's attribute `flow` to that module, hiding the group
-    # from the next module's `from runtime.cli import flow`: put the groups back
-    globals().update(_GROUPS)
+    importlib.import_module(_name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,7 +59,7 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
 def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, project_dir):
     import shutil
 
-    from runtime.cli.tier import tables_to_tier
+    from runtime.cli.tier_commands import tables_to_tier
 
     repo = Path(__file__).resolve().parents[2]
     shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
