@@ -200,18 +200,29 @@ class Registry:
                              content_hash=stored.content_hash, created_at=stored.created_at, text=stored.text,
                              path=stored.path, unchanged=not stored.created, version_count=stored.version_count)
 
+    _UNKNOWN = {
+        "action": (ErrorCode.ACTION_UNKNOWN, ErrorCode.ACTION_VERSION_UNKNOWN),
+        "flow": (ErrorCode.FLOW_UNKNOWN, ErrorCode.FLOW_VERSION_UNKNOWN),
+    }
+
+    def _stored(self, kind: str, name: str, version: int | None) -> StoredVersion:
+        """A stored action or flow version (the latest when ``version`` is None); unknown ones raise with a
+        'did you mean' (names) or the registered versions (version numbers)."""
+        stored = self.store.get(kind, name, version)
+        if stored is not None:
+            return stored
+        unknown_name, unknown_version = self._UNKNOWN[kind]
+        if version is not None and self.store.get(kind, name) is not None:
+            versions = ", ".join(str(v.version) for v in self.store.versions(kind, name))
+            raise TidehouseError(unknown_version, f"{kind} '{name}' has no version {version}",
+                                 hint=f"registered versions: {versions}")
+        names = [v.name for v in self.store.latest(kind)]
+        raise TidehouseError(unknown_name, f"unknown {kind} '{name}'",
+                             hint=did_you_mean(name, names) or f"see `tidehouse {kind} list`")
+
     def get_action(self, name: str, version: int | None = None) -> ActionVersion:
         """An action version (the latest when ``version`` is None); unknown ones raise with a 'did you mean'."""
-        stored = self.store.get("action", name, version)
-        if stored is None:
-            if version is not None and self.store.get("action", name) is not None:
-                versions = ", ".join(str(v.version) for v in self.store.versions("action", name))
-                raise TidehouseError(ErrorCode.ACTION_VERSION_UNKNOWN, f"action '{name}' has no version {version}",
-                                     hint=f"registered versions: {versions}")
-            names = [v.name for v in self.store.latest("action")]
-            raise TidehouseError(ErrorCode.ACTION_UNKNOWN, f"unknown action '{name}'",
-                                 hint=did_you_mean(name, names) or "see `tidehouse action list`")
-        return self._action_version(stored)
+        return self._action_version(self._stored("action", name, version))
 
     def resolve(self, ref: str) -> ActionVersion:
         """``"name@3"`` or ``"name"`` (latest) -> the action version."""
@@ -279,16 +290,7 @@ class Registry:
         return self._flow_version(stored, spec=spec if stored.created else None)
 
     def get_flow(self, name: str, version: int | None = None) -> FlowVersion:
-        stored = self.store.get("flow", name, version)
-        if stored is None:
-            if version is not None and self.store.get("flow", name) is not None:
-                versions = ", ".join(str(v.version) for v in self.store.versions("flow", name))
-                raise TidehouseError(ErrorCode.FLOW_VERSION_UNKNOWN, f"flow '{name}' has no version {version}",
-                                     hint=f"registered versions: {versions}")
-            names = [v.name for v in self.store.latest("flow")]
-            raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"unknown flow '{name}'",
-                                 hint=did_you_mean(name, names) or "see `tidehouse flow list`")
-        return self._flow_version(stored)
+        return self._flow_version(self._stored("flow", name, version))
 
     def resolve_flow(self, ref: str) -> FlowVersion:
         name, version = split_ref(ref, "flow")
