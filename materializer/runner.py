@@ -57,7 +57,13 @@ class RunLock:
         self.path = Path(run_dir) / f"{flow}.lock"
         self._fh = None
 
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
     def acquire(self) -> None:
+        if self.held:  # taken early by `trigger`, before planning
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+")
         try:
@@ -103,7 +109,7 @@ class FlowRunner:
     """Runs one flow plan in this process's SparkSession."""
 
     def __init__(self, project, plan: FlowPlan, *, spark=None,
-                 on_status: Callable[[dict], None] | None = None) -> None:
+                 on_status: Callable[[dict], None] | None = None, lock: RunLock | None = None) -> None:
         self.project = project
         self.plan = plan
         self.spark = spark or project.spark()
@@ -113,7 +119,7 @@ class FlowRunner:
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
         self.tiering = None
-        self.lock = RunLock(project.config.run_dir, plan.flow)
+        self.lock = lock or RunLock(project.config.run_dir, plan.flow)
         self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
         self._started = time.time()
         self._status_stop = threading.Event()

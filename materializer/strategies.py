@@ -352,8 +352,8 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
             raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table.name}: the SQL of "
                                  f"{table.action} yields several rows for primary key {dup[0][:-1]}",
                                  hint="make the primary key the columns that identify one output row")
-        upserts = con.execute("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
-        deletes = con.execute(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
+        upserts = con.sql("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
+        deletes = con.sql(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
     finally:
         con.close()
     parts = []

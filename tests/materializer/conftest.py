@@ -169,7 +169,7 @@ def oracle(all_lines: list[str]) -> dict[str, set]:
     })
     con = duckdb.connect()
     con.register("raw", raw)
-    out = {name: canon(con.execute(sql).to_arrow_table()) for name, sql in ORACLE.items()}
+    out = {name: canon(con.sql(sql).to_arrow_table()) for name, sql in ORACLE.items()}
     out["ods.clicks__quarantine"] = sum(1 for line in all_lines if line.startswith("{this"))
     return out
 

@@ -20,3 +20,26 @@ def test_second_run_of_a_flow_is_refused(tmp_path):
     again = RunLock(tmp_path, "orders")
     again.acquire()
     again.release()
+
+
+def test_trigger_refuses_before_planning_or_registering(tmp_path, monkeypatch):
+    """A second `flow trigger` must not start Spark nor register a new flow version under the running one."""
+    import materializer
+    from runtime.project import Project
+
+    flow = tmp_path / "orders.yaml"
+    flow.write_text(
+        "flow: orders\n"
+        "sources:\n  raw: {format: json, path: data/orders, schema: 'id string'}\n"
+        "layers:\n  ods:\n    orders: {action: ingest, inputs: {raw: raw}}\n")
+    project = Project.open(home=tmp_path / "home", project_dir=tmp_path)
+    monkeypatch.setattr(materializer, "plan_flow", lambda *a, **k: pytest.fail("planned while locked"))
+    held = RunLock(project.config.run_dir, "orders")
+    held.acquire()
+    try:
+        for ref in (flow, "orders", "orders@2"):
+            with pytest.raises(TidehouseError) as err:
+                materializer.trigger(project, ref)
+            assert err.value.code == ErrorCode.FLOW_RUNNING
+    finally:
+        held.release()
