@@ -178,15 +178,17 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     feeder.write()
     kills = scale(2, 50)
     store = open_store(str(home / "hot"))
+    began = time.time()
     try:
         driver.start()
         _wait(lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
               300, "the first aggregation batch", [driver])
+        print(f"[chaos] first aggregation batch after {time.time() - began:.0f}s")
         feeder.start()
         scheduler.start()
         for i in range(kills):
-            # the driver is always the first victim; after that driver, scheduler or both, at random
-            victims = [driver] if i == 0 else rng.choice([[driver], [scheduler], [driver, scheduler]])
+            # the driver first, then the scheduler (so CI's two kills hit both); after that one or both at random
+            victims = ([driver], [scheduler])[i] if i < 2 else rng.choice([[driver], [scheduler], [driver, scheduler]])
             for proc in (driver, scheduler):
                 if not proc.alive():
                     proc.start()
