@@ -77,11 +77,17 @@ def lake_snapshots(home: Path, project_dir: Path) -> dict[str, int]:
 
 def status(env: dict, cwd: Path) -> dict:
     proc = subprocess.run([tidehouse(), "flow", "status", FLOW, "--json"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     try:
         return json.loads(proc.stdout)
     except ValueError:
         return {}
+
+
+def spawn(args: list[str], cwd: Path, env: dict, log: Path) -> subprocess.Popen:
+    """Start ``tidehouse <args>`` with its output in ``log`` (the child keeps its own handle on the file)."""
+    with open(log, "w") as fh:
+        return subprocess.Popen([tidehouse(), *args], cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
 
 def tidehouse() -> str:
@@ -118,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "storage:\n  retention: 1m\n  segment_bytes: 1048576\n")
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    driver = subprocess.Popen([tidehouse(), "flow", "trigger", f"flows/{FLOW}.yaml"], cwd=project, env=env,
-                              stdout=open(logs / "trigger.out", "w"), stderr=subprocess.STDOUT)
+    driver = spawn(["flow", "trigger", f"flows/{FLOW}.yaml"], project, env, logs / "trigger.out")
     scheduler = None
     samples: list[dict] = []
     started = time.time()
@@ -130,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             now = time.time()
             if (scheduler is None or scheduler.poll() is not None) and any((home / "hot").glob("*/*/meta.json")):
                 # (re)start the tiering service once the flow's hot tables exist
-                scheduler = subprocess.Popen([tidehouse(), "tier", "schedule", "--flow", FLOW], cwd=project, env=env,
-                                             stdout=open(logs / "schedule.out", "w"), stderr=subprocess.STDOUT)
+                scheduler = spawn(["tier", "schedule", "--flow", FLOW], project, env, logs / "schedule.out")
             while now >= next_file:  # catch up if a slow sample held the loop
                 cfg = EventsConfig(seed=part, events=args.events_per_file, malformed=0)
                 write_parts(shop_events(cfg), project / "data" / "events", 1, first=part)
@@ -150,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                                            default=None),
                     "lake_delay_s_max": max((r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None),
                                             default=None),
+                    # which table lags most in the lake (the bound is about the tiering interval for every table)
+                    "lake_delay_table": max((r for r in rows if r.get("lake_delay_s") is not None),
+                                            key=lambda r: r["lake_delay_s"], default={}).get("table"),
                     "input_files": part - 1000,
                     "driver_alive": driver.poll() is None,
                 }
