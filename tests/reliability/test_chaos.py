@@ -144,6 +144,18 @@ class Proc:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
+def steady(status_file: Path, driver: Proc) -> bool:
+    """This driver process has every query running and has run a micro-batch through ODS and DWS."""
+    try:
+        doc = json.loads(status_file.read_text())
+    except (OSError, ValueError):
+        return False
+    tables = {t["table"]: t for t in doc.get("tables", [])}
+    return (doc.get("pid") == driver.popen.pid and bool(tables)
+            and all(t.get("state") == "active" for t in tables.values())
+            and all(tables.get(name, {}).get("batches", 0) >= 1 for name in ("ods.clicks", "dws.user_activity")))
+
+
 def _wait(predicate, timeout: float, what: str, procs: list[Proc] = ()) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -178,6 +190,8 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     feeder = Feeder(root, random.Random(rng.getrandbits(64)))
     feeder.write()
     kills = scale(2, 50)
+    status_file = home / "run" / "testflow.status.json"
+    modes = Counter()
     store = open_store(str(home / "hot"))
     began = time.time()
     try:
@@ -193,14 +207,20 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
             for proc in (driver, scheduler):
                 if not proc.alive():
                     proc.start()
-            # a random moment: from mid Spark start-up to well into steady micro-batches and tiering commits
-            moment = rng.uniform(2.0, 20.0)
+            # A restarted driver starts its layers one after another (about 20-30 s until DWS runs), so a
+            # moment counted from the restart mostly lands in start-up. Half the driver kills therefore wait
+            # until every query of this process runs, then pick a moment inside its steady micro-batches.
+            mode = "steady" if driver in victims and (i == 0 or rng.random() < 0.5) else "any"
+            if mode == "steady":
+                _wait(lambda: steady(status_file, driver), 300, f"kill {i}: a steady driver", [driver, scheduler])
+            moment = rng.uniform(0.0, 6.0) if mode == "steady" else rng.uniform(2.0, 20.0)
             due = time.time() + moment
             _wait(lambda due=due: time.time() >= due, moment + 5, f"kill {i}", [driver, scheduler])
             for proc in victims:
                 proc.kill9()
-            print(f"[chaos] kill {i + 1}/{kills}: {'+'.join(p.name for p in victims)} after {moment:.1f}s, "
-                  f"{feeder.parts} parts so far")
+            modes[mode] += 1
+            print(f"[chaos] kill {i + 1}/{kills}: {'+'.join(p.name for p in victims)} {moment:.1f}s after "
+                  f"{'all queries ran' if mode == 'steady' else 'the restart'}, {feeder.parts} parts so far")
     finally:
         feeder.stop.set()
         if feeder.is_alive():
@@ -240,5 +260,6 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
         assert sum(project.store.end_offsets("ods.clicks__quarantine")) == bad
     finally:
         project.close()
-    print(f"[chaos] {driver.kills} driver kills, {scheduler.kills} scheduler kills, {feeder.parts} parts, "
+    print(f"[chaos] {driver.kills} driver kills ({modes['steady']} in steady micro-batches), "
+          f"{scheduler.kills} scheduler kills, {feeder.parts} parts, "
           f"{good} good rows, {len(feeder.lines) - good} malformed; every hot and lake table equals the oracle")
