@@ -151,8 +151,8 @@ def write_batch(root: Path, name: str, lines: list[str]) -> None:
     tmp.rename(root / "data" / "clicks" / f"{name}.json")  # atomic: the file source never sees half a file
 
 
-def oracle(all_lines: list[str]) -> dict[str, set]:
-    """Each table's batch result over the complete input, in DuckDB."""
+def oracle_connection(all_lines: list[str]):
+    """A DuckDB connection with the well-formed input lines registered as ``raw``, for the ORACLE SQL."""
     import duckdb
     import pyarrow as pa
 
@@ -169,6 +169,12 @@ def oracle(all_lines: list[str]) -> dict[str, set]:
     })
     con = duckdb.connect()
     con.register("raw", raw)
+    return con
+
+
+def oracle(all_lines: list[str]) -> dict[str, set]:
+    """Each table's batch result over the complete input, in DuckDB."""
+    con = oracle_connection(all_lines)
     out = {name: canon(con.sql(sql).to_arrow_table()) for name, sql in ORACLE.items()}
     out["ods.clicks__quarantine"] = sum(1 for line in all_lines if line.startswith("{this"))
     return out

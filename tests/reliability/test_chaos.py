@@ -69,22 +69,7 @@ def bag(table) -> Counter:
 
 def oracle(lines: list[str]) -> dict[str, Counter]:
     """Each table's batch result over the complete input, in DuckDB, as a multiset."""
-    import duckdb
-    import pyarrow as pa
-
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    raw = pa.table({
-        "user_id": [r["user_id"] for r in rows], "event_type": [r["event_type"] for r in rows],
-        "item_id": [r["item_id"] for r in rows], "price": pa.array([r["price"] for r in rows], pa.float64()),
-        "ts": pa.array([r["ts"] for r in rows]).cast(pa.timestamp("us", tz="UTC")),
-    })
-    con = duckdb.connect()
-    con.register("raw", raw)
+    con = FLOW.oracle_connection(lines)
     return {name: bag(con.sql(sql).to_arrow_table()) for name, sql in FLOW.ORACLE.items()}
 
 
