@@ -66,8 +66,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("lake.catalog_name", "tidehouse", "Name of the pyiceberg catalog.", _str),
     Setting("tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration),
     Setting("tiering.max_snapshots", 100, "Expire lake snapshots beyond this many per table.", _int),
-    Setting("tiering.compact_min_files", 32, "Compact a lake table when it has at least this many data files.",
-            _int),
+    Setting("tiering.compact_min_files", 32, "Compact a lake partition's files of similar size (within 8x) "
+            "once there are at least this many of them.", _int),
+    Setting("tiering.compact_target_bytes", 128 * 1024 * 1024, "Compaction writes files up to this size and "
+            "never rewrites a file this big.", _int),
     Setting("checkpoints.root", None, "Where streaming checkpoints live; default: <home>/checkpoints.", _str),
 )
 

@@ -13,6 +13,8 @@ application all advance the lake's offsets atomically with the data.
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,8 +94,12 @@ def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
     if data.num_rows == 0:
         return 0
     n = 0
+    # file names are <counter>-<commit uuid>: one counter per producer, or a second call would reuse (and
+    # overwrite) the first call's file names
+    counter = producer.__dict__.setdefault("_tidehouse_file_counter", itertools.count(0))
     # table.metadata, not tx.table_metadata: the latter deep-copies the whole metadata on every access
-    for data_file in _dataframe_to_data_files(table.metadata, data, table.io, write_uuid=producer.commit_uuid):
+    for data_file in _dataframe_to_data_files(table.metadata, data, table.io, write_uuid=producer.commit_uuid,
+                                              counter=counter):
         producer.append_data_file(data_file)
         n += 1
     return n

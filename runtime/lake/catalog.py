@@ -60,12 +60,15 @@ class Lake:
     """The Iceberg side of Tidehouse: one pyiceberg catalog plus where tiering keeps its local state."""
 
     def __init__(self, catalog: Catalog, *, run_dir: Path, properties: dict[str, Any] | None = None,
-                 max_snapshots: int = 100, compact_min_files: int = 32, retention_s: float = 24 * 3600.0) -> None:
+                 max_snapshots: int = 100, compact_min_files: int = 32, retention_s: float = 24 * 3600.0,
+                 compact_target_bytes: int = 128 * 1024 * 1024) -> None:
         self.catalog = catalog
         self.run_dir = Path(run_dir)
         self.properties = dict(properties or {})
         self.max_snapshots = max_snapshots
         self.compact_min_files = compact_min_files
+        self.compact_target_bytes = compact_target_bytes
+        self.compaction_memo: dict[str, int] = {}  # table -> data-file count before which no tier can fill
         self.retention_s = retention_s
 
     @classmethod
@@ -82,6 +85,7 @@ class Lake:
         return cls(catalog, run_dir=config.run_dir, properties=props,
                    max_snapshots=config.get("tiering.max_snapshots"),
                    compact_min_files=config.get("tiering.compact_min_files"),
+                   compact_target_bytes=config.get("tiering.compact_target_bytes"),
                    retention_s=config.get("storage.retention"))
 
     # -- tables ------------------------------------------------------------------------------------

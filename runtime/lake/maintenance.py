@@ -9,11 +9,15 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
   pyiceberg 0.12 expires metadata only, so the data files, manifests and manifest lists that only expired
   snapshots referenced are deleted here (a reader still pinned to an expired snapshot may then fail and must
   re-plan, as with any Iceberg expiry). Files of a crashed, never-committed cycle are not found this way.
-* **Compact small files.** pyiceberg 0.12 has no data-file compaction, so when the current snapshot has at
-  least ``tiering.compact_min_files`` data files, every partition with more than one file is rewritten into
-  as few files as the target size allows (log tables sorted by ``__offset``), as ONE ``overwrite`` snapshot
-  whose summary carries the same ``tidehouse.offsets`` as its parent: a compaction moves no offset, and its
-  commit requires the parent to be unchanged, so it cannot hide a concurrent tiering commit.
+* **Compact small files.** pyiceberg 0.12 has no data-file compaction. Ours is size-tiered: in each
+  partition, files below ``tiering.compact_target_bytes`` are grouped by size (within a factor of 8), and a
+  group that reaches ``tiering.compact_min_files`` files is rewritten into files of at most the target size
+  (log tables sorted by ``__offset``). A file is thus only merged with files of a similar size — rows are
+  rewritten a logarithmic number of times, and a compaction's memory is bounded by the target size, not by
+  the table's age (rewriting the whole partition each time grew both without bound). All groups of a table
+  go into ONE ``overwrite`` snapshot whose summary carries the same ``tidehouse.offsets`` as its parent: a
+  compaction moves no offset, and its commit requires the parent to be unchanged, so it cannot hide a
+  concurrent tiering commit.
 * **Trim the hot log.** Hot segments that end at or before the lake's offsets (fully tiered) and are older
   than ``storage.retention`` are deleted with ``store.delete_before``.
 """
@@ -88,15 +92,62 @@ def data_file_count(table: Table) -> int:
     return int(snap.summary.additional_properties.get("total-data-files", 0))
 
 
-def compact(table: Table, meta: TableMeta, min_files: int) -> int:
-    """Rewrite the small files of every partition holding more than one; return how many files were removed."""
-    if min_files <= 0 or data_file_count(table) < min_files:
+TIER_BITS = 3  # files within a factor of 2**3 = 8 in size share a compaction tier
+
+
+def size_tier(size_bytes: int) -> int:
+    """The compaction tier of a data file: files within a factor of 8 in size share one."""
+    return max(int(size_bytes), 1).bit_length() // TIER_BITS
+
+
+def compaction_groups(tasks, min_files: int, target_bytes: int) -> tuple[list[list], int]:
+    """Size-tiered compaction plan: (groups of scan tasks to rewrite, the fullest tier's file count).
+
+    Within each partition, files below ``target_bytes`` are grouped by :func:`size_tier`; a tier holding at
+    least ``min_files`` files is rewritten, in bins of at most ``target_bytes``. So a file is only ever merged
+    with files of a similar size: each row is rewritten about log_{min_files}(target / first file size) times
+    in its life, and one compaction reads at most ``target_bytes`` — not the whole table, however old it is.
+    Files of ``target_bytes`` or more are never rewritten.
+    """
+    tiers: dict[tuple, list] = defaultdict(list)
+    for task in tasks:
+        size = task.file.file_size_in_bytes
+        if size < target_bytes:
+            tiers[(tuple(task.file.partition), size_tier(size))].append(task)
+    fullest = max((len(v) for v in tiers.values()), default=0)
+    groups: list[list] = []
+    for members in tiers.values():
+        if len(members) < min_files:
+            continue
+        members.sort(key=lambda t: t.file.file_size_in_bytes)
+        current, total = [], 0
+        for task in members:
+            size = task.file.file_size_in_bytes
+            if current and total + size > target_bytes:
+                groups.append(current)
+                current, total = [], 0
+            current.append(task)
+            total += size
+        groups.append(current)
+    return [g for g in groups if len(g) > 1], fullest
+
+
+def compact(table: Table, meta: TableMeta, min_files: int, target_bytes: int = 128 * 1024 * 1024,
+            memo: dict | None = None) -> int:
+    """Rewrite each tier of similar-sized small files that reached ``min_files`` (see :func:`compaction_groups`)
+    as ONE overwrite snapshot; return how many files were removed.
+
+    ``memo`` (table -> data-file count) lets a long-running process skip planning until enough new
+    files can have arrived to fill a tier: planning reads every manifest, the data-file count is free.
+    """
+    total = data_file_count(table)
+    key = f"{meta.name}:{table.metadata.table_uuid}"  # a dropped and re-created table starts afresh
+    if min_files <= 0 or total < min_files or (memo is not None and total < memo.get(key, 0)):
         return 0
-    by_partition: dict[tuple, list] = defaultdict(list)
-    for task in table.scan().plan_files():
-        by_partition[tuple(task.file.partition)].append(task)
-    groups = [tasks for tasks in by_partition.values() if len(tasks) > 1]
+    groups, fullest = compaction_groups(table.scan().plan_files(), min_files, target_bytes)
     if not groups:
+        if memo is not None:  # no tier can fill before this many more files exist
+            memo[key] = total + (min_files - fullest)
         return 0
     offsets, _ = lake_offsets(table, meta.buckets)
     props = {OFFSETS_PROPERTY: offsets_json(offsets), "tidehouse.compaction": "true"}
@@ -112,7 +163,11 @@ def compact(table: Table, meta: TableMeta, min_files: int) -> int:
                 overwrite.delete_data_file(task.file)
                 removed += 1
             write_files(tx, table, rows, overwrite)
+            del rows
     tx.commit_transaction()
+    if memo is not None:
+        memo.pop(key, None)
+    pa.default_memory_pool().release_unused()  # hand the compaction's buffers back to the OS
     return removed
 
 
@@ -129,7 +184,7 @@ def maintain_table(store: TableStore, lake: Lake, meta: TableMeta, table: Table,
     """All maintenance steps for one table after a committed cycle; failures are logged, never fatal."""
     notes: list[str] = []
     try:
-        removed = compact(table, meta, lake.compact_min_files)
+        removed = compact(table, meta, lake.compact_min_files, lake.compact_target_bytes, lake.compaction_memo)
         if removed:
             table = lake.load(meta.name)
             notes.append(f"compacted {removed} files")
