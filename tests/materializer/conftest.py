@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -172,7 +173,7 @@ def oracle_connection(all_lines: list[str]):
     return con
 
 
-def oracle(all_lines: list[str]) -> dict[str, set]:
+def oracle(all_lines: list[str]) -> dict[str, Counter]:
     """Each table's batch result over the complete input, in DuckDB."""
     con = oracle_connection(all_lines)
     out = {name: canon(con.sql(sql).to_arrow_table()) for name, sql in ORACLE.items()}
@@ -180,13 +181,14 @@ def oracle(all_lines: list[str]) -> dict[str, set]:
     return out
 
 
-def canon(table) -> set:
-    """Rows as a set of tuples in column-name order, floats rounded, timestamps as epoch microseconds."""
+def canon(table) -> Counter:
+    """Rows as a multiset of tuples in column-name order, floats rounded, timestamps as epoch microseconds
+    (a multiset, so a duplicated row is a difference)."""
 
     if hasattr(table, "read_all"):
         table = table.read_all()
     cols = sorted(c for c in table.column_names if not c.startswith("__"))
-    out = []
+    out: Counter = Counter()
     for row in table.select(cols).to_pylist():
         vals = []
         for c in cols:
@@ -196,10 +198,8 @@ def canon(table) -> set:
             elif hasattr(v, "timestamp"):
                 v = int(v.timestamp() * 1_000_000)
             vals.append(v)
-        out.append(tuple(vals))
-    rows = set(out)
-    assert len(rows) == len(out) or True
-    return rows
+        out[tuple(vals)] += 1
+    return out
 
 
 def canon_list(table) -> list:
