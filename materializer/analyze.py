@@ -330,8 +330,11 @@ def _source_plan(project, name: str, src, session) -> SourcePlan:
         path = str((project.config.project_dir / path).resolve())
     options = tuple(sorted((str(k), str(v)) for k, v in (getattr(src, "options", None) or {}).items()))
     ddl = getattr(src, "schema_", None)
+    required: tuple[str, ...] = ()
     if ddl is not None:
-        ddl = nullable_ddl(struct_of(ddl))
+        declared = struct_of(ddl)
+        required = tuple(f.name for f in declared.fields if not f.nullable)
+        ddl = nullable_ddl(declared)  # file sources read every column as nullable; `required` is checked per row
     else:
         try:
             reader = session.readStream.format(src.format).options(**dict(options))
@@ -340,8 +343,10 @@ def _source_plan(project, name: str, src, session) -> SourcePlan:
             raise TidehouseError(ErrorCode.SOURCE_INVALID, f"source {name}: cannot read format "
                                  f"'{src.format}' without a schema: {str(exc).splitlines()[0]}",
                                  hint="declare the source's schema: as a Spark DDL string") from exc
-    fp = fingerprint({"format": src.format, "path": getattr(src, "path", None), "ddl": ddl, "options": options})
-    return SourcePlan(name, src.format, path, ddl, options, fp)
+    payload = {"format": src.format, "path": getattr(src, "path", None), "ddl": ddl, "options": options}
+    if required:
+        payload["required"] = list(required)
+    return SourcePlan(name, src.format, path, ddl, options, fingerprint(payload), required)
 
 
 def _external(project, table: str) -> tuple[str, str, str, tuple[str, ...]]:

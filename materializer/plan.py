@@ -59,6 +59,7 @@ class SourcePlan:
     ddl: str | None  # the declared schema; None lets the format decide (rate, ...)
     options: tuple[tuple[str, str], ...] = ()
     fingerprint: str = ""
+    required: tuple[str, ...] = ()  # columns declared NOT NULL: a record without one is quarantined
 
     @property
     def ref(self) -> str:
@@ -141,7 +142,8 @@ class FlowPlan:
         lines = [f"flow {self.flow}" + (f" (version {self.version})" if self.version else "")]
         for src in self.sources:
             lines.append(f"  source {src.name}: {src.format}" + (f" {src.path}" if src.path else "")
-                         + (f"  schema: {src.ddl}" if src.ddl else ""))
+                         + (f"  schema: {src.ddl}" if src.ddl else "")
+                         + (f"  required: {', '.join(src.required)}" if src.required else ""))
         by_name = {t.name: t for t in self.tables}
         for i, gen in enumerate(self.generations):
             layers = sorted({by_name[n].layer for n in gen})

@@ -139,10 +139,13 @@ def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.
                      "source": pa.array([source] * n, pa.string()), "quarantined_at": now})
 
 
-def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int) -> None:
+def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q") -> None:
+    """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer:
+    one batch can quarantine malformed records, rows lacking a required column and expectation violators,
+    and a second write under the same (writer, seq) would be skipped as a replay."""
     if rows.num_rows == 0 or not ctx.table.quarantine:
         return
-    ctx.store.write(ctx.table.quarantine, rows, writer=f"{ctx.table.writer_id}:q", seq=int(batch_id))
+    ctx.store.write(ctx.table.quarantine, rows, writer=f"{ctx.table.writer_id}:{part}", seq=int(batch_id))
     with ctx.stats.lock:
         ctx.stats.quarantined += rows.num_rows
 
@@ -180,7 +183,7 @@ def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int)
     if to_quarantine.num_rows:
         raw = [json.dumps(r, default=str, sort_keys=True) for r in to_quarantine.to_pylist()]
         why = [r for r, q in zip(reasons, quarantine_mask.to_pylist()) if q]
-        write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id)
+        write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id, part="qe")
     with ctx.stats.lock:
         ctx.stats.dropped += violators.num_rows - to_quarantine.num_rows
     return out.filter(pc.invert(bad)), violators
@@ -207,6 +210,30 @@ def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: in
                                                             UPDATE_AFTER)
 
 
+def _quarantine_missing(ctx: QueryContext, source: SourcePlan, data: pa.Table, batch_id: int) -> pa.Table:
+    """Quarantine records that parse but lack a column the source declares NOT NULL (a renamed or dropped
+    field upstream); the raw record is the parsed row as JSON. Returns the rows that have every one."""
+    required = [c for c in source.required if c in data.column_names]
+    if not required or data.num_rows == 0:
+        return data
+    missing = [pc.is_null(data.column(c)) for c in required]
+    mask = missing[0]
+    for m in missing[1:]:
+        mask = pc.or_(mask, m)
+    bad = data.filter(mask)
+    if not bad.num_rows:
+        return data
+    user = [c for c in bad.column_names if c != CORRUPT and not c.startswith("__")]
+    absent = [[c for c, m in zip(required, flags) if m] for flags in
+              zip(*[m.filter(mask).to_pylist() for m in missing])]
+    write_quarantine(ctx, quarantine_rows(
+        [json.dumps(r, default=str, sort_keys=True) for r in bad.select(user).to_pylist()],
+        [f"{source.format} record lacks required column(s) {', '.join(a)} (declared NOT NULL in the "
+         f"source schema; a renamed or dropped field?)" for a in absent], source.name),
+        batch_id, part="qn")
+    return data.filter(pc.invert(mask))
+
+
 # -- strategies -------------------------------------------------------------------------------------
 def append_batch(ctx: QueryContext) -> Callable:
     """Stateless SQL over one append-only input (+ lookups): run it over the micro-batch's rows."""
@@ -230,6 +257,7 @@ def append_batch(ctx: QueryContext) -> Callable:
                         f"malformed {source.format} record: does not parse with the source schema", source.name),
                         batch_id)
                 data = data.filter(pc.invert(corrupt))
+            data = _quarantine_missing(ctx, source, data, batch_id)
             local_df(session, data, stream_input.ddl).createOrReplaceTempView(stream_input.name)
             origin = None
         else:

@@ -90,7 +90,10 @@ class SourceSpec(Spec):
                                            "kafka, ...")
     path: Text | None = Field(None, description="Where file sources read from (relative to the project).")
     schema_: Text | None = Field(None, alias="schema", description="Spark DDL schema of the records, e.g. "
-                                                                  "'user_id string, ts timestamp'.")
+                                                                  "'user_id string NOT NULL, ts timestamp'. A record "
+                                                                  "that does not parse with it, or lacks a NOT NULL "
+                                                                  "column, goes to the ODS table's quarantine; "
+                                                                  "fields it does not declare are ignored.")
     options: Annotated[dict[str, Text], BeforeValidator(_string_map)] = Field(
         default_factory=dict, description="Options passed to the Spark reader (strings).")
 
@@ -101,7 +104,7 @@ class SourceSpec(Spec):
 
         if value is not None:
             try:
-                columns = parse_ddl(value)
+                columns = parse_ddl(value, allow_not_null=True)
             except SparkTypeError as exc:
                 raise custom(BAD_VALUE, f"not a Spark DDL schema: {exc}") from None
             for name, col_type in columns:

@@ -169,8 +169,10 @@ def parse_type(text: str) -> SparkType:
     return result
 
 
-def parse_ddl(text: str) -> list[tuple[str, SparkType | None]]:
-    """A column list: ``"a string, b bigint"`` -> [(a, string), (b, bigint)]; names alone give ``None`` types."""
+def parse_ddl(text: str, *, allow_not_null: bool = False) -> list[tuple[str, SparkType | None]]:
+    """A column list: ``"a string, b bigint"`` -> [(a, string), (b, bigint)]; names alone give ``None`` types.
+
+    ``allow_not_null`` accepts ``NOT NULL`` after a column's type (source schemas: a required column)."""
     if not isinstance(text, str) or not text.strip():
         raise SparkTypeError("expected columns like 'user_id string, cnt bigint'")
     tokens = _Tokens(text)
@@ -185,12 +187,21 @@ def parse_ddl(text: str) -> list[tuple[str, SparkType | None]]:
             if nxt[1] == ":":
                 tokens.take(":")
             col_type = _parse(tokens)
-            while tokens.peek() and tokens.peek()[0] == "word":  # NOT NULL / COMMENT are not part of a contract
-                raise SparkTypeError(f"unexpected {tokens.peek()[1]!r} after the type of column {name!r}")
+            if allow_not_null and _at_not_null(tokens):
+                tokens.take(), tokens.take()
+            if tokens.peek() and tokens.peek()[0] == "word":  # COMMENT, or NOT NULL in a contract
+                hint = "" if allow_not_null or tokens.peek()[1].upper() != "NOT" else \
+                    " (NOT NULL is for source schemas only)"
+                raise SparkTypeError(f"unexpected {tokens.peek()[1]!r} after the type of column {name!r}{hint}")
         columns.append((_unquote(name), col_type))
         if tokens.done():
             return columns
         tokens.take(",")
+
+
+def _at_not_null(tokens: _Tokens) -> bool:
+    ahead = tokens.items[tokens.i:tokens.i + 2]
+    return [v.upper() for k, v, _ in ahead if k == "word"] == ["NOT", "NULL"]
 
 
 # -- values ---------------------------------------------------------------------------------------------

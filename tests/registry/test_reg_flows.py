@@ -192,3 +192,17 @@ def test_two_files_defining_one_action_are_refused(registry, tmp_path):
     with pytest.raises(TidehouseError) as info:
         registry.register_actions([folder])
     assert info.value.code is ErrorCode.ACTION_DUPLICATE and "a.sql" in info.value.message
+
+
+def test_source_schema_may_mark_required_columns_but_action_contracts_may_not():
+    text = dedent("""
+        flow: shop
+        sources:
+          clicks: {format: json, path: x, schema: "id bigint NOT NULL, `the kind` string not null, price double"}
+        layers:
+          ods:
+            clicks: {action: ingest, inputs: {raw: clicks}}
+        """)
+    assert parse_flow_text(text, "shop.yaml").sources["clicks"].schema_.startswith("id bigint NOT NULL")
+    with pytest.raises(TidehouseError, match="NOT NULL is for source schemas only"):
+        parse_action_text("/*---\nname: a\noutput: 'a bigint NOT NULL'\n---*/\nSELECT 1 AS a\n")

@@ -86,6 +86,8 @@ CASES = [
      E.SPEC_BAD_VALUE, "layers.dwd.clean.expect[0].on_violation", None),
     ("source-schema-bad-type", "flow: shop\nsources:\n  clicks: {format: json, path: x, schema: 'id strng'} #<\n"
      "layers:\n  " + ODS, E.SPEC_BAD_VALUE, "sources.clicks.schema", None),
+    ("source-schema-not-without-null", "flow: shop\nsources:\n  clicks: {format: json, path: x, "
+     "schema: 'id string NOT, b int'} #<\nlayers:\n  " + ODS, E.SPEC_BAD_VALUE, "sources.clicks.schema", None),
     # -- durations and names --------------------------------------------------------------------------
     ("duration-unit", HEAD + "trigger: 5 parsecs #<\nlayers:\n  " + ODS, E.SPEC_BAD_DURATION, "trigger", None),
     ("duration-negative", HEAD + "trigger: -1s #<\nlayers:\n  " + ODS, E.SPEC_BAD_DURATION, "trigger", None),
