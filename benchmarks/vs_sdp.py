@@ -845,17 +845,16 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
     cols = series(phases)
     loop = phases.get("SDP loop")
     fast_lake = phases.get(f"Tidehouse T={min(args.tiering):g}s")
-    hot = fast_lake or next((p for n, p in phases.items() if n.startswith("Tidehouse")), None)
+    th_runs = [(n.split("T=")[1], p) for n, p in phases.items() if n.startswith("Tidehouse")]
     rows = []
     for layer in LAYERS:
         row: list[object] = [layer]
         row += [_cell(p.summary(f"{layer} {suffix}")) for _, p, suffix in cols]
         sdp_s = loop.summary(f"{layer} SDP") if loop else None
-        row.append(_ratio(sdp_s, hot.summary(f"{layer} hot") if hot else None))
+        row += [_ratio(sdp_s, p.summary(f"{layer} hot")) for _, p in th_runs]
         row.append(_ratio(sdp_s, fast_lake.summary(f"{layer} lake") if fast_lake else None))
         rows.append(row)
-    hot_name = hot.name.split("T=")[1] if hot else "?"
-    headers = ["layer", *[c[0] for c in cols], f"SDP loop ÷ TH hot (T={hot_name}), p50",
+    headers = ["layer", *[c[0] for c in cols], *[f"SDP loop ÷ TH hot (T={t}), p50" for t, _ in th_runs],
                f"SDP loop ÷ TH lake (T={min(args.tiering):g}s), p50"]
     delays = markdown_table(headers, rows)
 
@@ -879,20 +878,21 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
                                  "machine load (1-min avg)"], run_rows)
 
     lag_rows = []
-    th = [(n.split("T=")[1], p) for n, p in phases.items() if n.startswith("Tidehouse")]
+    th = th_runs
     for layer in LAYERS:
         lag_rows.append([layer, *[_cell(p.lag(layer)) for _, p in th]])
     lags = markdown_table(["layer", *[f"lake behind hot, T={t}" for t, _ in th]], lag_rows) if th else ""
 
     verdicts = []
-    if loop and hot:
+    for t, hot in th_runs if loop else ():
         a, b = loop.summary("ADS SDP"), hot.summary("ADS hot")
         if a.n and b.n:
             ok = b.p50 <= a.p50 / 10
             verdict = "met" if ok else "NOT met" if not a.unseen else "not shown"
             bound = f" (SDP's figure is a lower bound: {a.unseen} probes never seen)" if a.unseen else ""
-            verdicts.append(f"* Target ADS hot delay ≤ 1/10 of SDP's looped ADS delay: {b.p50:.2f} s vs "
-                            f"{'≥ ' if a.unseen else ''}{a.p50:.1f} s (p50) — **{verdict}**{bound}.")
+            verdicts.append(f"* Target ADS hot delay ≤ 1/10 of SDP's looped ADS delay, Tidehouse run T={t}: "
+                            f"{b.p50:.2f} s vs {'≥ ' if a.unseen else ''}{a.p50:.1f} s (p50, "
+                            f"{a.p50 / b.p50:.1f}×) — **{verdict}**{bound}.")
     for t in args.tiering:
         p = phases.get(f"Tidehouse T={t:g}s")
         if p:
