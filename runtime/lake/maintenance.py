@@ -10,8 +10,8 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
   snapshots referenced are deleted here (a reader still pinned to an expired snapshot may then fail and must
   re-plan, as with any Iceberg expiry). Files of a crashed, never-committed cycle are not found this way.
 * **Compact small files.** pyiceberg 0.12 has no data-file compaction. Ours is size-tiered: in each
-  partition, files below ``tiering.compact_target_bytes`` are grouped by size (within a factor of 8), and a
-  group that reaches ``tiering.compact_min_files`` files is rewritten into files of at most the target size
+  partition, files below ``tiering.compact_target_bytes`` are grouped by size (a file more than 8x the mean
+  of the smaller ones starts a new group), and a group that reaches ``tiering.compact_min_files`` files is rewritten into files of at most the target size
   (log tables sorted by ``__offset``). A file is thus only merged with files of a similar size — rows are
   rewritten a logarithmic number of times, and a compaction's memory is bounded by the target size, not by
   the table's age (rewriting the whole partition each time grew both without bound). All groups of a table
@@ -92,34 +92,46 @@ def data_file_count(table: Table) -> int:
     return int(snap.summary.additional_properties.get("total-data-files", 0))
 
 
-TIER_BITS = 3  # files within a factor of 2**3 = 8 in size share a compaction tier
+SIZE_RATIO = 8  # a file more than 8x the mean size of the smaller ones starts a new group
 
 
-def size_tier(size_bytes: int) -> int:
-    """The compaction tier of a data file: files within a factor of 8 in size share one."""
-    return max(int(size_bytes), 1).bit_length() // TIER_BITS
+def similar_size_groups(tasks) -> list[list]:
+    """Scan tasks sorted by file size, split where a file is more than ``SIZE_RATIO`` times the mean size of
+    the group so far: files of one tiering cycle's size stay together, an earlier compaction's output does
+    not join them. (Fixed power-of-8 tiers would split 15.9 KB and 16.1 KB files into two groups.)"""
+    groups: list[list] = []
+    total = 0
+    for task in sorted(tasks, key=lambda t: t.file.file_size_in_bytes):
+        size = task.file.file_size_in_bytes
+        if groups and size <= SIZE_RATIO * max(total / len(groups[-1]), 1):
+            groups[-1].append(task)
+            total += size
+        else:
+            groups.append([task])
+            total = size
+    return groups
 
 
 def compaction_groups(tasks, min_files: int, target_bytes: int) -> tuple[list[list], int]:
-    """Size-tiered compaction plan: (groups of scan tasks to rewrite, the fullest tier's file count).
+    """Size-tiered compaction plan: (groups of scan tasks to rewrite, the fullest group's file count).
 
-    Within each partition, files below ``target_bytes`` are grouped by :func:`size_tier`; a tier holding at
-    least ``min_files`` files is rewritten, in bins of at most ``target_bytes``. So a file is only ever merged
-    with files of a similar size: each row is rewritten about log_{min_files}(target / first file size) times
-    in its life, and one compaction reads at most ``target_bytes`` — not the whole table, however old it is.
-    Files of ``target_bytes`` or more are never rewritten.
+    Within each partition, files below ``target_bytes`` form groups of similar size
+    (:func:`similar_size_groups`); a group of at least ``min_files`` files is rewritten, in bins of at most
+    ``target_bytes``. So a file is only ever merged with files of a similar size: each row is rewritten about
+    log_{min_files}(target / first file size) times in its life, and one compaction reads at most
+    ``target_bytes`` per bin — not the whole table, however old it is. Files of ``target_bytes`` or more
+    are never rewritten.
     """
-    tiers: dict[tuple, list] = defaultdict(list)
+    partitions: dict[tuple, list] = defaultdict(list)
     for task in tasks:
-        size = task.file.file_size_in_bytes
-        if size < target_bytes:
-            tiers[(tuple(task.file.partition), size_tier(size))].append(task)
-    fullest = max((len(v) for v in tiers.values()), default=0)
+        if task.file.file_size_in_bytes < target_bytes:
+            partitions[tuple(task.file.partition)].append(task)
+    similar = [g for members in partitions.values() for g in similar_size_groups(members)]
+    fullest = max((len(g) for g in similar), default=0)
     groups: list[list] = []
-    for members in tiers.values():
+    for members in similar:
         if len(members) < min_files:
             continue
-        members.sort(key=lambda t: t.file.file_size_in_bytes)
         current, total = [], 0
         for task in members:
             size = task.file.file_size_in_bytes

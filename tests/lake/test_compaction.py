@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runtime.lake.maintenance import compaction_groups, size_tier
+from runtime.lake.maintenance import compaction_groups, similar_size_groups
 from runtime.lake.tiering import tier_table
 from runtime.storage.api import TableMeta
 from tests.lake.conftest import rows_of
@@ -19,9 +19,11 @@ def task(size: int, partition=(), name: str = "") -> SimpleNamespace:
     return SimpleNamespace(file=SimpleNamespace(file_size_in_bytes=size, partition=partition, file_path=name))
 
 
-def test_size_tiers_are_factors_of_eight():
-    assert size_tier(50 * KB) == size_tier(60 * KB) != size_tier(1600 * KB)
-    assert size_tier(0) == size_tier(1) == 0
+def test_similar_sizes_group_together_and_an_8x_gap_splits():
+    sizes = [15_900] * 5 + [16_100] * 5 + [1_600_000] + [2_000_000] + [200]
+    groups = similar_size_groups([task(s) for s in sizes])
+    assert [sorted(t.file.file_size_in_bytes for t in g) for g in groups] == \
+        [[200], [15_900] * 5 + [16_100] * 5, [1_600_000, 2_000_000]]
 
 
 def test_a_full_tier_merges_without_the_big_files():
