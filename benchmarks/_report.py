@@ -48,9 +48,12 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def write_section(name: str, title: str, command: str, body: str) -> None:
-    """Print ``body`` and store it as section ``name`` of docs/benchmarks.md."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def write_section(name: str, title: str, command: str, body: str, measured_at: float | None = None) -> None:
+    """Print ``body`` and store it as section ``name`` of docs/benchmarks.md (``measured_at``: when the figures
+    were measured, as a Unix time, if not now — e.g. re-rendered from saved results)."""
+    when = _dt.datetime.now(_dt.timezone.utc) if measured_at is None else \
+        _dt.datetime.fromtimestamp(measured_at, _dt.timezone.utc)
+    stamp = when.strftime("%Y-%m-%d %H:%M UTC")
     section = (f"<!-- BEGIN {name} -->\n## {title}\n\nMeasured {stamp} on {machine()}.  \n"
                f"Reproduce: `{command}`\n\n{body.strip()}\n<!-- END {name} -->")
     print(body)

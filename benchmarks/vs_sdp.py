@@ -1060,7 +1060,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.time()
     if args.from_results:
-        phases, failures, commands, wall = {}, {}, [], 0.0
+        phases, failures, commands, wall, measured_at = {}, {}, [], 0.0, None
         for path in args.from_results:  # later files add runs or replace same-named ones
             saved = json.loads(path.read_text(encoding="utf-8"))
             for key in SAVED_ARGS:
@@ -1070,9 +1070,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 phases[d["name"]] = Phase.from_json(d)
                 failures.pop(d["name"], None)
             commands.append(f"`{saved['command']}`")
+            measured_at = saved.get("started") or path.stat().st_mtime - saved["wall"]
             wall += saved["wall"]
         command = commands[0].strip("`") if len(commands) == 1 else " then ".join(commands).strip("`")
     else:
+        measured_at = started
         workdir = args.workdir or Path(tempfile.mkdtemp(prefix="vs_sdp-"))
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"work directory: {workdir}", flush=True)
@@ -1081,7 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = command_line(argv)
 
         def save(phases: dict[str, Phase], failures: dict[str, str]) -> None:
-            results = {"command": command, "wall": time.time() - started, "failures": failures,
+            results = {"command": command, "started": started, "wall": time.time() - started, "failures": failures,
                        "phases": [p.to_json() for p in phases.values()],
                        "args": {k: getattr(args, k) for k in SAVED_ARGS}}
             out.write_text(json.dumps(results), encoding="utf-8")
@@ -1108,7 +1110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     plot(phases, IMG)
     write_section("vs_sdp", "Tidehouse vs Spark Declarative Pipelines: freshness per layer (issue 8)",
-                  command, body)
+                  command, body, measured_at=measured_at)
     print(f"wrote {IMG.relative_to(REPO)} and docs/benchmarks.md", flush=True)
     return 0
 
