@@ -14,7 +14,6 @@ application all advance the lake's offsets atomically with the data.
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 

@@ -212,7 +212,7 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
     def run() -> None:
         try:
             outcome["report"] = trigger(project, flow_path, spark=spark, stop_event=stop)
-        except BaseException as exc:  # surfaced by the waits below
+        except Exception as exc:  # surfaced by the waits below
             outcome["error"] = exc
 
     runner = threading.Thread(target=run, name="drift-flow", daemon=True)
