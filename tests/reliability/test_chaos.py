@@ -152,6 +152,7 @@ def _wait(predicate, timeout: float, what: str, procs: list[Proc] = ()) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.timeout(scale(900, 3600))  # 50 rounds with waits for full driver start-ups take over 20 minutes
 def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, seed):
     from runtime.project import Project
     from runtime.storage import open_store
