@@ -16,7 +16,6 @@ full size: ``TIDEHOUSE_SCALE=full``.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import scale
+from tests.reliability._project import materializer_testflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -38,33 +38,8 @@ TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 TABLES = ["ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users"]
 
 
-def _materializer_flow():
-    """The materializer tests' 4-layer flow, actions, input generator and oracle SQL (not a package: load by path)."""
-    path = Path(__file__).resolve().parents[1] / "materializer" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("tidehouse_materializer_testflow", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FLOW = _materializer_flow()
-
-
-def bag(table) -> Counter:
-    """Rows as a multiset of tuples in column-name order (floats rounded, timestamps as epoch microseconds)."""
-    cols = sorted(c for c in table.column_names if not c.startswith("__"))
-    out = Counter()
-    for row in table.select(cols).to_pylist():
-        vals = []
-        for c in cols:
-            v = row[c]
-            if isinstance(v, float):
-                v = round(v, 6)
-            elif hasattr(v, "timestamp"):
-                v = int(v.timestamp() * 1_000_000)
-            vals.append(v)
-        out[tuple(vals)] += 1
-    return out
+FLOW = materializer_testflow()
+bag = FLOW.canon  # rows as a multiset: nothing lost, nothing twice
 
 
 def oracle(lines: list[str]) -> dict[str, Counter]:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import pytest
 
 from runtime.errors import ErrorCode, TidehouseError
+from tests.reliability._project import materializer_testflow
 
 pytestmark = [pytest.mark.spark, pytest.mark.reliability]
 
@@ -52,6 +53,7 @@ layers:
     by_kind: {action: t_by_kind, inputs: {orders: ods.orders}, primary_key: [kind]}
 """
 KINDS = ["book", "game", "tool"]
+canon = materializer_testflow().canon
 TS0 = datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp()
 
 
@@ -123,26 +125,17 @@ class Input:
 
 
 def _bag(table, columns: list[str]) -> Counter:
-    out: Counter = Counter()
-    for row in table.select(columns).to_pylist():
-        vals = []
-        for c in columns:
-            v = row[c]
-            if isinstance(v, float):
-                v = round(v, 6)
-            elif isinstance(v, datetime):
-                v = round(v.timestamp(), 3)
-            vals.append(v)
-        out[tuple(vals)] += 1
-    return out
+    """The named columns as a multiset (the materializer tests' ``canon``: sorted column order, floats
+    rounded, timestamps as epoch microseconds)."""
+    return canon(table.select(columns))
 
 
 def _expected_ods(inp: Input, columns: list[str]) -> Counter:
     out: Counter = Counter()
     for r in inp.accepted:
-        ts = datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).timestamp()
-        row = r | {"ts": round(ts, 3)}
-        out[tuple(round(row[c], 6) if isinstance(row.get(c), float) else row.get(c) for c in columns)] += 1
+        ts = datetime.fromisoformat(r["ts"].replace("Z", "+00:00"))
+        row = r | {"ts": int(ts.timestamp() * 1_000_000)}
+        out[tuple(round(row[c], 6) if isinstance(row.get(c), float) else row.get(c) for c in sorted(columns))] += 1
     return out
 
 
@@ -150,7 +143,7 @@ def _expected_by_kind(inp: Input) -> Counter:
     groups: dict[str, list[float]] = {}
     for r in inp.accepted:
         groups.setdefault(r["kind"], []).append(r["amount"])
-    return Counter((k, len(v), round(sum(v), 6)) for k, v in groups.items())
+    return Counter((round(sum(v), 6), k, len(v)) for k, v in groups.items())  # amount, kind, orders
 
 
 def _rows(store, table: str) -> int:
