@@ -11,8 +11,8 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
   re-plan, as with any Iceberg expiry). Files of a crashed, never-committed cycle are not found this way.
 * **Compact small files.** pyiceberg 0.12 has no data-file compaction. Ours is size-tiered: in each
   partition, files below ``tiering.compact_target_bytes`` are grouped by size (a file more than 8x the mean
-  of the smaller ones starts a new group), and a group that reaches ``tiering.compact_min_files`` files is rewritten into files of at most the target size
-  (log tables sorted by ``__offset``). A file is thus only merged with files of a similar size — rows are
+  of the smaller ones starts a new group), and a group that reaches ``tiering.compact_min_files`` files is
+  rewritten into files of at most the target size (log tables sorted by ``__offset``). A file is thus only merged with files of a similar size — rows are
   rewritten a logarithmic number of times, and a compaction's memory is bounded by the target size, not by
   the table's age (rewriting the whole partition each time grew both without bound). All groups of a table
   go into ONE ``overwrite`` snapshot whose summary carries the same ``tidehouse.offsets`` as its parent: a
