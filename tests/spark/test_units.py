@@ -247,3 +247,32 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     cluster = session_conf("spark://head:7077", {})
     assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
     assert session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
+
+
+def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork(monkeypatch, tmp_path):
+    """Spark's default checkpoint manager forks chmod/readlink per log file on a local disk: the local default
+    names a FileSystem manager class that the installed Spark jar holds; remote checkpoints keep Spark's."""
+    import zipfile
+
+    import pyspark
+
+    from runtime.project import Project
+    from runtime.spark import session
+    from runtime.spark.session import local_checkpoint_conf, session_conf
+
+    local = local_checkpoint_conf()
+    cls = local["spark.sql.streaming.checkpointFileManagerClass"]
+    jar = next((Path(pyspark.__file__).parent / "jars").glob("spark-sql_*.jar"))
+    assert cls.replace(".", "/") + ".class" in zipfile.ZipFile(jar).namelist()
+    assert session_conf("local[2]")["spark.sql.streaming.checkpointFileManagerClass"] == cls
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in session_conf("local[2]", local_checkpoints=False)
+    mine = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
+    assert session_conf("local[2]", mine)["spark.hadoop.fs.file.impl"] == mine["spark.hadoop.fs.file.impl"]
+
+    seen = {}
+    monkeypatch.setattr(session, "get_spark", lambda master, conf, **kw: seen.update(kw))
+    for root, is_local in ((None, True), (str(tmp_path / "ck"), True), ("file:///tmp/ck", True),
+                           ("s3a://bucket/ck", False), ("hdfs://nn/ck", False)):
+        (tmp_path / "tidehouse.yaml").write_text(f"checkpoints: {{root: '{root}'}}\n" if root else "")
+        Project.open(home=tmp_path / "home", project_dir=tmp_path).spark()
+        assert seen == {"local_checkpoints": is_local}, root
