@@ -33,6 +33,7 @@ from materializer.plan import (
 from runtime.errors import ErrorCode, Location, TidehouseError
 
 log = logging.getLogger(__name__)
+PASSTHROUGH_REASON = "; the SQL returns its input unchanged, so each micro-batch's rows are written as they are"
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,23 @@ def sql_shape(df) -> shape_mod.SqlShape:
         found = _NONDET.search(plan.toString())
         hint = f" ({found.group(1).lower()}())" if found else ""
     return shape_mod.SqlShape(frozenset(nodes), top_node.nodeName(), deterministic, hint, distinct_agg,
-                              bool(nodes & {"GlobalLimit", "LocalLimit"}))
+                              bool(nodes & {"GlobalLimit", "LocalLimit"}), _is_identity(plan))
+
+
+def _is_identity(plan) -> bool:
+    """True when the analysed plan is only projections and aliases over one input view and returns exactly
+    the view's columns (same attributes, order and types): ``SELECT * FROM raw`` and its spellings. Anything
+    that filters, renames, casts, reorders, adds or drops a column is not."""
+
+    def columns(node) -> list[tuple]:
+        out = node.output()
+        return [(out.apply(i).name(), out.apply(i).exprId().id(), out.apply(i).dataType().simpleString())
+                for i in range(out.size())]
+
+    node = plan
+    while node.nodeName() in ("Project", "SubqueryAlias") and node.children().size() == 1:
+        node = node.children().apply(0)
+    return node.nodeName() == "View" and columns(plan) == columns(node)
 
 
 def _sql_error(exc: Exception, action_spec, table: str, table_location: Location | None) -> TidehouseError:
@@ -270,9 +287,11 @@ def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
         out_ddl = nullable_ddl(df.schema)
         primary_key = tuple(tspec.primary_key or ())
         _check_output(name, df, action, primary_key, tspec, tloc)
-        decision = shape_mod.decide(name, sql_shape(df), [(i.name, i.kind) for i in inputs],
+        shape = sql_shape(df)
+        decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs],
                                     primary_key=primary_key, merge_engine=tspec.merge_engine or "last_row",
                                     location=tloc)
+        passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
         expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
         _check_expectations(name, df, expect, tloc)
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
@@ -292,9 +311,11 @@ def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
         flow_name = spec.flow
         plan = TablePlan(
             name=name, layer=name.split(".", 1)[0], kind=kind, strategy=decision.strategy,
-            reason=decision.reason, action=f"{action.name}@{version.version}",
+            reason=decision.reason + (PASSTHROUGH_REASON if passthrough else ""),
+            action=f"{action.name}@{version.version}",
             action_path=_rel(project, action.path), sql_line=int(getattr(action, "sql_line", 1) or 1),
             sql=action.sql, params=params, inputs=tuple(inputs), ddl=out_ddl, primary_key=primary_key,
+            passthrough=passthrough,
             merge_engine=tspec.merge_engine or "last_row",
             aggregations=tuple(sorted((tspec.aggregations or {}).items())), buckets=int(tspec.buckets or 1),
             bucket_key=tuple(tspec.bucket_key or ()),

@@ -96,6 +96,7 @@ class TablePlan:
     quarantine: str | None  # quarantine table fed by this table (malformed source rows, expectations)
     fingerprint: str
     checkpoint: str
+    passthrough: bool = False  # the SQL returns its one input unchanged: micro-batches skip running it
 
     @property
     def writer_id(self) -> str:

@@ -57,6 +57,7 @@ class SqlShape:
     nondeterministic_hint: str = ""  # e.g. "rand()"
     distinct_aggregate: bool = False
     has_limit: bool = False
+    identity: bool = False  # the SQL returns its one input unchanged (same columns, order and types)
 
     @property
     def stateful(self) -> frozenset[str]:

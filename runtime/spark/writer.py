@@ -145,23 +145,29 @@ def origin_ts_of(store: TableStore, table: str, starts: dict[str, int], ends: di
     return best
 
 
+def batch_ranges(checkpoint: str | os.PathLike, batch_id: int) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """Per ``tidehouse`` source table of a micro-batch: ``(starts, ends)`` offsets per bucket (``{"0": 120}``).
+
+    The end offsets are the batch's offset-log entry, the start offsets the previous entry's ends (Spark
+    starts batch N where batch N-1 ended; it writes entry N before it runs the batch, and keeps N-1). A table
+    with no previous entry (batch 0 of a new checkpoint) starts at ``{}``, i.e. every bucket at 0 — the
+    ``earliest`` starting offsets the materializer's queries use. Empty when the batch has no entry.
+    """
+    ends = read_offset_log(checkpoint, batch_id) or []
+    previous = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 and ends else None
+    starts = {o["table"]: o["offsets"] for o in previous or []}
+    return {o["table"]: (starts.get(o["table"], {}), o["offsets"]) for o in ends}
+
+
 def origin_from_checkpoint(store: TableStore, checkpoint: str | os.PathLike, batch_id: int) -> float | None:
     """The oldest origin time of the rows a micro-batch read from its ``tidehouse`` sources.
 
     Batch 0 has no previous entry: its start offsets are unknown, so the newest input row's origin is used
     (the figure for the very first batch is a lower bound).
     """
-    ends = read_offset_log(checkpoint, batch_id)
-    if not ends:
-        return None
-    previous = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 else None
-    starts = {o["table"]: o["offsets"] for o in previous or []}
     best = None
-    for entry in ends:
-        table, end = entry["table"], entry["offsets"]
-        if table in starts:
-            start = starts[table]
-        else:
+    for table, (start, end) in batch_ranges(checkpoint, batch_id).items():
+        if not start:
             start = {b: max(0, int(e) - 1) for b, e in end.items()}
         origin = origin_ts_of(store, table, start, end)
         if origin is not None:

@@ -33,6 +33,8 @@ def test_plan_strategies_and_deterministic_json(spark, project_dir):
     }
     assert plan.generations == (("ods.clicks",), ("dwd.clicks",), ("dws.user_activity",),
                                 ("ads.low_users", "ads.top_users"))
+    assert {t.name for t in plan.tables if t.passthrough} == {"ods.clicks"}  # t_ingest: SELECT * FROM raw
+    assert "written as they are" in plan.table("ods.clicks").reason
     dwd = plan.table("dwd.clicks")
     assert {p.name: p.value for p in dwd.params} == {"min_price": 1.0, "valid": ["click", "view", "buy"]}
     assert plan.table("ods.clicks").quarantine == "ods.clicks__quarantine"
@@ -104,3 +106,28 @@ def test_cli_plan_json_and_text(spark, project_dir, run_cli):
     assert code == 0 and "strategy recompute" in out and "generation 3 (ads)" in out
     code, _, err = run_cli("flow", "plan", "flows/nope.yaml")
     assert code == 2 and "nope.yaml" in err
+
+
+@pytest.mark.parametrize("sql, identity", [
+    ("SELECT * FROM raw", True),
+    ("select a, b, c from raw", True),
+    ("SELECT raw.* FROM raw", True),
+    ("SELECT * FROM (SELECT * FROM raw) t", True),
+    ("SELECT a, b FROM raw", False),  # drops a column
+    ("SELECT b, a, c FROM raw", False),  # reorders
+    ("SELECT a AS a, b, c FROM raw", False),  # an alias is a new column (kept conservative)
+    ("SELECT a, b, CAST(c AS string) AS c FROM raw", False),
+    ("SELECT *, 1 AS d FROM raw", False),
+    ("SELECT * FROM raw WHERE a IS NOT NULL", False),
+    ("SELECT DISTINCT * FROM raw", False),
+    ("SELECT * FROM raw ORDER BY a", False),
+    ("SELECT * FROM raw UNION ALL SELECT * FROM raw", False),
+    ("SELECT * FROM raw LIMIT 5", False),
+])
+def test_identity_sql_is_recognised(spark, sql, identity):
+    """Only SQL that returns its one input unchanged may skip running (the pass-through of ``ingest``)."""
+    from materializer.analyze import sql_shape, struct_of
+
+    session = spark.newSession()
+    session.createDataFrame([], struct_of("a string, b double, c timestamp")).createOrReplaceTempView("raw")
+    assert sql_shape(session.sql(sql)).identity is identity

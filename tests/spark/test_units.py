@@ -234,6 +234,20 @@ def test_origin_is_the_oldest_input_row_origin(tmp_path):
     assert origin_from_checkpoint(_Times(), tmp_path, 0) == 1002.0
 
 
+def test_batch_ranges_start_where_the_previous_batch_ended(tmp_path):
+    """The driver-side read of a micro-batch: a replayed batch id reads the same range again."""
+    from runtime.spark.writer import batch_ranges
+
+    _offset_file(tmp_path, 0, make_offset("ods.a", [3, 0]))
+    _offset_file(tmp_path, 1, make_offset("ods.a", [30, 50]), make_offset("ods.b", [7]))
+    _offset_file(tmp_path, 2, make_offset("ods.a", [45, 50]), make_offset("ods.b", [7]))
+    assert batch_ranges(tmp_path, 0) == {"ods.a": ({}, {"0": 3, "1": 0})}  # earliest: every bucket at 0
+    assert batch_ranges(tmp_path, 1) == {"ods.a": ({"0": 3, "1": 0}, {"0": 30, "1": 50}), "ods.b": ({}, {"0": 7})}
+    assert batch_ranges(tmp_path, 2) == batch_ranges(tmp_path, 2) == {
+        "ods.a": ({"0": 30, "1": 50}, {"0": 45, "1": 50}), "ods.b": ({"0": 7}, {"0": 7})}
+    assert batch_ranges(tmp_path, 3) == {}
+
+
 def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     from runtime.spark.session import DEFAULT_CONF, session_conf
 
