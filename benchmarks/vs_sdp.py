@@ -153,7 +153,11 @@ def tree_rss_bytes(root: int) -> int:
 # ---------------------------------------------------------------------------------------------------------
 class Generator:
     """Writes event files into ``directory`` at ``rate`` rows/s (one file every ``file_interval`` s) and,
-    while probing, one marker file every ``probe_interval`` s.
+    while probing, one marker file every ``probe_interval`` s on average.
+
+    Probe spacing is jittered uniformly in ±25% of the interval (seeded): with a fixed spacing that is a
+    multiple of the file interval and of a processing-time trigger, every probe would land at the same phase
+    of both, and the delay would carry a bias that changes from run to run.
 
     Files are written under a hidden name and renamed, so readers never see a partial file; the moment of
     the rename is a marker's ``written_at``. Rows come from a pool rendered once (the generator must stay
@@ -167,6 +171,7 @@ class Generator:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.rate, self.file_interval = rate, file_interval
         rnd = random.Random(seed)
+        self._jitter = random.Random(seed + 1)
         types = ["click", "view", "add_to_cart", "CLICK", "View"]
         lines = []
         for _ in range(pool):
@@ -222,6 +227,10 @@ class Generator:
         self._next_probe = time.time()
         self._probe_until = time.time() + seconds
 
+    def probe_gap(self) -> float:
+        """Seconds until the next probe: ``probe_interval`` jittered by ±25%."""
+        return self.probe_interval * self._jitter.uniform(0.75, 1.25)
+
     def probing(self) -> bool:
         return time.time() < self._probe_until
 
@@ -251,7 +260,7 @@ class Generator:
             if self.probing() and now >= self._next_probe:
                 probe_no += 1
                 self.write_probe(f"{self._seq:08d}-{probe_no:04d}")
-                self._next_probe += self.probe_interval
+                self._next_probe += self.probe_gap()
             if now >= next_file:
                 carry += self.rate * self.file_interval
                 rows = int(carry)

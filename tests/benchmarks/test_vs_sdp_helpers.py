@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 import sys
 from pathlib import Path
 
@@ -91,6 +92,15 @@ def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
     assert {r["user_id"] for r in rows if r["item_id"] == "probe"} == {marker}
     assert all(r["ts"] != "@TS@" for r in rows)
     assert marker in gen.measured() and gen.measured()[marker] > 0
+
+
+def test_probe_gaps_are_jittered_around_the_interval(tmp_path):
+    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen.probe_interval = 4.0
+    gaps = [gen.probe_gap() for _ in range(400)]
+    assert all(3.0 <= g <= 5.0 for g in gaps)
+    assert max(gaps) - min(gaps) > 1.5  # spread over the band, not one fixed phase
+    assert abs(statistics.fmean(gaps) - 4.0) < 0.1
 
 
 def test_sdp_reader_only_trusts_committed_streaming_files(tmp_path):
