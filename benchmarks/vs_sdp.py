@@ -188,8 +188,10 @@ class Generator:
         self.probe_interval = 4.0
         self.probes: dict[str, float] = {}  # marker id -> written_at (measured)
         self.warmups: dict[str, float] = {}  # markers that only wait for a system to be up (not measured)
+        self.bursts: dict[str, float] = {}  # markers written right after a burst (catch-up measurement)
         self.rows_written = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the marker dicts
+        self._write_lock = threading.Lock()  # one writer at a time: the generator thread or a burst
 
     def _write(self, stem: str, body: str) -> float:
         tmp = self.directory / f".{stem}.tmp"
@@ -200,6 +202,10 @@ class Generator:
     def write_batch(self, rows: int) -> None:
         if rows <= 0:
             return
+        with self._write_lock:
+            self._write_batch(rows)
+
+    def _write_batch(self, rows: int) -> None:
         chunk = []
         while len(chunk) < rows:
             take = self._pool[self._cursor:self._cursor + rows - len(chunk)]
@@ -210,16 +216,25 @@ class Generator:
         self._write(f"data-{self._seq:08d}", "\n".join(chunk).replace("@TS@", stamp) + "\n")
         self.rows_written += rows
 
-    def write_probe(self, name: str, *, warmup: bool = False) -> str:
+    def write_probe(self, name: str, *, kind: str = "probe") -> str:
+        """Write one marker file; ``kind`` is ``probe`` (measured), ``warmup`` or ``burst``."""
         marker = f"{PROBE_PREFIX}{name}"
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
-        self._seq += 1
-        row = {"user_id": marker, "event_type": "click", "item_id": "probe", "price": PROBE_PRICE + self._seq,
-               "ts": stamp}
-        written = self._write(f"probe-{self._seq:08d}", json.dumps(row) + "\n")
+        with self._write_lock:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+            self._seq += 1
+            row = {"user_id": marker, "event_type": "click", "item_id": "probe",
+                   "price": PROBE_PRICE + self._seq, "ts": stamp}
+            written = self._write(f"probe-{self._seq:08d}", json.dumps(row) + "\n")
         with self._lock:
-            (self.warmups if warmup else self.probes)[marker] = written
+            {"probe": self.probes, "warmup": self.warmups, "burst": self.bursts}[kind][marker] = written
         return marker
+
+    def write_burst(self, rows: int, *, file_rows: int = 50_000) -> None:
+        """Write ``rows`` extra rows at once, in files of ``file_rows`` (a backlog, as after an outage); the
+        steady input keeps flowing around it."""
+        while rows > 0:
+            self.write_batch(min(rows, file_rows))
+            rows -= file_rows
 
     def probe_window(self, seconds: float, interval: float) -> None:
         """Write a probe every ``interval`` s for the next ``seconds`` s (from the generator's thread)."""
@@ -236,12 +251,12 @@ class Generator:
 
     def pending(self) -> dict[str, float]:
         with self._lock:
-            return {**self.warmups, **self.probes}
+            return {**self.warmups, **self.bursts, **self.probes}
 
     def new_phase(self) -> None:
         """Forget the markers of an earlier phase (the data keeps flowing)."""
         with self._lock:
-            self.probes, self.warmups = {}, {}
+            self.probes, self.warmups, self.bursts = {}, {}, {}
         self._probe_until = 0.0
 
     def measured(self) -> dict[str, float]:
@@ -583,6 +598,7 @@ class Sdp:
         self.log = workdir / "sdp.log"
         self.warehouse = self.project / "spark-warehouse"
         self.runs: list[tuple[float, float]] = []
+        self.running_since: float | None = None  # start of the run in progress
         self.proc: subprocess.Popen | None = None
         self.failure: str | None = None
         self._stop = threading.Event()
@@ -600,7 +616,7 @@ class Sdp:
 
     def run_once(self) -> None:
         _wait_port_free(15002)  # the Spark Connect port every spark-pipelines run binds
-        start = time.time()
+        start = self.running_since = time.time()
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"\n===== run at {time.strftime('%H:%M:%S')} =====\n")
             log.flush()
@@ -608,6 +624,7 @@ class Sdp:
                                          stderr=subprocess.STDOUT, start_new_session=True)
             rc = self.proc.wait()
         _terminate(self.proc, 0)  # reap anything the run left behind in its process group
+        self.running_since = None
         if self._stop.is_set():
             return  # stopped on purpose mid-run
         if rc != 0:
@@ -633,6 +650,11 @@ class Sdp:
 
     def alive(self) -> bool:
         return self.failure is None
+
+    def settled(self, since: float) -> bool:
+        """True once every run that started before ``since`` has ended (and is in ``runs``)."""
+        started = self.running_since
+        return started is None or started > since
 
     def pids(self) -> list[int]:
         proc = self.proc
@@ -714,6 +736,9 @@ class Tidehouse:
     def pids(self) -> list[int]:
         return [self.proc.pid] if self.alive() else []
 
+    def settled(self, since: float) -> bool:
+        return True  # one long-running process: nothing to wait for
+
     def stop(self) -> None:
         _terminate(self.proc, grace=60)
         if self._project is not None:
@@ -723,6 +748,22 @@ class Tidehouse:
 # ---------------------------------------------------------------------------------------------------------
 # one measured phase: start a system, warm up, probe, drain, stop
 # ---------------------------------------------------------------------------------------------------------
+@dataclass
+class CatchUp:
+    """A burst of ``rows`` written from ``began`` on, a marker right after it at ``written``, and when that
+    marker was first visible in the ADS table (``seen``; None if not within the wait)."""
+
+    rows: int
+    began: float
+    written: float
+    seen: float | None
+    peak_rss: int = 0  # resident memory of the system during the catch-up
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "began": self.began, "written": self.written, "seen": self.seen,
+                "peak_rss": self.peak_rss}
+
+
 @dataclass
 class Phase:
     name: str  # e.g. "SDP loop", "Tidehouse T=5s"
@@ -736,6 +777,7 @@ class Phase:
     errors: list[str] = field(default_factory=list)
     load: float | None = None  # mean 1-minute load average of the machine during the run
     ended: float = 0.0  # epoch seconds when measuring stopped
+    catchup: CatchUp | None = None
 
     def summary(self, label: str) -> Summary:
         """Delays of one series; a probe never seen counts with the time it waited until the run ended, so
@@ -755,13 +797,15 @@ class Phase:
         return {"name": self.name, "rate": self.rate, "probes": self.probes, "peak_rss": self.peak_rss,
                 "rows": self.rows, "seconds": self.seconds, "runs": self.runs, "errors": self.errors,
                 "load": self.load, "ended": self.ended,
+                "catchup": self.catchup.to_json() if self.catchup else None,
                 "seen": {label: obs.seen for label, obs in self.observations.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Phase":
         obs = {label: Observation(label, dict(seen)) for label, seen in d["seen"].items()}
+        catchup = CatchUp(**d["catchup"]) if d.get("catchup") else None
         return cls(d["name"], d["rate"], d["probes"], obs, d["peak_rss"], d["rows"], d["seconds"],
-                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"), d.get("ended", 0.0))
+                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"), d.get("ended", 0.0), catchup)
 
     def keeps_up(self, label: str) -> bool | None:
         points = self.observations[label].points(self.probes)
@@ -770,21 +814,68 @@ class Phase:
     def slope(self, label: str) -> float:
         return delay_slope(self.observations[label].points(self.probes))
 
+    def steady_runs(self) -> list[tuple[float, float]]:
+        """The runs (SDP) that ended before the catch-up burst."""
+        return [(s, e) for s, e in self.runs if not self.ended or e <= self.ended]
+
+    def catchup_cost(self) -> tuple[float, float] | None:
+        """Seconds of work the burst added before its marker reached ADS, and ± how far the steady run's own
+        variation could move that figure; None if not measured.
+
+        Tidehouse (one long-running process): the marker's ADS delay counted from the start of the burst,
+        minus the run's median ADS hot delay; ± its steady p95 - p50. SDP (triggered runs): the summed
+        excess over the median duration of the steady runs (warm-up run excluded) of every run that
+        overlapped the burst, from the one in progress when the burst began to the one that made the marker
+        visible; ± half the spread of the steady runs' durations per overlapping run. Both count the time
+        the burst took to write as work (conservative).
+        """
+        c = self.catchup
+        if c is None or c.seen is None:
+            return None
+        if self.name.startswith("SDP"):
+            steady = [e - s for s, e in self.runs[1:] if e <= c.began]
+            if not steady:
+                return None
+            typical = percentile(steady, 50)
+            overlapping = [e - s for s, e in self.runs if e > c.began and s < c.seen]
+            return (sum(d - typical for d in overlapping),
+                    len(overlapping) * (max(steady) - min(steady)) / 2)
+        steady = self.summary("ADS hot")
+        return (c.seen - c.began) - steady.p50, steady.p95 - steady.p50
+
+    def catchup_rate(self) -> tuple[float, float, float] | None:
+        """Rows per second the system worked off while behind — the burst's rows over the time they cost —
+        and the low and high ends of its range (``inf`` when the cost may be zero). As long as the input
+        rate stays below it, a backlog shrinks, so it estimates the highest input rate the system holds
+        without a growing delay (from above: big batches are cheaper per row than the small batches of a
+        steady stream)."""
+        measured = self.catchup_cost()
+        if measured is None or self.catchup is None:
+            return None
+        rows, (cost, noise) = self.catchup.rows, measured
+
+        def rate(seconds: float) -> float:
+            return rows / seconds if seconds > 0 else math.inf
+
+        return rate(cost), rate(cost + noise), rate(cost - noise)
+
 
 def run_phase(name: str, system, generator: Generator, *, start: Callable[[], None], window: float,
               probe_interval: float, drain: float, warmup: float | None, poll: float,
-              settle: float = 0.0) -> Phase:
+              settle: float = 0.0, burst: int = 0, burst_wait: float = 300.0) -> Phase:
     """Measure one system in one mode. ``warmup``: seconds to wait for a first marker to reach every table
     (the system's start-up and first run are not measured), then ``settle`` s more; None to skip both (the
-    tables are already live)."""
+    tables are already live). ``burst``: after the probes, write that many rows at once and a marker after
+    them, and wait up to ``burst_wait`` s for the marker to reach ADS (the catch-up measurement)."""
     began = time.time()
     generator.new_phase()
     rows_before = generator.rows_written
     prober = Prober(generator, system.readers(), system.pids, interval=poll).start()
+    ended, catchup, steady_rss, steady_rows = 0.0, None, 0, 0
     start()
     try:
         if warmup is not None:
-            marker = generator.write_probe(f"warmup-{int(began)}", warmup=True)
+            marker = generator.write_probe(f"warmup-{int(began)}", kind="warmup")
             print(f"[{name}] waiting for the system to come up (warm-up marker through every table)...",
                   flush=True)
             if not prober.wait_seen([marker], warmup, alive=system.alive):
@@ -803,20 +894,51 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
                   flush=True)
         if system.failure:
             raise RuntimeError(f"[{name}] {system.failure}")
+        # the steady run ends here; the catch-up follows
+        ended, steady_rss, steady_rows = time.time(), prober.peak_rss, generator.rows_written - rows_before
+        if burst:
+            catchup = measure_catchup(name, system, generator, prober, burst, burst_wait)
     finally:
-        ended = time.time()
+        ended = ended or time.time()
         system.stop()
         prober.stop()
-    phase = Phase(name, generator.rate, generator.measured(), prober.observations, prober.peak_rss,
-                  generator.rows_written - rows_before, time.time() - began,
+    phase = Phase(name, generator.rate, generator.measured(), prober.observations, steady_rss,
+                  steady_rows, ended - began,
                   runs=list(getattr(system, "runs", [])),
                   errors=list(getattr(system, "notes", [])) + prober.errors[-5:],
-                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None, ended=ended)
+                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None, ended=ended,
+                  catchup=catchup)
     for label in phase.observations:
         s = phase.summary(label)
         print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s "
               f"max={s.max:.2f}s", flush=True)
+    if catchup is not None:
+        cost, rate = phase.catchup_cost(), phase.catchup_rate()
+        print(f"[{name}] catch-up: {catchup.rows:,} rows cost "
+              + ("(marker not seen)" if cost is None or rate is None
+                 else f"{cost[0]:.1f} ± {cost[1]:.1f} s -> {_rate_cell(rate)} rows/s"), flush=True)
     return phase
+
+
+def measure_catchup(name: str, system, generator: Generator, prober: Prober, rows: int,
+                    wait: float) -> CatchUp:
+    """Write a burst of ``rows`` while the steady input keeps flowing, then a marker; wait until the marker
+    is visible in ADS (SDP: and until the run that showed it has ended, so its duration is known)."""
+    ads = "ADS SDP" if "ADS SDP" in prober.observations else "ADS hot"
+    print(f"[{name}] catch-up: a burst of {rows:,} rows, then a marker...", flush=True)
+    began = time.time()
+    generator.write_burst(rows)
+    marker = generator.write_probe(f"burst-{int(began)}", kind="burst")
+    written = generator.bursts[marker]
+    deadline = time.time() + wait
+    seen = prober.observations[ads].seen
+    while marker not in seen and time.time() < deadline and system.alive():
+        time.sleep(0.2)
+    at = seen.get(marker)
+    if at is not None:
+        while not system.settled(at) and time.time() < deadline + 120 and system.alive():
+            time.sleep(0.2)
+    return CatchUp(rows, began, written, at, prober.peak_rss)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -829,10 +951,27 @@ def _cell(s: Summary | None) -> str:
     return cell if not s.unseen else f"≥ {cell} ({s.unseen} never seen)"
 
 
+def _rate_cell(rate: tuple[float, float, float]) -> str:
+    """``rows/s (low–high)`` of a catch-up rate; ∞ where the cost is within the noise."""
+    def num(v: float) -> str:
+        return "∞" if math.isinf(v) else f"{v:,.0f}"
+    mid, low, high = rate
+    return f"{num(mid)} ({num(low)}–{num(high)})"
+
+
 def _ratio(a: Summary | None, b: Summary | None) -> str:
     if a is None or b is None or not a.n or not b.n or b.p50 <= 0:
         return "—"
     return f"{a.p50 / b.p50:.1f}×"
+
+
+def ordered(phases: dict[str, Phase]) -> dict[str, Phase]:
+    """Display order: SDP loop, SDP schedule, then Tidehouse by tiering interval (runs happen in another)."""
+    def rank(name: str) -> tuple[int, float]:
+        if name.startswith("SDP"):
+            return (0 if name == "SDP loop" else 1, 0.0)
+        return (2, float(name.split("T=", 1)[1].rstrip("s")))
+    return dict(sorted(phases.items(), key=lambda item: rank(item[0])))
 
 
 def series(phases: dict[str, Phase]) -> list[tuple[str, Phase, str]]:
@@ -848,9 +987,18 @@ def series(phases: dict[str, Phase]) -> list[tuple[str, Phase, str]]:
     return out
 
 
+CATCHUP_INTRO = (
+    "Catch-up after a burst (run with the shortest tiering interval for Tidehouse, the loop for SDP): after the "
+    "steady window, the burst is written at once while the steady input goes on, then a marker; the time the "
+    "burst cost is the marker's extra delay (Tidehouse: its ADS delay from the start of the burst minus the "
+    "steady p50; SDP: the excess duration of the runs that overlapped the burst over the median steady run). "
+    "Method: [docs/vs_sdp.md](vs_sdp.md).")
+
+
 def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
     from benchmarks._report import markdown_table
 
+    phases = ordered(phases)
     cols = series(phases)
     loop = phases.get("SDP loop")
     fast_lake = phases.get(f"Tidehouse T={min(args.tiering):g}s")
@@ -870,7 +1018,7 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
     run_rows = []
     for name, p in phases.items():
         ads = "ADS SDP" if name.startswith("SDP") else "ADS hot"
-        runs = p.runs
+        runs = p.steady_runs()
         mean_run = sum(e - s for s, e in runs) / len(runs) if runs else None
         seen = sum(m in p.observations[ads].seen for m in p.probes)
         holds = p.keeps_up(ads)
@@ -885,6 +1033,35 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
                                  "ADS delay trend (s per min)", "keeps up", "peak RSS (GiB)",
                                  "spark-pipelines runs (incl. warm-up)", "wall (s)",
                                  "machine load (1-min avg)"], run_rows)
+
+    catchup_rows, rates = [], {}
+    for name, p in phases.items():
+        c = p.catchup
+        if c is None:
+            continue
+        cost, rate = p.catchup_cost(), p.catchup_rate()
+        steady = p.summary("ADS SDP" if name.startswith("SDP") else "ADS hot")
+        if rate is not None:
+            rates[name] = rate
+        catchup_rows.append([
+            name, f"{c.rows:,}", "not seen" if c.seen is None else f"{c.seen - c.began:.1f}",
+            f"{steady.p50:.1f}", "—" if cost is None else f"{cost[0]:.1f} ± {cost[1]:.1f}",
+            "—" if rate is None else _rate_cell(rate),
+            "—" if rate is None or math.isinf(rate[0]) else f"{rate[0] / p.rate:.0f}×",
+            f"{c.peak_rss / 2**30:.2f}"])
+    catchups = markdown_table(["run", "burst rows", "burst start → its marker in ADS (s)",
+                               "steady ADS delay p50 (s)", "time the burst cost (s)",
+                               "rows/s worked off while behind (range)", "× the steady input rate",
+                               "peak RSS incl. catch-up (GiB)"], catchup_rows) if catchup_rows else ""
+    th_rate = next((r for n, r in rates.items() if n.startswith("Tidehouse")), None)
+    sdp_rate = rates.get("SDP loop")
+    if th_rate and sdp_rate:
+        ratio = "—" if math.isinf(th_rate[0]) or math.isinf(sdp_rate[0]) else f"{th_rate[0] / sdp_rate[0]:.1f}×"
+        catchups += (f"\n\nSustained rate: a backlog shrinks while the input rate stays below the rate it is "
+                     f"worked off, so these estimate the highest input rate each system holds without a "
+                     f"growing delay — Tidehouse {_rate_cell(th_rate)} rows/s, SDP {_rate_cell(sdp_rate)} "
+                     f"rows/s (Tidehouse ÷ SDP {ratio}). At the steady rate above, both kept up "
+                     f"(see \"keeps up\").")
 
     lag_rows = []
     th = th_runs
@@ -922,7 +1099,9 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus "
         "hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any "
         "depth:", "",
-        lags, "", runs_table, "", *verdicts])
+        lags, "", runs_table, "",
+        *([CATCHUP_INTRO, "", catchups, ""] if catchups else []),
+        *verdicts])
 
 
 def plot(phases: dict[str, Phase], path: Path) -> None:
@@ -936,7 +1115,7 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
     xs = list(range(len(LAYERS)))
     colors = {"SDP": ["#c0392b", "#e67e22"], "hot": ["#1f77b4", "#17becf"], "lake": ["#2ca02c", "#98df8a"]}
     used: dict[str, int] = {}
-    for title, phase, suffix in series(phases):
+    for title, phase, suffix in series(ordered(phases)):
         idx = used.get(suffix, 0)
         used[suffix] = idx + 1
         color = colors[suffix][min(idx, 1)]
@@ -964,7 +1143,7 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
 # main
 # ---------------------------------------------------------------------------------------------------------
 MODES = ("loop", "schedule", "tidehouse")
-SAVED_ARGS = ("rate", "probe_interval", "poll", "tiering", "window", "schedule")
+SAVED_ARGS = ("rate", "probe_interval", "poll", "tiering", "window", "schedule", "burst")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -978,6 +1157,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="Tidehouse tiering intervals in seconds, comma-separated (one run each)")
     ap.add_argument("--modes", type=lambda v: v.split(","), default=list(MODES),
                     help=f"which runs, comma-separated, of {','.join(MODES)}")
+    ap.add_argument("--burst", type=int, default=600_000,
+                    help="rows of the catch-up burst written after the SDP loop run and the Tidehouse run with "
+                         "the shortest tiering interval (0: no catch-up measurement)")
+    ap.add_argument("--burst-wait", type=float, default=300.0,
+                    help="max seconds for the marker after the burst to reach ADS")
     ap.add_argument("--poll", type=float, default=0.25, help="seconds between reads of every table")
     ap.add_argument("--sdp-drain", type=float, default=240.0,
                     help="max seconds after the probe window for SDP runs to show every marker")
@@ -996,7 +1180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.window, args.probe_interval, args.modes, args.tiering = 30.0, 1.0, ["loop", "tidehouse"], [5.0]
-        args.settle = 5.0
+        args.settle, args.burst = 5.0, 100_000
     unknown = set(args.modes) - set(MODES)
     if unknown:
         ap.error(f"unknown mode(s) {sorted(unknown)}; choose from {MODES}")
@@ -1033,32 +1217,36 @@ def measure(args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, P
     if {"loop", "schedule"} & set(args.modes):
         gen = Generator(workdir / "input-sdp", args.rate).start()
         sdp = Sdp(workdir, gen.directory)
+        # the schedule first: the loop run ends with the catch-up burst, which would leave the schedule run
+        # a bigger history to recompute
         try:
-            if "loop" in args.modes:
-                attempt("SDP loop", lambda: run_phase(
-                    "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
-                    probe_interval=args.probe_interval, drain=args.sdp_drain, warmup=args.warmup,
-                    poll=args.poll, settle=args.settle))
             if "schedule" in args.modes:
-                sdp.runs, sdp.failure = [], None
                 name = f"SDP every {args.schedule:g} s"
                 attempt(name, lambda: run_phase(
                     name, sdp, gen, start=lambda: sdp.start(args.schedule), window=args.window,
                     probe_interval=args.probe_interval, drain=args.schedule + args.sdp_drain,
-                    warmup=None if "SDP loop" in phases else args.warmup, poll=args.poll, settle=args.settle))
+                    warmup=args.warmup, poll=args.poll, settle=args.settle))
+            if "loop" in args.modes:
+                sdp.runs, sdp.failure = [], None
+                attempt("SDP loop", lambda: run_phase(
+                    "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
+                    probe_interval=args.probe_interval, drain=args.sdp_drain,
+                    warmup=None if phases else args.warmup, poll=args.poll, settle=args.settle,
+                    burst=args.burst, burst_wait=args.burst_wait))
         finally:
             gen.stop()
     if "tidehouse" in args.modes:
         for t in args.tiering:
             gen = Generator(workdir / f"input-th-{t:g}s", args.rate).start()
             th = Tidehouse(workdir, gen.directory, t)
-            budget = args.warmup + args.settle + args.window + t + 180.0
+            burst = args.burst if t == min(args.tiering) else 0  # the catch-up once, with the busiest tiering
+            budget = args.warmup + args.settle + args.window + t + 180.0 + (args.burst_wait if burst else 0)
             name = f"Tidehouse T={t:g}s"
             try:
-                attempt(name, lambda th=th, gen=gen, budget=budget, t=t, name=name: run_phase(
+                attempt(name, lambda th=th, gen=gen, budget=budget, t=t, name=name, burst=burst: run_phase(
                     name, th, gen, start=lambda: th.start(budget), window=args.window,
                     probe_interval=args.probe_interval, drain=t + 60.0, warmup=args.warmup, poll=args.poll,
-                    settle=args.settle))
+                    settle=args.settle, burst=burst, burst_wait=args.burst_wait))
             finally:
                 gen.stop()
     return phases, failures
@@ -1073,7 +1261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in args.from_results:  # later files add runs or replace same-named ones
             saved = json.loads(path.read_text(encoding="utf-8"))
             for key in SAVED_ARGS:
-                setattr(args, key, saved["args"][key])
+                if key in saved["args"]:
+                    setattr(args, key, saved["args"][key])
             failures.update(saved.get("failures", {}))
             for d in saved["phases"]:
                 phases[d["name"]] = Phase.from_json(d)

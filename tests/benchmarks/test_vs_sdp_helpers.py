@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import statistics
@@ -165,3 +166,55 @@ def test_a_probe_never_seen_counts_with_its_wait_until_the_end():
     s = phase.summary("ADS SDP")
     assert (s.n, s.unseen, s.max) == (3, 1, 100.0)  # c waited 100 s and was still not visible
     assert vs_sdp._cell(s).startswith("≥ ") and "1 never seen" in vs_sdp._cell(s)
+
+
+def test_a_burst_is_written_in_whole_files_and_its_marker_is_watched(tmp_path):
+    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen.write_burst(1_250, file_rows=500)
+    marker = gen.write_probe("b1", kind="burst")
+    sizes = sorted(len(p.read_text().splitlines()) for p in (tmp_path / "in").glob("data-*.json"))
+    assert sizes == [250, 500, 500] and gen.rows_written == 1_250
+    assert marker in gen.pending() and marker not in gen.measured()  # watched, not a measured probe
+
+
+def test_sdp_catchup_cost_is_the_excess_of_the_runs_that_overlapped_the_burst():
+    # warm-up run, three steady runs of 40-42 s, then the burst at 200: the run in progress (190-231) and the
+    # run that showed the marker (231-291) overlap it; median steady run 41 s
+    runs = [(0.0, 70.0), (70.0, 110.0), (110.0, 151.0), (151.0, 193.0), (193.0, 234.0), (234.0, 294.0),
+            (294.0, 335.0)]
+    phase = vs_sdp.Phase("SDP loop", 1000, {}, {}, 0, 0, 100.0, runs=runs, ended=200.0,
+                         catchup=vs_sdp.CatchUp(600_000, 200.0, 202.0, 293.0))
+    # steady runs ended by 200: 40, 41, 42, 41 -> median 41, half-spread 1 s; overlapping: 41 (193-234) and
+    # 60 (234-294), so 19 s of extra work, ± 1 s per overlapping run
+    assert phase.catchup_cost() == pytest.approx(((41 - 41) + (60 - 41), 2 * 1.0))
+    assert phase.catchup_rate() == pytest.approx((600_000 / 19, 600_000 / 21, 600_000 / 17))
+    assert phase.steady_runs() == runs[:4]
+
+
+def test_tidehouse_catchup_cost_is_the_marker_delay_beyond_the_steady_median():
+    th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n)  # ADS hot delay 4 s, no spread
+    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, 534.0)
+    assert th.catchup_cost() == pytest.approx((34.0 - 4.0, 0.0))
+    assert th.catchup_rate() == pytest.approx((10_000, 10_000, 10_000))
+    th.observations["ADS hot"].seen["m4"] += 2.0  # one slow probe: p95 - p50 = 1.6 s of noise
+    assert th.catchup_cost() == pytest.approx((30.0, 1.6))
+    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, 505.0)  # within the noise of the steady delay
+    assert th.catchup_rate()[2] == math.inf
+    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, None)  # never seen: nothing to claim
+    assert th.catchup_rate() is None
+
+
+def test_report_shows_the_catchup_rates_of_both_systems():
+    sdp = _phase("SDP loop", ["SDP"], lambda n, s: 40.0 + 5 * n)
+    sdp.runs = [(0.0, 60.0), (60.0, 100.0), (100.0, 140.0), (140.0, 180.0), (180.0, 250.0)]
+    sdp.ended, sdp.catchup = 181.0, vs_sdp.CatchUp(600_000, 181.0, 183.0, 249.0)  # one run 30 s over 40
+    th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n)
+    th.catchup = vs_sdp.CatchUp(600_000, 500.0, 503.0, 524.0)  # 24 s - 4 s
+    phases = {p.name: vs_sdp.Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (th, sdp)}
+    body = vs_sdp.report_body(phases, vs_sdp.parse_args(["--tiering", "5"]))
+    # SDP's steady runs 40, 40, 40 (the first one is the warm-up): no spread
+    assert "| SDP loop | 600,000 | 68.0 | 55.0 | 30.0 ± 0.0 | 20,000 (20,000–20,000) | 20× |" in body
+    assert "| Tidehouse T=5s | 600,000 | 24.0 | 4.0 | 20.0 ± 0.0 | 30,000 (30,000–30,000) | 30× |" in body
+    assert "Tidehouse 30,000 (30,000–30,000) rows/s, SDP 20,000 (20,000–20,000) rows/s (Tidehouse ÷ SDP 1.5×)" in body
+    # the SDP loop column comes first whatever order the runs were measured in
+    assert any(line.startswith("| layer | SDP loop |") for line in body.splitlines())
