@@ -1157,7 +1157,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="Tidehouse tiering intervals in seconds, comma-separated (one run each)")
     ap.add_argument("--modes", type=lambda v: v.split(","), default=list(MODES),
                     help=f"which runs, comma-separated, of {','.join(MODES)}")
-    ap.add_argument("--burst", type=int, default=600_000,
+    ap.add_argument("--burst", type=int, default=1_500_000,
                     help="rows of the catch-up burst written after the SDP loop run and the Tidehouse run with "
                          "the shortest tiering interval (0: no catch-up measurement)")
     ap.add_argument("--burst-wait", type=float, default=300.0,
