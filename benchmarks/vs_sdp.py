@@ -624,12 +624,14 @@ class Sdp:
                                          stderr=subprocess.STDOUT, start_new_session=True)
             rc = self.proc.wait()
         _terminate(self.proc, 0)  # reap anything the run left behind in its process group
-        self.running_since = None
-        if self._stop.is_set():
-            return  # stopped on purpose mid-run
-        if rc != 0:
-            raise RuntimeError(f"spark-pipelines run exited {rc}; the end of {self.log}:\n{_tail(self.log)}")
-        self.runs.append((start, time.time()))
+        try:
+            if self._stop.is_set():
+                return  # stopped on purpose mid-run
+            if rc != 0:
+                raise RuntimeError(f"spark-pipelines run exited {rc}; the end of {self.log}:\n{_tail(self.log)}")
+            self.runs.append((start, time.time()))
+        finally:
+            self.running_since = None  # after the run is in `runs`: settled() must not see it missing
 
     def _drive(self, period: float | None) -> None:
         origin = time.time()
