@@ -115,6 +115,7 @@ class FlowRunner:
         self.spark = spark or project.spark()
         self.store = project.store
         self.root = project.config.storage_root
+        self.max_rows_per_batch = project.config.get("materializer.max_rows_per_batch")
         self.on_status = on_status
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
@@ -177,10 +178,14 @@ class FlowRunner:
                     self.project.lake.ensure_table(self.store.get_table(name))
 
     # -- queries ----------------------------------------------------------------------------------
-    def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None):
+    def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None, *,
+                          max_rows: int | None = None):
+        """A stream of hot table ``table``; ``max_rows`` caps the rows of one micro-batch (admission control)."""
         reader = session.readStream.format("tidehouse").option("root", self.root).option("table", table)
         if columns:
             reader = reader.option("columns", ",".join(columns))
+        if max_rows:
+            reader = reader.option("maxRowsPerTrigger", str(max_rows))
         return reader.load()
 
     def _source_stream(self, session, name: str):
@@ -205,15 +210,15 @@ class FlowRunner:
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
             if stream_input.kind == "source":
                 stream = self._source_stream(session, stream_input.ref.split(":", 1)[1])
-            else:
-                stream = self._tidehouse_stream(session, stream_input.ref)
+            else:  # read in the driver (strategies.read_batch): bound the batch
+                stream = self._tidehouse_stream(session, stream_input.ref, max_rows=self.max_rows_per_batch)
         elif t.strategy == "aggregate":
             inp = t.inputs[0]
             users = [f"`{f.name}`" for f in struct_of(inp.ddl).fields]
             self._tidehouse_stream(session, inp.ref).select(*users).createOrReplaceTempView(inp.name)
             stream = session.sql(t.sql, args=ctx.args)
         elif t.strategy == "changelog":
-            stream = self._tidehouse_stream(session, t.inputs[0].ref)
+            stream = self._tidehouse_stream(session, t.inputs[0].ref, max_rows=self.max_rows_per_batch)
         else:  # recompute: any change of any input triggers a micro-batch
             stream = None
             for inp in t.inputs:

@@ -71,6 +71,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tiering.compact_target_bytes", 128 * 1024 * 1024, "Compaction writes files up to this size and "
             "never rewrites a file this big.", _int),
     Setting("checkpoints.root", None, "Where streaming checkpoints live; default: <home>/checkpoints.", _str),
+    Setting("materializer.max_rows_per_batch", 200_000, "At most this many rows of a hot input per micro-batch "
+            "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
+            "several batches, so driver memory stays bounded.", _int),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -45,3 +45,23 @@ def test_until_idle_equals_oracle_and_resumes(spark, project_dir, test_flow, see
     assert project.store.scan("ods.clicks").num_rows == sum(1 for line in first + second if not line.startswith("{"
                                                                                                                  "this"))
     project.close()
+
+
+def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(spark, project_dir, test_flow,
+                                                                               seed):
+    """append and changelog queries read each micro-batch in the driver; materializer.max_rows_per_batch
+    bounds it, and the result is the same as in one batch."""
+    from materializer import trigger
+    from runtime.project import Project
+
+    (project_dir / "tidehouse.yaml").write_text("materializer:\n  max_rows_per_batch: 7\n")
+    lines = make_events(random.Random(seed), 60)
+    write_batch(project_dir, "part-0", lines)
+    project = Project.open()
+    assert project.config.get("materializer.max_rows_per_batch") == 7
+    report = trigger(project, test_flow, until_idle=True, spark=spark)
+    ods_rows = project.store.scan("ods.clicks").num_rows
+    assert report.tables["ods.clicks"]["batches"] == 1  # a file source: not capped by this setting
+    assert report.tables["dwd.clicks"]["batches"] >= -(-ods_rows // 7)
+    check_against_oracle(project, lines)
+    project.close()
