@@ -1033,7 +1033,7 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
                          f"{p.seconds:.0f}", "—" if p.load is None else f"{p.load:.1f}"])
     runs_table = markdown_table(["run", "input rows/s", "rows written", "ADS probes seen",
                                  "ADS delay trend (s per min)", "keeps up", "peak RSS (GiB)",
-                                 "spark-pipelines runs (incl. warm-up)", "wall (s)",
+                                 "spark-pipelines runs × mean duration", "wall (s)",
                                  "machine load (1-min avg)"], run_rows)
 
     catchup_rows, rates = [], {}
