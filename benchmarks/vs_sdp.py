@@ -816,6 +816,11 @@ class Phase:
     def slope(self, label: str) -> float:
         return delay_slope(self.observations[label].points(self.probes))
 
+    @property
+    def ads(self) -> str:
+        """The label of this run's ADS delay series (SDP's table, or Tidehouse's hot table)."""
+        return "ADS SDP" if self.name.startswith("SDP") else "ADS hot"
+
     def steady_runs(self) -> list[tuple[float, float]]:
         """The runs (SDP) that ended before the catch-up burst."""
         return [(s, e) for s, e in self.runs if not self.ended or e <= self.ended]
@@ -835,14 +840,14 @@ class Phase:
         if c is None or c.seen is None:
             return None
         if self.name.startswith("SDP"):
-            steady = [e - s for s, e in self.runs[1:] if e <= c.began]
+            steady = [e - s for s, e in self.steady_runs()[1:]]  # the first run is the warm-up
             if not steady:
                 return None
             typical = percentile(steady, 50)
             overlapping = [e - s for s, e in self.runs if e > c.began and s < c.seen]
             return (sum(d - typical for d in overlapping),
                     len(overlapping) * (max(steady) - min(steady)) / 2)
-        steady = self.summary("ADS hot")
+        steady = self.summary(self.ads)
         return (c.seen - c.began) - steady.p50, steady.p95 - steady.p50
 
     def catchup_rate(self) -> tuple[float, float, float] | None:
@@ -1019,7 +1024,7 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
 
     run_rows = []
     for name, p in phases.items():
-        ads = "ADS SDP" if name.startswith("SDP") else "ADS hot"
+        ads = p.ads
         runs = p.steady_runs()
         mean_run = sum(e - s for s, e in runs) / len(runs) if runs else None
         seen = sum(m in p.observations[ads].seen for m in p.probes)
@@ -1042,7 +1047,7 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         if c is None:
             continue
         cost, rate = p.catchup_cost(), p.catchup_rate()
-        steady = p.summary("ADS SDP" if name.startswith("SDP") else "ADS hot")
+        steady = p.summary(p.ads)
         if rate is not None:
             rates[name] = rate
         catchup_rows.append([
@@ -1062,8 +1067,8 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         catchups += (f"\n\nSustained rate: a backlog shrinks while the input rate stays below the rate it is "
                      f"worked off, so these estimate the highest input rate each system holds without a "
                      f"growing delay — Tidehouse {_rate_cell(th_rate)} rows/s, SDP {_rate_cell(sdp_rate)} "
-                     f"rows/s (Tidehouse ÷ SDP {ratio}). At the steady rate above, both kept up "
-                     f"(see \"keeps up\").")
+                     f"rows/s (Tidehouse ÷ SDP {ratio}). Whether each held the steady rate: \"keeps up\" "
+                     f"above.")
 
     lag_rows = []
     th = th_runs
