@@ -248,8 +248,7 @@ class FlowRunner:
             if exc is not None and self._restart_if_transient(name, exc):
                 continue
             if exc is not None:
-                detail = self.stats[name].error or str(exc).split("\n")[0]
-                raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
+                raise self._failure(name, exc)
 
     def _drain(self, names: list[str]) -> None:
         from pyspark.errors import StreamingQueryException
@@ -261,9 +260,18 @@ class FlowRunner:
                     break
                 except StreamingQueryException as exc:
                     if not self._restart_if_transient(name, exc):
-                        detail = self.stats[name].error or str(exc).split("\n")[0]
-                        raise TidehouseError(ErrorCode.QUERY_FAILED,
-                                             f"the query of table {name} failed: {detail}") from exc
+                        raise self._failure(name, exc) from exc
+
+    def _failure(self, name: str, exc) -> TidehouseError:
+        """The error to raise for a failed query: the TidehouseError its batch raised (its code and location
+        kept, the table named), else QUERY_FAILED with Spark's first line."""
+        stats = self.stats[name]
+        if stats.failure is not None:
+            cause = stats.failure
+            return TidehouseError(cause.code, f"the query of table {name} failed: {cause.message}",
+                                  location=cause.location, hint=cause.hint, params=cause.params)
+        detail = stats.error or str(exc).split("\n")[0]
+        return TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
 
     def _restart_if_transient(self, name: str, exc) -> bool:
         """Restart a query that failed for a transient reason (e.g. a Python worker that could not start
@@ -432,6 +440,7 @@ def _guarded(fn, ctx: QueryContext):
             fn(batch_df, batch_id)
         except TidehouseError as exc:
             ctx.stats.error = exc.render()
+            ctx.stats.failure = exc
             raise
         except Exception as exc:
             ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

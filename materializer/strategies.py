@@ -54,10 +54,11 @@ class TableStats:
     last_batch_seconds: float | None = None
     last_origin_ts: float | None = None
     error: str | None = None
+    failure: TidehouseError | None = field(default=None, repr=False)  # the error a batch raised, code kept
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("lock", "failure")}
 
 
 class QueryContext:

@@ -194,7 +194,10 @@ class TableStore(abc.ABC):
 
     @abc.abstractmethod
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
-        """Current content: a log table's rows, a primary-key table's current state (no system columns)."""
+        """Current content: a log table's rows, a primary-key table's current state (no system columns).
+
+        A log table whose oldest segments were deleted by retention raises ``STORAGE_RANGE``: the hot log
+        alone no longer holds every row, and a partial table must never pass for the whole one."""
 
     @abc.abstractmethod
     def lookup(self, name: str, keys: pa.Table) -> pa.Table:

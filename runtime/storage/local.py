@@ -413,6 +413,13 @@ class LocalTableStore(TableStore):
             parts = []
             for b, log in enumerate(table.logs):
                 log.refresh()
+                if log.first_offset > 0:
+                    raise TidehouseError(
+                        ErrorCode.STORAGE_RANGE,
+                        f"{name} bucket {b}: offsets 0..{log.first_offset - 1} were deleted by retention, so the "
+                        "hot table alone no longer holds every row", location=Location(path=name),
+                        hint="read the lake snapshot plus the hot tail after its offsets (a union read), or "
+                             "raise storage.retention")
                 for batch in self._read_iter(meta, log, b, log.first_offset, log.end_offset, cols):
                     parts.append(pa.Table.from_batches([batch]).select(cols))
             schema = pa.schema([meta.schema.field(c) for c in cols])

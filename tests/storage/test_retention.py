@@ -196,3 +196,17 @@ def test_a_segment_deleted_under_a_running_read_is_storage_range(tmp_path):
     assert err.value.code == ErrorCode.STORAGE_RANGE and "deleted by retention" in err.value.message
     first = _segments(root, "ods.events")[0]
     assert read_all(reader, "ods.events", start=first).column("__offset").to_pylist()[0] == first
+
+
+def test_a_scan_of_a_log_table_trimmed_by_retention_fails_instead_of_returning_part_of_it(tmp_path):
+    s = open_store(str(tmp_path / "hot"), fsync=False, segment_bytes=2048)
+    s.create_table(log_meta())
+    for i in range(30):
+        s.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    assert s.scan("ods.events").num_rows == 300
+    end = s.end_offsets("ods.events")[0]
+    assert s.delete_before("ods.events", 0, end, older_than=time.time() + LATER) >= 1
+    with pytest.raises(TidehouseError) as info:
+        s.scan("ods.events")
+    assert info.value.code is ErrorCode.STORAGE_RANGE
+    assert info.value.location.path == "ods.events"
