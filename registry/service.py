@@ -25,7 +25,7 @@ from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text
 from registry.specs.flow import ACTION_REF_RE
 from registry.store import SqlStore, StoredVersion, VersionStore
 from registry.validation import ActionCatalog, FlowCheck, validate_flow_spec
-from registry.yamlsource import read_text
+from runtime.yamlsource import read_text
 from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 
 

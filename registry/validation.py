@@ -65,7 +65,7 @@ class _Locator:
 
     def at(self, *path, key: bool = False, shown: tuple | None = None) -> Location:
         if self.doc is None:
-            from registry.yamlsource import format_path
+            from runtime.yamlsource import format_path
 
             return Location(self.flow.path, path=format_path(shown or path))
         return self.doc.location(path, key=key, shown=shown)

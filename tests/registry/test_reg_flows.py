@@ -9,7 +9,7 @@ from _reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, errors_of, writ
 
 from registry.service import Registry
 from registry.specs import parse_action_text, parse_flow_text
-from registry.yamlsource import load_yaml
+from runtime.yamlsource import load_yaml
 from runtime.errors import ErrorCode, TidehouseError
 
 

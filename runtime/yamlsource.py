@@ -1,15 +1,16 @@
-"""Strict YAML that remembers where every node came from.
+"""Strict YAML that remembers where every node came from: flows, action headers and ``tidehouse.yaml``.
 
 PyYAML's ``safe_load`` silently keeps the last of two duplicate keys, turns ``2024-01-01`` into a date,
-``no`` into ``False`` and ``1:30`` into ``90``. Specs need none of that, and every later error must point
-at a line and column. So we let PyYAML *compose* the node graph (which keeps marks) and build plain Python
+``no`` into ``False`` and ``1:30`` into ``90``. Specs and the project file need none of that, and every later
+error must point at a line and column. This module is part of the core (it imports nothing but
+:mod:`runtime.errors`), so the configuration can use it as well as the registry. So we let PyYAML *compose* the node graph (which keeps marks) and build plain Python
 values ourselves:
 
 * duplicate keys are errors (all of them are reported, each naming the first definition);
 * scalars resolve with the YAML 1.2 core schema: ``true``/``false``, ``null``/``~``, decimal, ``0x``, ``0o``
   integers and floats; no timestamps, no sexagesimal numbers; everything else is a string;
 * the YAML 1.1 booleans ``yes``/``no``/``on``/``off`` stay strings but are remembered as *ambiguous*, so the
-  spec layer can refuse them with a clear "quote it or write true/false";
+  spec layer and the configuration can refuse them with a clear "quote it or write true/false";
 * empty documents, undecodable bytes, NUL bytes, files over a size limit, several documents, nesting deeper
   than :data:`MAX_DEPTH` and alias bombs are refused with their own error codes.
 
