@@ -119,6 +119,7 @@ class FlowRunner:
         self.on_status = on_status
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
+        self.contexts: dict[str, QueryContext] = {}
         self.tiering = None
         self.lock = lock or RunLock(project.config.run_dir, plan.flow)
         self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
@@ -204,7 +205,7 @@ class FlowRunner:
     def start_query(self, t: TablePlan):
         from pyspark.sql import functions as F
 
-        ctx = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name], pool=t.layer)
+        ctx = self._context(t)
         session = new_session(self.spark)
         if t.strategy == "append":
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
@@ -291,9 +292,20 @@ class FlowRunner:
     def reconcile(self, t: TablePlan) -> int:
         """A recomputation outside the query (until-idle): repairs a table whose last micro-batch was
         replayed after a crash against newer input, so the final state equals the batch result."""
-        ctx = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name], pool=t.layer)
+        ctx = self._context(t)
         session = new_session(self.spark)
-        return recompute(ctx, session, int(time.time() * 1000), writer=f"{t.writer_id}:reconcile", origin=None)
+        writer = f"{t.writer_id}:reconcile"
+        used = [(t.name, writer)] + ([(t.quarantine, f"{writer}:qe")] if t.quarantine else [])
+        seq = 1 + max((self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table))
+        return recompute(ctx, session, seq, writer=writer, origin=None)
+
+    def _context(self, t: TablePlan) -> QueryContext:
+        """The batch functions' context of a table: one per run, shared by its query (restarts included)
+        and by reconciles, so the run's figures count each row once."""
+        if t.name not in self.contexts:
+            self.contexts[t.name] = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name],
+                                                 pool=t.layer)
+        return self.contexts[t.name]
 
     def _ends(self) -> dict[str, list[int]]:
         return {t.name: self.store.end_offsets(t.name) for t in self.plan.tables}

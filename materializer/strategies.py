@@ -73,6 +73,7 @@ class QueryContext:
         self.stats = stats
         self.pool = pool
         self.args = spark_args(table.params)
+        self.seen_violators: set[str] = set()  # recompute: violators this run counted already
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -162,53 +163,86 @@ def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.
                      "source": pa.array([source] * n, pa.string()), "quarantined_at": now})
 
 
-def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q") -> None:
-    """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer:
-    one batch can quarantine malformed records, rows lacking a required column and expectation violators,
-    and a second write under the same (writer, seq) would be skipped as a replay."""
+def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *,
+                     writer: str | None = None) -> None:
+    """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer,
+    derived from the writer of the table's data (``writer``, default the query's): one batch can quarantine
+    malformed records, rows lacking a required column and expectation violators, and a second write under
+    the same (writer, seq) would be skipped as a replay; a reconcile, which writes under its own writer and
+    sequence, must never advance the sequence of the query's quarantine writer."""
     if rows.num_rows == 0 or not ctx.table.quarantine:
         return
-    ctx.store.write(ctx.table.quarantine, rows, writer=f"{ctx.table.writer_id}:{part}", seq=int(batch_id))
+    result = ctx.store.write(ctx.table.quarantine, rows, writer=f"{writer or ctx.table.writer_id}:{part}",
+                             seq=int(batch_id))
     with ctx.stats.lock:
-        ctx.stats.quarantined += rows.num_rows
+        ctx.stats.quarantined += result.rows
 
 
-def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int) -> tuple[pa.Table, pa.Table]:
-    """Split output rows into (kept, violating); quarantine/count the violators, or fail the flow."""
+def already_quarantined(ctx: QueryContext) -> set[str]:
+    """The raw records this table's expectations quarantined so far (a recomputed table re-evaluates every
+    row each micro-batch: a violator it finds again is not quarantined again)."""
+    if not ctx.table.quarantine or not ctx.store.has_table(ctx.table.quarantine):
+        return set()
+    rows = ctx.store.scan(ctx.table.quarantine, columns=["raw", "source"])
+    mine = pc.equal(rows.column("source"), ctx.table.name)
+    return set(rows.filter(mine).column("raw").to_pylist())
+
+
+def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int, *, writer: str | None = None,
+                       whole_result: bool = False) -> tuple[pa.Table, pa.Table]:
+    """Split output rows into (kept, violating); quarantine/count the violators, or fail the flow.
+
+    ``whole_result``: ``out`` is the table's whole result (``recompute``), which holds the violators found by
+    earlier micro-batches again. Then a row is counted once per run (the run's figures) and quarantined once
+    ever (rows already in the quarantine table are not written again); ``writer`` is the writer of the data
+    (a reconcile has its own), whose sequence the quarantine writer follows."""
     expect = ctx.table.expect
     if not expect or out.num_rows == 0:
         return out, out.slice(0, 0)
     df = local_df(session, out, ctx.table.ddl)
     checks = df.selectExpr(*[f"coalesce(CAST(({e.condition}) AS BOOLEAN), false) AS `e{i}`"
                              for i, e in enumerate(expect)]).toArrow()
-    bad = pa.array([False] * out.num_rows)
+    failed = [pc.invert(checks.column(f"e{i}").combine_chunks()) for i in range(len(expect))]
+    bad = failed[0]
+    for mask in failed[1:]:
+        bad = pc.or_(bad, mask)
+    if not pc.any(bad).as_py():
+        return out, out.slice(0, 0)
+    violators = out.filter(bad)
+    raws = [json.dumps(r, default=str, sort_keys=True) for r in violators.to_pylist()]
+    new = pa.array([True] * out.num_rows)
+    if whole_result:  # counted once per run: only violators this run has not seen yet
+        seen = ctx.seen_violators
+        fresh = iter([r not in seen for r in raws])
+        new = pa.array([next(fresh) if flag else False for flag in bad.to_pylist()])
+        seen.update(raws)
     quarantine_mask = pa.array([False] * out.num_rows)
     reasons: list[str | None] = [None] * out.num_rows
-    for i, e in enumerate(expect):
-        failed = pc.invert(checks.column(f"e{i}").combine_chunks())
-        count = pc.sum(failed.cast(pa.int64())).as_py() or 0
-        if not count:
-            continue
-        with ctx.stats.lock:
-            ctx.stats.expectations[e.name] = ctx.stats.expectations.get(e.name, 0) + count
-        if e.on_violation == "fail":
-            raise TidehouseError(ErrorCode.QUERY_FAILED, f"table {ctx.table.name}: {count} row(s) violate "
-                                 f"expectation '{e.name}' ({e.condition}), which is set to fail the flow",
-                                 hint="fix the input, or set on_violation: drop or quarantine")
-        for j, flag in enumerate(failed.to_pylist()):
+    for e, mask in zip(expect, failed):
+        count = pc.sum(pc.and_(mask, new).cast(pa.int64())).as_py() or 0
+        if count:
+            with ctx.stats.lock:
+                ctx.stats.expectations[e.name] = ctx.stats.expectations.get(e.name, 0) + count
+        if e.on_violation == "fail" and pc.any(mask).as_py():
+            raise TidehouseError(ErrorCode.QUERY_FAILED, f"table {ctx.table.name}: {pc.sum(mask.cast(pa.int64()))}"
+                                 f" row(s) violate expectation '{e.name}' ({e.condition}), which is set to fail "
+                                 "the flow", hint="fix the input, or set on_violation: drop or quarantine")
+        for j, flag in enumerate(mask.to_pylist()):
             if flag and reasons[j] is None:
                 reasons[j] = f"expectation {e.name} failed: {e.condition}"
         if e.on_violation == "quarantine":
-            quarantine_mask = pc.or_(quarantine_mask, failed)
-        bad = pc.or_(bad, failed)
-    violators = out.filter(bad)
-    to_quarantine = out.filter(quarantine_mask)
-    if to_quarantine.num_rows:
-        raw = [json.dumps(r, default=str, sort_keys=True) for r in to_quarantine.to_pylist()]
-        why = [r for r, q in zip(reasons, quarantine_mask.to_pylist()) if q]
-        write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id, part="qe")
+            quarantine_mask = pc.or_(quarantine_mask, mask)
+    in_quarantine = quarantine_mask.filter(bad).to_pylist()
+    raw = [r for r, q in zip(raws, in_quarantine) if q]
+    why = [r for r, q in zip(reasons, quarantine_mask.to_pylist()) if q]
+    if whole_result and raw:  # quarantined once ever, whichever run or reconcile found it first
+        done = already_quarantined(ctx)
+        keep = [i for i, r in enumerate(raw) if r not in done]
+        raw, why = [raw[i] for i in keep], [why[i] for i in keep]
+    write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id, part="qe", writer=writer)
+    dropped = pc.sum(pc.and_(pc.and_(bad, new), pc.invert(quarantine_mask)).cast(pa.int64())).as_py() or 0
     with ctx.stats.lock:
-        ctx.stats.dropped += violators.num_rows - to_quarantine.num_rows
+        ctx.stats.dropped += dropped
     return out.filter(pc.invert(bad)), violators
 
 
@@ -392,7 +426,7 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
     table = ctx.table
     bind_lookups(ctx, session, list(table.inputs))
     result = run_sql(ctx, session)
-    kept, _ = apply_expectations(ctx, session, result, seq)
+    kept, _ = apply_expectations(ctx, session, result, seq, writer=writer, whole_result=True)
     meta = ctx.store.get_table(table.name)
     new = prepare(ctx.store, table.name, kept)
     old = ctx.store.scan(table.name).select(meta.schema.names)
