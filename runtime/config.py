@@ -1,23 +1,28 @@
 """The home directory and the project file.
 
-Home: ``--home DIR``, else ``$TIDEHOUSE_HOME``, else ``.tidehouse/`` in the project directory. It holds the
-registry database, the hot storage, the Iceberg catalog and warehouse, and the streaming checkpoints.
-The project directory is the one holding ``tidehouse.yaml`` (searched upwards from the current directory),
-else the current directory.
+Home: ``--home DIR``, else ``$TIDEHOUSE_HOME``, else ``home:`` in the project file, else ``.tidehouse/`` in
+the project directory. It holds the registry database, the hot storage, the Iceberg catalog and warehouse,
+and the streaming checkpoints. The project directory is the one holding ``tidehouse.yaml`` (searched upwards
+from the current directory), else the current directory.
+
+The project file is read with the strict loader of flows (:mod:`runtime.yamlsource`), so each of its errors
+reads ``tidehouse.yaml:LINE:COL: setting.name: message [THxxx]``. An empty file (or comments only) sets
+nothing. A value is never silently replaced: an empty string, a nested or null Spark conf or catalog
+property is an error, not "the default".
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
-from runtime.errors import ErrorCode, Location, TidehouseError
-from runtime.settings import SETTINGS, SETTINGS_BY_NAME
+from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.settings import HOME, SETTINGS, SETTINGS_BY_NAME
+from runtime.yamlsource import Document, load_yaml, read_text
 
 PROJECT_FILE = "tidehouse.yaml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -45,7 +50,9 @@ def find_project_dir(start: Path | None = None) -> Path:
     return here
 
 
-def _expand_env(value: Any, where: str, secret_names: set[str]) -> Any:
+def _expand_env(value: Any, ypath: tuple, where: str, doc: Document, secret_names: set[str]) -> Any:
+    """``${NAME}`` / ``${NAME:-default}`` in every string of ``value`` (at YAML path ``ypath``); ``secret_names``
+    collects ``where`` (the dotted setting, plus the key inside a mapping setting) of each expanded value."""
     if isinstance(value, str):
         def replace(match: re.Match) -> str:
             name, default = match.group(1), match.group(2)
@@ -59,41 +66,56 @@ def _expand_env(value: Any, where: str, secret_names: set[str]) -> Any:
             raise TidehouseError(
                 ErrorCode.CONFIG_MISSING_ENV,
                 f"environment variable {name} is not set",
-                location=Location(PROJECT_FILE, path=where),
+                location=doc.location(ypath),
                 hint=f"export {name}=... or write ${{{name}:-default}}",
             )
 
         return _ENV_REF.sub(replace, value)
     if isinstance(value, dict):
-        return {k: _expand_env(v, f"{where}.{k}", secret_names) for k, v in value.items()}
+        return {k: _expand_env(v, ypath + (k,), f"{where}.{k}", doc, secret_names) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand_env(v, where, secret_names) for v in value]
+        return [_expand_env(v, ypath + (i,), where, doc, secret_names) for i, v in enumerate(value)]
     return value
 
 
-def _flatten(raw: Mapping[str, Any], file: str) -> dict[str, Any]:
-    """Nested project-file keys -> dotted setting names; unknown keys are errors."""
-    out: dict[str, Any] = {}
+def _closest_setting(name: str) -> str | None:
+    close = difflib.get_close_matches(name, [*SETTINGS_BY_NAME, "home"], n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else "see docs/configuration.md for the settings"
 
-    def walk(node: Mapping[str, Any], prefix: str) -> None:
+
+def _flatten(doc: Document) -> tuple[dict[str, tuple], list[TidehouseError]]:
+    """Nested project-file keys -> ``{dotted setting name: YAML path}``, and the errors found on the way:
+    unknown keys, a group given a scalar, one setting written twice (nested and dotted)."""
+    out: dict[str, tuple] = {}
+    errors: list[TidehouseError] = []
+
+    def walk(node: Mapping[Any, Any], prefix: str, ypath: tuple) -> None:
         for key, value in node.items():
-            name = f"{prefix}{key}"
-            if name in SETTINGS_BY_NAME:
-                out[name] = value
-            elif isinstance(value, dict) and any(s.startswith(name + ".") for s in SETTINGS_BY_NAME):
-                walk(value, name + ".")
-            elif name == "home":
-                out[name] = value
+            name, kpath = f"{prefix}{key}", ypath + (key,)
+            is_group = any(s.startswith(name + ".") for s in SETTINGS_BY_NAME)
+            if name in SETTINGS_BY_NAME or name == "home":
+                if name in out:
+                    first = doc.location(out[name], key=True)
+                    errors.append(TidehouseError(
+                        ErrorCode.CONFIG_INVALID, f"setting '{name}' is also set at line {first.line}",
+                        location=doc.location(kpath, key=True, shown=(name,)), hint="remove one of them"))
+                    continue
+                out[name] = kpath
+            elif is_group and isinstance(value, dict):
+                walk(value, name + ".", kpath)
+            elif is_group:
+                members = ", ".join(s for s in SETTINGS_BY_NAME if s.startswith(name + "."))
+                errors.append(TidehouseError(
+                    ErrorCode.CONFIG_INVALID, f"'{name}' is a group of settings: expected a mapping, got "
+                                              f"{value!r}", location=doc.location(kpath, shown=(name,)),
+                    hint=f"its settings: {members}"))
             else:
-                raise TidehouseError(
-                    ErrorCode.CONFIG_INVALID,
-                    f"unknown setting '{name}'",
-                    location=Location(file, path=name),
-                    hint="see docs/configuration.md for the settings",
-                )
+                errors.append(TidehouseError(ErrorCode.CONFIG_INVALID, f"unknown setting '{name}'",
+                                             location=doc.location(kpath, key=True, shown=(name,)),
+                                             hint=_closest_setting(name)))
 
-    walk(raw, "")
-    return out
+    walk(doc.data, "", ())
+    return out, errors
 
 
 @dataclass(frozen=True)
@@ -112,15 +134,18 @@ class Config:
     # -- locations --------------------------------------------------------------------------------
     @property
     def storage_root(self) -> str:
-        return self.get("storage.root") or str(self.home / "hot")
+        root = self.get("storage.root")  # the parser refuses "", so None is the only "not set"
+        return str(self.home / "hot") if root is None else root
 
     @property
     def checkpoint_root(self) -> str:
-        return self.get("checkpoints.root") or str(self.home / "checkpoints")
+        root = self.get("checkpoints.root")
+        return str(self.home / "checkpoints") if root is None else root
 
     @property
     def registry_url(self) -> str:
-        return self.get("registry.url") or f"sqlite:///{self.home / 'registry.db'}"
+        url = self.get("registry.url")
+        return f"sqlite:///{self.home / 'registry.db'}" if url is None else url
 
     @property
     def run_dir(self) -> Path:
@@ -130,7 +155,7 @@ class Config:
     @property
     def lake_catalog_properties(self) -> dict[str, Any]:
         props = dict(self.get("lake.catalog"))
-        if not props:
+        if not props:  # {} is the setting's default, written out or not (the scaffolded file shows it)
             lake = self.home / "lake"
             props = {
                 "type": "sql",
@@ -171,38 +196,67 @@ def _mask(value: Any, force: bool = False) -> Any:
 def load_config(home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None) -> Config:
     """Read ``tidehouse.yaml`` (if any) and resolve the home directory."""
     pdir = Path(project_dir).resolve() if project_dir else find_project_dir()
-    values: dict[str, Any] = {}
-    from_env: set[str] = set()
     path = pdir / PROJECT_FILE
-    if path.is_file():
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise TidehouseError(
-                ErrorCode.CONFIG_INVALID,
-                f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                location=Location(str(path), mark.line + 1 if mark else None, mark.column + 1 if mark else None),
-            ) from exc
-        if not isinstance(raw, dict):
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, "the project file must be a mapping",
-                                 location=Location(str(path)))
-        flat = _flatten(raw, str(path))
-        for name, value in flat.items():
-            env_hits: set[str] = set()
-            value = _expand_env(value, name, env_hits)
-            from_env |= env_hits
-            if name == "home":
-                values[name] = value
-                continue
-            try:
-                values[name] = SETTINGS_BY_NAME[name].parse(value)
-            except (ValueError, TypeError) as exc:
-                raise TidehouseError(ErrorCode.CONFIG_INVALID, str(exc),
-                                     location=Location(str(path), path=name)) from exc
+    values, from_env = read_project_file(path) if os.path.lexists(path) else ({}, set())
     chosen = home or os.environ.get("TIDEHOUSE_HOME") or values.pop("home", None) or ".tidehouse"
     values.pop("home", None)
     home_path = Path(chosen)
     if not home_path.is_absolute():
         home_path = (pdir / home_path) if not home else home_path.resolve()
     return Config(home=home_path.resolve(), project_dir=pdir, values=values, from_env=frozenset(from_env))
+
+
+def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
+    """The settings a project file sets (parsed values by dotted name) and those that came from ``${ENV}``.
+
+    The file is read with the strict loader of flows (:mod:`runtime.yamlsource`): duplicate keys, YAML 1.1
+    booleans (``yes``/``no``/``on``/``off``), unknown settings and bad values are errors located at their
+    line and column and named by their dotted setting. An empty file (or one of comments only) sets nothing.
+    """
+    file = str(path)
+    if not path.is_file():
+        raise TidehouseError(ErrorCode.CONFIG_INVALID, "the project file is not a regular file",
+                             location=Location(file), hint=f"{PROJECT_FILE} must be a YAML file")
+    try:
+        text = read_text(path)
+    except TidehouseError as exc:
+        if exc.code is not ErrorCode.SPEC_BAD_VALUE:  # too large, not text: the loader's own codes
+            raise
+        raise TidehouseError(ErrorCode.CONFIG_INVALID, exc.message, location=exc.location) from exc
+    doc = load_yaml(text, file, allow_empty=True)
+    if doc.data is None:
+        return {}, set()
+    if not isinstance(doc.data, dict):
+        raise TidehouseError(ErrorCode.CONFIG_INVALID, "the project file must be a mapping of settings",
+                             location=doc.location(()), hint="e.g. 'storage: {fsync: false}'")
+    errors = [TidehouseError(ErrorCode.CONFIG_INVALID, f"'{word}' is ambiguous (a YAML 1.1 boolean)",
+                             location=doc.location(ypath),
+                             hint=f"write {'true' if word.lower() in ('yes', 'on') else 'false'} for a boolean, "
+                                  f"or quote it ('{word}') for a string")
+              for ypath, word in doc.ambiguous.items()]
+    names, flatten_errors = _flatten(doc)
+    errors += flatten_errors
+    values: dict[str, Any] = {}
+    from_env: set[str] = set()
+    for name, ypath in names.items():
+        if any(word_path[:len(ypath)] == ypath for word_path in doc.ambiguous):
+            continue  # reported above: the value is neither the boolean nor the string for sure
+        setting = HOME if name == "home" else SETTINGS_BY_NAME[name]
+        raw = doc.value_at(ypath)
+        env_hits: set[str] = set()
+        try:
+            values[name] = setting.parse(_expand_env(raw, ypath, name, doc, env_hits))
+        except TidehouseError as exc:  # a missing environment variable
+            errors.append(exc)
+            continue
+        except (ValueError, TypeError) as exc:
+            at = tuple(getattr(exc, "at", ()))
+            # a key inside a mapping setting, or a setting left empty (`root:`), is shown at its key
+            errors.append(TidehouseError(ErrorCode.CONFIG_INVALID, str(exc),
+                                         location=doc.location(ypath + at, key=bool(at) or raw is None,
+                                                               shown=(name, *at))))
+            continue
+        from_env |= env_hits
+    errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))
+    TidehouseErrors.raise_if_any(errors)
+    return values, from_env

@@ -14,6 +14,14 @@ from typing import Any, Callable
 from runtime.durations import parse_duration
 
 
+class SettingValueError(ValueError):
+    """A value a setting cannot take; ``at`` is the key inside a mapping setting that is wrong (if any)."""
+
+    def __init__(self, message: str, at: tuple = ()) -> None:
+        super().__init__(message)
+        self.at = tuple(at)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -26,26 +34,43 @@ class Setting:
 def _bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
+    if isinstance(value, str) and value.lower() in ("true", "false"):  # "${FSYNC}" expands to a string
         return value.lower() == "true"
-    raise ValueError(f"expected true or false, got {value!r}")
+    raise SettingValueError(f"expected true or false, got {value!r}")
 
 
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return int(value)
+        raise SettingValueError(f"expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingValueError(f"expected an integer, got {value!r}") from None
 
 
 def _str(value: Any) -> str:
+    """A non-empty string: an empty one would silently mean "the default", so it is refused."""
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
+        raise SettingValueError(f"expected a string, got {value!r}")
+    if not value.strip():
+        raise SettingValueError("the value is empty (remove the setting to use its default)")
     return value
 
 
 def _mapping(value: Any) -> dict:
+    """A flat mapping of property names to scalars (Spark confs, pyiceberg catalog properties).
+
+    Both take ``key: value`` strings; a nested mapping, list or null would reach them as ``"{...}"``,
+    ``"[...]"`` or ``"None"`` and be ignored or misread, so each is refused at its key.
+    """
     if not isinstance(value, dict):
-        raise ValueError(f"expected a mapping, got {value!r}")
+        raise SettingValueError(f"expected a mapping, got {value!r}")
+    for key, item in value.items():
+        if isinstance(item, dict):
+            raise SettingValueError(f"'{key}' holds a nested mapping: write each property in full with dots "
+                                    f"(e.g. '{key}.<name>: value')", at=(key,))
+        if item is None or not isinstance(item, (str, int, float, bool)):
+            raise SettingValueError(f"'{key}' must be a string, number or boolean, got {item!r}", at=(key,))
     return {str(k): v for k, v in value.items()}
 
 
@@ -77,3 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+# `home:` in the project file: where everything is stored, after --home and $TIDEHOUSE_HOME (not a setting
+# of the running project: `tidehouse info` shows the home it resolved to).
+HOME = Setting("home", None, "Home directory, relative to the project directory; --home and $TIDEHOUSE_HOME "
+               "take precedence.", _str)

@@ -96,6 +96,13 @@ class Document:
             found.append(part)
         return tuple(found)
 
+    def value_at(self, path: Iterable[Any]) -> Any:
+        """The value at ``path`` (which must exist)."""
+        node = self.data
+        for part in path:
+            node = node[part]
+        return node
+
     def location(self, path: Iterable[Any], *, key: bool = False, shown: Iterable[Any] | None = None) -> Location:
         """Where ``path`` is (its key when ``key``), showing ``shown`` (default: ``path``) as the YAML path."""
         path = tuple(path)
@@ -339,8 +346,13 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES) -> str:
     return decode(raw, str(path), max_bytes=max_bytes)
 
 
-def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_bytes: int = MAX_BYTES) -> Document:
-    """Parse one YAML document strictly. Raises :class:`TidehouseError` (or ``TidehouseErrors``)."""
+def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_bytes: int = MAX_BYTES,
+              allow_empty: bool = False) -> Document:
+    """Parse one YAML document strictly. Raises :class:`TidehouseError` (or ``TidehouseErrors``).
+
+    An empty document (nothing, only comments, or ``null``) is an error, unless ``allow_empty``: then the
+    document's data is ``None``.
+    """
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise TidehouseError(ErrorCode.YAML_TOO_LARGE, f"text is over {max_bytes:,} bytes",
                              location=Location(file))
@@ -369,6 +381,8 @@ def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_by
     finally:
         loader.dispose()
     if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL):
+        if allow_empty:
+            return Document(data=None, file=file)
         raise TidehouseError(ErrorCode.YAML_EMPTY, "the document is empty", location=Location(file, 1 + line_offset))
     doc = Document(data=None, file=file)
     builder = _Builder(doc, line_offset)
