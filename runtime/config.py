@@ -16,9 +16,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.settings import HOME, SETTINGS, SETTINGS_BY_NAME
@@ -180,7 +181,7 @@ class Config:
         return shown
 
 
-_SECRET_KEYS = re.compile(r"(password|secret|token|credential|key)", re.I)
+_SECRET_KEYS = re.compile(r"(password|secret|token|credential|key)", re.IGNORECASE)
 
 
 def _mask(value: Any, force: bool = False) -> Any:

@@ -8,8 +8,9 @@ settings marked secret and any value that came from an environment variable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from runtime.durations import parse_duration
 

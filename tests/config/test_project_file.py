@@ -129,6 +129,6 @@ def test_a_project_file_that_is_not_a_file_is_an_error(tmp_path):
 
 def test_cli_prints_the_located_project_file_error(run_cli, project_dir):
     (project_dir / PROJECT_FILE).write_text("storage:\n  fsync: false\n  fsync: true\n")
-    code, out, err = run_cli("info")
+    code, _, err = run_cli("info")
     assert code == 2 and "Traceback" not in err
     assert f"{PROJECT_FILE}:3:3: storage.fsync: duplicate key 'fsync'" in err and "[TH201]" in err
