@@ -31,6 +31,7 @@ from materializer.dag import FlowGraph
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
 from runtime.errors import ErrorCode, TidehouseError
+from runtime.spark.session import new_session
 from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
@@ -427,21 +428,6 @@ class FlowRunner:
                 log.warning("stopping the query of %s: %s", name, exc)
         if self.tiering is not None:
             self.tiering.stop(wait=True)
-
-
-def new_session(spark):
-    """A session of its own (temp views never clash) that knows the ``tidehouse`` data source."""
-    from pyspark.errors import AnalysisException
-
-    from runtime.spark.datasource import TidehouseDataSource
-
-    session = spark.newSession()
-    try:
-        session.dataSource.register(TidehouseDataSource)
-    except AnalysisException as exc:  # registrations are shared by the sessions of some Spark versions
-        if "ALREADY_EXISTS" not in str(exc):
-            raise
-    return session
 
 
 def _guarded(fn, ctx: QueryContext):

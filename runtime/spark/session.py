@@ -149,6 +149,38 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
 
 
 def _register_sources(spark) -> None:
-    from runtime.spark.datasource import TidehouseDataSource
+    register_source(spark)
 
-    spark.dataSource.register(TidehouseDataSource)
+
+def new_session(spark):
+    """A session of its own (its temp views never clash with another query's) that knows ``tidehouse``."""
+    session = spark.newSession()
+    register_source(session)
+    return session
+
+
+def register_source(session) -> None:
+    """Register the ``tidehouse`` data source with ``session``, and check that it can be found there.
+
+    ``session.dataSource.register`` cannot do it for a session made by ``newSession()``: Spark checks
+    for an existing source in the *active* session (which has it, and refuses with
+    ``DATA_SOURCE_ALREADY_EXISTS``) but looks sources up in the session's own registry (which lacks it, so a
+    query built there fails with ``DATA_SOURCE_NOT_FOUND``). So the source goes into the session's own
+    registry directly.
+    """
+    from runtime.spark.datasource import NAME, TidehouseDataSource
+
+    jsession = getattr(session, "_jsparkSession", None)
+    if jsession is None:  # Spark Connect: registration is per session on the server
+        session.dataSource.register(TidehouseDataSource)
+        return
+    manager = jsession.sessionState().dataSourceManager()
+    if not manager.dataSourceExists(NAME):
+        from pyspark.sql.udf import _wrap_function
+
+        source = session._jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(
+            _wrap_function(session.sparkContext, TidehouseDataSource))
+        manager.registerDataSource(NAME, source)
+    if not manager.dataSourceExists(NAME):
+        raise TidehouseError(ErrorCode.SPARK_START, f"the {NAME} data source could not be registered with a "
+                             "Spark session", hint="report this with your Spark version (tidehouse info)")

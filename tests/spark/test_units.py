@@ -290,3 +290,23 @@ def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork(monkeypat
         (tmp_path / "tidehouse.yaml").write_text(f"checkpoints: {{root: '{root}'}}\n" if root else "")
         Project.open(home=tmp_path / "home", project_dir=tmp_path).spark()
         assert seen == {"local_checkpoints": is_local}, root
+
+
+@pytest.mark.spark
+def test_every_new_session_can_read_a_tidehouse_stream(spark, tmp_path):
+    """Sessions made by ``newSession()`` (one per query) each find the data source, however many there are
+    and whichever session was active last."""
+    import pyarrow as pa
+
+    from runtime.spark.session import new_session
+    from runtime.storage import TableMeta, open_store
+
+    store = open_store(str(tmp_path / "hot"), fsync=False)
+    store.create_table(TableMeta("ods.a", pa.schema([("x", pa.int64())])))
+    for _ in range(4):
+        session = new_session(spark)
+        stream = session.readStream.format("tidehouse").option("root", str(tmp_path / "hot")) \
+            .option("table", "ods.a").load()
+        assert stream.columns[0] == "x"
+        session.createDataFrame([(1,)], "x long").createOrReplaceTempView("v")
+        assert session.sql("SELECT count(*) FROM v").collect()[0][0] == 1
