@@ -248,8 +248,13 @@ def _sql_error(exc: Exception, action_spec, table: str, table_location: Location
 
 
 # -- building the plan ------------------------------------------------------------------------------
-def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
-    """Analyse every table of a resolved flow and return its :class:`FlowPlan`."""
+def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping[str, TablePlan] | None = None,
+               ) -> FlowPlan:
+    """Analyse every table of a resolved flow and return its :class:`FlowPlan`.
+
+    ``upstream``: plans of tables of other flows that the hot store does not hold yet (a flow checked before
+    the flow it reads has run); a table the hot store has is read with its stored schema.
+    """
     spec = resolved.spec
     location_of = getattr(spec, "location_of", None)
     table_specs = dict(spec.tables())
@@ -266,7 +271,7 @@ def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
     }
     for node in graph.order():
         if graph.kind(node) == "external":
-            known[node] = _external(project, node)
+            known[node] = _external(project, node, (upstream or {}).get(node))
     ckpt_root = project.config.checkpoint_root
     flow_trigger = float(getattr(spec, "trigger", 1.0) or 0.0)
     flow_tiering = float(spec.tiering.interval) if getattr(spec, "tiering", None) else 30.0
@@ -286,7 +291,7 @@ def build_plan(project, resolved: ResolvedFlow, spark=None) -> FlowPlan:
         df = _analyse(session, action, params, inputs, name, tloc)
         out_ddl = nullable_ddl(df.schema)
         primary_key = tuple(tspec.primary_key or ())
-        _check_output(name, df, action, primary_key, tspec, tloc)
+        _check_output(name, df, action, primary_key, tspec, tloc, location_of)
         shape = sql_shape(df)
         decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs],
                                     primary_key=primary_key, merge_engine=tspec.merge_engine or "last_row",
@@ -370,11 +375,14 @@ def _source_plan(project, name: str, src, session) -> SourcePlan:
     return SourcePlan(name, src.format, path, ddl, options, fingerprint(payload), required)
 
 
-def _external(project, table: str) -> tuple[str, str, str, tuple[str, ...]]:
+def _external(project, table: str, planned: TablePlan | None = None) -> tuple[str, str, str, tuple[str, ...]]:
     from runtime.spark.types import arrow_to_ddl
 
     store = project.store
     if not store.has_table(table):
+        if planned is not None:
+            fp = fingerprint({"external": table, "ddl": planned.ddl})
+            return planned.kind, planned.ddl, fp, planned.primary_key
         raise TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"table {table} is produced by another flow that has "
                              "not run yet", hint="trigger the flow that produces it first")
     meta = store.get_table(table)
@@ -399,7 +407,7 @@ def _analyse(session, action, params, inputs, table: str, tloc):
             session.catalog.dropTempView(inp.name)
 
 
-def _check_output(table: str, df, action, primary_key, tspec, tloc) -> None:
+def _check_output(table: str, df, action, primary_key, tspec, tloc, location_of=None) -> None:
     columns = df.columns
     bad = [c for c in columns if c.startswith("__")]
     if bad:
@@ -414,9 +422,11 @@ def _check_output(table: str, df, action, primary_key, tspec, tloc) -> None:
                         ("aggregations", tuple((tspec.aggregations or {}).keys()))):
         missing = [c for c in cols if c not in columns]
         if missing:
+            field = f"aggregations.{missing[0]}" if label == "aggregations" \
+                else f"{label}[{cols.index(missing[0])}]"
             raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table}: {label} column '{missing[0]}' is "
                                  f"not an output column of action {action.name} ({', '.join(columns)})",
-                                 location=tloc)
+                                 location=node_location(location_of, f"{table}.{field}") or tloc)
     output = getattr(action, "output", None)
     if output:
         if isinstance(output, str):

@@ -10,6 +10,10 @@ registry.resolve(flow.pins["dws.user_activity"]).spec.sql
 Actions: identical content (line endings aside) answers the existing version; changed content makes the
 next one. Flows: a flow version is its YAML text *and* the action versions it was pinned to, so
 registering an unchanged file after one of its actions changed makes a new flow version with new pins.
+
+The registry's own checks need no JVM. The ones that need Spark (the SQL parses, every table analyses) come
+in as ``checks=`` (a :class:`~registry.validation.SpecChecks`, e.g. ``materializer.checks.EngineChecks``):
+they run after the registry's checks passed and before anything is stored.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from pathlib import Path
 from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
 from registry.specs.flow import ACTION_REF_RE
 from registry.store import SqlStore, StoredVersion, VersionStore
-from registry.validation import ActionCatalog, FlowCheck, validate_flow_spec
-from runtime.yamlsource import read_text
+from registry.validation import ActionCatalog, FlowCheck, SpecChecks, validate_flow_spec
 from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.yamlsource import read_text
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,8 @@ class Registry:
         self.store.close()
 
     # -- actions -----------------------------------------------------------------------------------
-    def register_action(self, path_or_text: str | Path, *, path: str | None = None) -> ActionVersion:
+    def register_action(self, path_or_text: str | Path, *, path: str | None = None,
+                        checks: SpecChecks | None = None) -> ActionVersion:
         """Register one action from a file, or from its text (anything containing ``/*---``)."""
         if isinstance(path_or_text, str) and "/*---" in path_or_text:
             text, where = path_or_text, path or "<string>"
@@ -154,10 +159,14 @@ class Registry:
             where = str(path_or_text)
             text = read_text(where)
         spec = parse_action_text(text, where)
+        if checks is not None:
+            TidehouseErrors.raise_if_any(checks.check_actions([spec]))
         return self._store_action(spec, text)
 
-    def register_actions(self, paths: Sequence[str | Path]) -> list[ActionVersion]:
-        """Register action files and folders. Every file is parsed first: any error registers nothing."""
+    def register_actions(self, paths: Sequence[str | Path], *, checks: SpecChecks | None = None,
+                         ) -> list[ActionVersion]:
+        """Register action files and folders. Every file is parsed (and given to ``checks``) first: any error
+        registers nothing."""
         parsed: list[tuple[ActionSpec, str]] = []
         errors: list[TidehouseError] = []
         first_file: dict[str, str] = {}
@@ -179,6 +188,8 @@ class Registry:
             first_file[spec.name] = str(file)
             parsed.append((spec, text))
         TidehouseErrors.raise_if_any(errors)
+        if checks is not None:
+            TidehouseErrors.raise_if_any(checks.check_actions([spec for spec, _ in parsed]))
         return [self._store_action(spec, text) for spec, text in parsed]
 
     def _store_action(self, spec: ActionSpec, text: str) -> ActionVersion:
@@ -263,27 +274,37 @@ class Registry:
         """All semantic problems of a parsed flow (not raised) and the action each table resolves to."""
         return validate_flow_spec(spec, self.catalog(local_actions), self.other_flows(spec.flow), pins)
 
+    def _checked(self, spec: FlowSpec, checks: SpecChecks | None, **kwargs) -> FlowCheck:
+        """The registry's checks of a flow, then (only when they pass) ``checks``; raises every problem."""
+        check = self.check_flow(spec, **kwargs)
+        TidehouseErrors.raise_if_any(check.errors)
+        if checks is not None:
+            TidehouseErrors.raise_if_any(checks.check_flow(spec, check.resolved))
+        return check
+
     def validate_flow(self, path: str | Path, *, text: str | None = None,
-                      local_actions: Iterable[ActionSpec] = ()) -> FlowSpec:
+                      local_actions: Iterable[ActionSpec] = (), checks: SpecChecks | None = None) -> FlowSpec:
         """Parse and validate a flow file (or ``text``); raises every problem found at once."""
         where = str(path)
         spec = parse_flow_text(read_text(where) if text is None else text, where)
-        TidehouseErrors.raise_if_any(self.check_flow(spec, local_actions=local_actions).errors)
+        self._checked(spec, checks, local_actions=local_actions)
         return spec
 
-    def validate_registered_flow(self, name: str, version: int | None = None) -> FlowVersion:
+    def validate_registered_flow(self, name: str, version: int | None = None, *,
+                                 checks: SpecChecks | None = None) -> FlowVersion:
         """Re-check a registered flow against today's registry (its pins, the other flows)."""
         flow = self.get_flow(name, version)
-        TidehouseErrors.raise_if_any(self.check_flow(flow.spec, pins=flow.pins).errors)
+        self._checked(flow.spec, checks, pins=flow.pins)
         return flow
 
-    def register_flow(self, path: str | Path, *, text: str | None = None) -> FlowVersion:
-        """Validate and register a flow, pinning each unpinned action to its latest version."""
+    def register_flow(self, path: str | Path, *, text: str | None = None,
+                      checks: SpecChecks | None = None) -> FlowVersion:
+        """Validate (with ``checks`` too, when given) and register a flow, pinning each unpinned action to its
+        latest version."""
         where = str(path)
         text = read_text(where) if text is None else text
         spec = parse_flow_text(text, where)
-        check = self.check_flow(spec)
-        TidehouseErrors.raise_if_any(check.errors)
+        check = self._checked(spec, checks)
         pins = {qualified: res.ref for qualified, res in check.resolved.items()}
         stored_path = None if where.startswith("<") else str(Path(where).resolve())
         stored = self.store.put("flow", spec.flow, content_hash(text, pins), text, stored_path, pins)

@@ -10,13 +10,17 @@ problem at its YAML node:
 * primary key, bucket key and aggregation columns exist in the action's output contract (when declared);
 * no table is produced by two flows, and no cycle runs through the flow (across flows too).
 
-SQL analysis (does the SQL parse, do columns exist) needs Spark and happens in the materializer.
+What needs Spark (does the SQL parse, does every table analyse against its upstream schemas, are the key
+columns in what the SQL outputs) is a :class:`SpecChecks` the caller hands in: the registry runs it only
+after its own checks passed, and cannot import it (Spark sits above the registry).
+:class:`materializer.checks.EngineChecks` is the one the CLI uses unless it is given ``--quick``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import networkx as nx
 
@@ -56,6 +60,16 @@ class Resolution:
 class FlowCheck:
     errors: list[TidehouseError]
     resolved: dict[str, Resolution]  # "dws.user_activity" -> the action it uses
+
+
+class SpecChecks(Protocol):
+    """Checks the registry cannot make without an engine, each returning the errors it found (located)."""
+
+    def check_actions(self, specs: Iterable[ActionSpec]) -> list[TidehouseError]:
+        """Problems of the actions' SQL (e.g. it does not parse), at the action files."""
+
+    def check_flow(self, spec: FlowSpec, resolved: Mapping[str, Resolution]) -> list[TidehouseError]:
+        """Problems of a flow that passed :func:`validate_flow_spec`, given the action of each table."""
 
 
 class _Locator:
@@ -297,4 +311,4 @@ def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec], loc) -> list[Ti
     return errors
 
 
-__all__ = ["ActionCatalog", "FlowCheck", "Resolution", "describe", "validate_flow_spec"]
+__all__ = ["ActionCatalog", "FlowCheck", "Resolution", "SpecChecks", "describe", "validate_flow_spec"]

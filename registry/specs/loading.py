@@ -18,8 +18,8 @@ from registry.specs.action import ActionHeader, ActionSpec
 from registry.specs.base import did_you_mean
 from registry.specs.flow import FlowSpec
 from registry.specs.sparktypes import describe
-from runtime.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
 from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
 
 _CUSTOM_CODES = {
     "th_identifier": ErrorCode.SPEC_BAD_IDENTIFIER,

@@ -35,13 +35,32 @@ def action_dict(av, *, sql: bool = False) -> dict[str, Any]:
     return out
 
 
+QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but an SQL "
+              "that does not parse is not caught here).")
+
+
+def engine_checks(state, quick: bool):
+    """The Spark checks the registry runs after its own (``None`` with ``--quick``); Spark starts only if
+    the registry's checks pass."""
+    if quick:
+        return None
+    from materializer.checks import EngineChecks
+
+    return EngineChecks(state.project)
+
+
 @action.command("register")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
-def register(state, paths: tuple[str, ...], fmt: str) -> None:
-    """Register action files and folders (*.sql); prints name@version for each."""
-    versions = state.project.registry.register_actions(list(paths))
+def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
+    """Register action files and folders (*.sql); prints name@version for each.
+
+    Each file's header is checked, then Spark parses its SQL (a syntax error is reported at its line and
+    column in the file); if any file fails, nothing is registered.
+    """
+    versions = state.project.registry.register_actions(list(paths), checks=engine_checks(state, quick))
     if fmt == "json":
         echo_json([{"ref": v.ref, "name": v.name, "version": v.version, "unchanged": v.unchanged,
                     "path": v.path} for v in versions])

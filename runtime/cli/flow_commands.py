@@ -13,6 +13,7 @@ import click
 
 from runtime.cli import flow, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
+from runtime.cli.action_commands import engine_checks
 from runtime.errors import ErrorCode, TidehouseError, TidehouseErrors
 
 
@@ -37,13 +38,21 @@ def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
     return out
 
 
+QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but a "
+              "primary key the SQL does not output, or an SQL that does not analyse, is not caught here).")
+
+
 @flow.command("register")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
-def register(state, path: str, fmt: str) -> None:
-    """Validate a flow file and register it, pinning its actions to their current versions."""
-    fv = state.project.registry.register_flow(path)
+def register(state, path: str, fmt: str, quick: bool) -> None:
+    """Validate a flow file and register it, pinning its actions to their current versions.
+
+    Validation is `flow validate`'s: the registry's checks, then Spark's analysis of every table.
+    """
+    fv = state.project.registry.register_flow(path, checks=engine_checks(state, quick))
     if fmt == "json":
         echo_json({**flow_dict(fv), "unchanged": fv.unchanged})
         return
@@ -104,18 +113,25 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 @click.option("--actions", "actions_dir", type=click.Path(file_okay=False),
               help="Also use the (unregistered) actions in this folder; default: the project's actions/.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
-def validate(state, target: str, actions_dir: str | None, fmt: str) -> None:
-    """Check a flow file (PATH) or a registered flow (NAME[@N]): exit 0 if valid, else 2 with every error."""
+def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool) -> None:
+    """Check a flow file (PATH) or a registered flow (NAME[@N]): exit 0 if valid, else 2 with every error.
+
+    First the checks that need no JVM (keys, types, actions, inputs, parameters, layers, cycles); when they
+    pass, Spark parses the actions' SQL and analyses every table as `flow plan` does, so a primary key, bucket
+    key or aggregated column the SQL does not output is an error at its line in the flow file.
+    """
     project = state.project
     registry = project.registry
+    checks = engine_checks(state, quick)
     try:
         if Path(target).is_file() or not re.fullmatch(r"[a-z_][a-z0-9_]*(@\d+)?", target):
             local = _local_actions(Path(actions_dir) if actions_dir else project.actions_dir, bool(actions_dir))
-            spec = registry.validate_flow(target, local_actions=local)
+            spec = registry.validate_flow(target, local_actions=local, checks=checks)
             result = {"ok": True, "flow": spec.flow, "path": target, "tables": [q for q, _ in spec.tables()]}
         else:
-            fv = registry.validate_registered_flow(*_split(target))
+            fv = registry.validate_registered_flow(*_split(target), checks=checks)
             result = {"ok": True, "flow": fv.name, "version": fv.version, "tables": list(fv.pins)}
     except TidehouseError as exc:
         errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]

@@ -73,7 +73,7 @@ layers:
 OTHER_FLOW = """
 flow: other
 sources:
-  orders: {format: rate}
+  orders: {format: json, path: data/orders, schema: "user_id string, price double, event_type string"}
 layers:
   ods:
     orders: {action: ingest, inputs: {raw: orders}}

@@ -1,0 +1,172 @@
+"""Spark's parser and analyzer check specs before anything is registered or run (``--quick`` skips them).
+
+``action register`` refuses an action whose SQL Spark does not parse (or parses as a command) at the line
+and column Spark points to; ``flow validate`` and ``flow register`` refuse a flow whose tables do not
+analyse (e.g. a primary key the SQL does not output) at the field in the flow file. The registry's own
+checks run first: a malformed spec never starts Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, write_actions
+
+from materializer.checks import EngineChecks
+from registry.specs import parse_action, parse_action_text
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = "/*---\nname: broken\ninputs: [events]\n---*/\n"
+SYNTAX_ERROR = HEADER + "SELECT user_id, price\nFROM events\nWHERE price > > 1\n"  # Spark: at the 2nd '>' (7:15)
+
+pytestmark = pytest.mark.spark
+
+
+def _registered(run_cli, kind: str) -> list[str]:
+    code, out, err = run_cli(kind, "list", "--format", "json")
+    assert code == 0, err
+    return [f"{row['name']}@{row['version']}" for row in json.loads(out)]
+
+
+def _refused(code: int, err: str, prefix: str, error_code: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = [line.removeprefix("error: ") for line in err.splitlines()]  # one error alone reads "error: ..."
+    assert any(line.startswith(prefix) and line.endswith(f"[{error_code}]") for line in lines), err
+
+
+# -- actions ----------------------------------------------------------------------------------------------
+
+def test_action_whose_sql_does_not_parse_is_refused_where_spark_points(spark, run_cli, project_dir):
+    write_actions(project_dir / "actions")
+    (project_dir / "actions" / "broken.sql").write_text(SYNTAX_ERROR)
+    code, _, err = run_cli("action", "register", "actions")
+    _refused(code, err, "actions/broken.sql:7:15: action broken: the SQL does not parse: ", "TH223")
+    assert _registered(run_cli, "action") == [], "a refused folder registered nothing"
+    code, _, err = run_cli("action", "register", "actions/broken.sql", "--format", "json")
+    _refused(code, err, "actions/broken.sql:7:15: ", "TH223")
+    # --quick is the explicit opt-out: the header is checked, the SQL is not
+    code, out, err = run_cli("action", "register", "--quick", "actions/broken.sql")
+    assert (code, out.strip()) == (0, "broken@1"), err
+
+
+@pytest.mark.parametrize("sql,line,col", [
+    ("CREATE TABLE pwned_by_register (a int)", 5, 1),  # a command: parsing it as a subquery fails
+    ("SELECT 1 AS a; DROP TABLE pwned_by_register", 5, 16),  # a second statement
+    ("SELECT * FROM events\nWHERE price > ?", 6, 15),  # a positional marker: no declared parameter binds it
+])
+def test_action_sql_that_is_not_one_query_is_refused_and_never_run(spark, run_cli, project_dir, sql, line, col):
+    (project_dir / "actions" / "broken.sql").write_text(HEADER + sql + "\n")
+    code, _, err = run_cli("action", "register", "actions/broken.sql")
+    _refused(code, err, f"actions/broken.sql:{line}:{col}: action broken: ", "TH223")
+    assert not spark.catalog.tableExists("pwned_by_register"), "the check ran the SQL"
+    assert _registered(run_cli, "action") == []
+
+
+def test_every_shipped_and_test_action_parses(spark):
+    checks = EngineChecks(project=None, spark=spark)
+    shipped = [parse_action(path) for path in sorted((REPO / "actions").glob("*.sql"))]
+    local = [parse_action_text(dedent(text), f"{name}.sql") for name, text in ACTIONS.items()]
+    assert len(shipped) >= 10
+    assert checks.check_actions(shipped + local) == []
+
+
+# -- flows ------------------------------------------------------------------------------------------------
+
+# a dws table over `clean` (no output contract: only Spark knows its columns) with one bad column
+FIELDS = {
+    "primary_key": ("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id, nope]}",
+                    "primary_key[1]", "nope"),
+    "bucket_key": ("{action: clean, inputs: {events: dwd.clean}, buckets: 2, bucket_key: [nope]}",
+                   "bucket_key[0]", "nope"),
+    "aggregations": ("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id], "
+                     "merge_engine: aggregate, aggregations: {nope: sum}}", "aggregations.nope", "sum"),
+}
+
+
+def _flow_with(project_dir: Path, table: str) -> tuple[str, int]:
+    """flows/shop.yaml with ``dws.t: <table>``; returns its text and the line of ``t``."""
+    text = BASE_FLOW + f"    t: {table}\n"
+    (project_dir / "flows" / "shop.yaml").write_text(text)
+    return text, len(text.splitlines())
+
+
+@pytest.mark.parametrize("field", list(FIELDS))
+def test_key_column_the_sql_does_not_output_is_refused_at_its_field(spark, run_cli, project_dir, field):
+    write_actions(project_dir / "actions")
+    table, path, token = FIELDS[field]
+    text, line = _flow_with(project_dir, table)
+    col = text.splitlines()[line - 1].index(token) + 1
+    where = f"flows/shop.yaml:{line}:{col}: layers.dws.t.{path}: table dws.t: {field} column 'nope' is not an output"
+    code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
+    _refused(code, err, where, "TH243")
+    assert out == ""
+    code, out, _ = run_cli("flow", "validate", "flows/shop.yaml", "--format", "json")
+    (error,) = json.loads(out)["errors"]
+    assert (code, error["code"], error["line"], error["col"], error["path"]) == \
+        (2, "TH243", line, col, f"layers.dws.t.{path}")
+    # register: refused the same way, nothing registered
+    run_cli("action", "register", "actions")
+    code, _, err = run_cli("flow", "register", "flows/shop.yaml")
+    _refused(code, err, where, "TH243")
+    assert _registered(run_cli, "flow") == []
+    # --quick skips the analysis; validating the registered flow by name runs it
+    assert run_cli("flow", "validate", "--quick", "flows/shop.yaml")[0] == 0
+    assert run_cli("flow", "register", "--quick", "flows/shop.yaml")[0] == 0
+    code, _, err = run_cli("flow", "validate", "shop")
+    _refused(code, err, f"{project_dir / 'flows' / 'shop.yaml'}:{line}:{col}: layers.dws.t.{path}: ", "TH243")
+
+
+def test_valid_flow_passes_the_engine_checks(spark, run_cli, project_dir):
+    write_actions(project_dir / "actions")
+    _flow_with(project_dir, FIELDS["primary_key"][0].replace(", nope", ""))
+    code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
+    assert (code, out.strip()) == (0, "ok"), err
+    run_cli("action", "register", "actions")
+    code, out, err = run_cli("flow", "register", "flows/shop.yaml")
+    assert code == 0 and out.startswith("shop@1"), err
+    assert run_cli("flow", "validate", "shop")[0] == 0
+
+
+def test_flow_validate_reports_an_unparsable_local_action_at_its_file(spark, run_cli, project_dir):
+    write_actions(project_dir / "actions")
+    (project_dir / "actions" / "broken.sql").write_text(SYNTAX_ERROR)
+    _flow_with(project_dir, "{action: broken, inputs: {events: dwd.clean}}")
+    code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
+    _refused(code, err, f"{project_dir / 'actions' / 'broken.sql'}:7:15: action broken: the SQL does not parse: ",
+             "TH223")  # the project's actions/ folder is found by its absolute path
+
+
+def test_a_flow_reading_a_flow_that_has_not_run_is_analysed_against_its_producer(spark, run_cli, project_dir):
+    write_actions(project_dir / "actions")
+    (project_dir / "flows" / "other.yaml").write_text(OTHER_FLOW)
+    assert run_cli("action", "register", "actions")[0] == 0
+    assert run_cli("flow", "register", "flows/other.yaml")[0] == 0  # registered, never run: no hot table
+    text = BASE_FLOW + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}, primary_key: [%s]}\n"
+    (project_dir / "flows" / "shop.yaml").write_text(text % "user_id")
+    code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
+    assert (code, out.strip()) == (0, "ok"), err
+    (project_dir / "flows" / "shop.yaml").write_text(text % "order_id")  # not a column of dwd.shared
+    code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
+    _refused(code, err, "flows/shop.yaml:13:", "TH243")
+    assert "layers.ads.shared_view.primary_key[0]: table ads.shared_view: primary_key column 'order_id'" in err
+
+
+def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, monkeypatch):
+    """The registry's checks come first: their errors are reported and the Spark checks never run."""
+    def engine_called(*_args, **_kwargs):
+        raise AssertionError("the engine checks ran on a spec the registry refuses")
+
+    monkeypatch.setattr(EngineChecks, "check_actions", engine_called)
+    monkeypatch.setattr(EngineChecks, "check_flow", engine_called)
+    write_actions(project_dir / "actions")
+    (project_dir / "actions" / "bad.sql").write_text("/*---\nname: Bad\n---*/\nSELECT 1\n")
+    code, _, err = run_cli("action", "register", "actions")
+    _refused(code, err, "actions/bad.sql:2:7: name: ", "TH215")
+    (project_dir / "actions" / "bad.sql").unlink()
+    (project_dir / "flows" / "shop.yaml").write_text(BASE_FLOW.replace("action: clean,", "action: clen,"))
+    for command in ("validate", "register"):
+        code, _, err = run_cli("flow", command, "flows/shop.yaml")
+        _refused(code, err, "flows/shop.yaml:9:21: layers.dwd.clean.action: unknown action 'clen'", "TH221")
