@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,11 +181,17 @@ _NONDET = re.compile(r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|sp
                      r"input_file_name|random|try_reflect|reflect)\s*\(", re.IGNORECASE)
 
 
+SESSION_WINDOW_MARK = "spark.sessionWindow"  # metadata of session_window(...) columns (Spark's SessionWindow.marker)
+WATERMARK_DELAY_MARK = "spark.watermarkDelayMs"  # metadata of event-time columns (EventTimeWatermark.delayKey)
+
+
 def sql_shape(df) -> shape_mod.SqlShape:
     """Facts about an analysed query, read from its logical plan (classic Spark, through py4j)."""
     plan = df._jdf.queryExecution().analyzed()
     nodes: set[str] = set()
     distinct_agg = False
+    session_window = False
+    watermarks: dict[str, float] = {}
     stack = [plan]
     while stack:
         node = stack.pop()
@@ -193,6 +199,16 @@ def sql_shape(df) -> shape_mod.SqlShape:
         nodes.add(name)
         if name == "Aggregate" and "DISTINCT" in node.toString().upper().split("\n")[0]:
             distinct_agg = True
+        if name == "Aggregate":
+            grouping = node.groupingExpressions()
+            session_window = session_window or any(
+                _marked(grouping.apply(i), SESSION_WINDOW_MARK) for i in range(grouping.size()))
+        output = node.output()
+        for i in range(output.size()):  # a batch plan has no EventTimeWatermark node; its columns keep the mark
+            column = output.apply(i)
+            meta = column.metadata()
+            if meta.contains(WATERMARK_DELAY_MARK) and column.dataType().typeName().startswith("timestamp"):
+                watermarks[column.name()] = meta.getLong(WATERMARK_DELAY_MARK) / 1000.0
         children = node.children()
         stack.extend(children.apply(i) for i in range(children.size()))
     top_node = plan
@@ -204,7 +220,53 @@ def sql_shape(df) -> shape_mod.SqlShape:
         found = _NONDET.search(plan.toString())
         hint = f" ({found.group(1).lower()}())" if found else ""
     return shape_mod.SqlShape(frozenset(nodes), top_node.nodeName(), deterministic, hint, distinct_agg,
-                              bool(nodes & {"GlobalLimit", "LocalLimit"}), _is_identity(plan))
+                              bool(nodes & {"GlobalLimit", "LocalLimit"}), _is_identity(plan),
+                              session_window=session_window, watermarks=tuple(sorted(watermarks.items())))
+
+
+def _marked(expression, mark: str) -> bool:
+    """Whether a grouping expression is a column whose metadata carries ``mark``."""
+    from py4j.protocol import Py4JError
+
+    try:
+        return bool(expression.metadata().contains(mark))
+    except Py4JError:  # not a named expression: no metadata
+        return False
+
+
+def streaming_refusal(session, action, params, inputs) -> str:
+    """Why Spark refuses the SQL as a streaming aggregation in output mode ``update`` (what the ``aggregate``
+    strategy starts), or "" when it accepts it.
+
+    The inputs are bound as streams with their schemas (a ``rate`` stream projected to typed nulls: nothing
+    is read, only analysed) and the analysed plan goes through Spark's own check of streaming plans
+    (``UnsupportedOperationChecker``, which ``writeStream.start()`` runs), so what Spark would refuse when
+    the query starts is known when the flow is planned.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    for inp in inputs:
+        typed = [F.lit(None).cast(f.dataType).alias(f.name) for f in struct_of(inp.ddl).fields]
+        session.readStream.format("rate").load().select(*typed).createOrReplaceTempView(inp.name)
+    try:
+        plan = session.sql(action.sql, args=spark_args(params))._jdf.queryExecution().analyzed()
+        jvm = session._jvm
+        jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
+            plan, jvm.org.apache.spark.sql.streaming.OutputMode.Update())
+        return ""
+    except Py4JJavaError as exc:
+        return _first_line(str(exc.java_exception.getMessage()))
+    except PySparkException as exc:
+        return _first_line(str(exc))
+    finally:
+        for inp in inputs:
+            session.catalog.dropTempView(inp.name)
+
+
+def _first_line(message: str) -> str:
+    return re.sub(r"\s*SQLSTATE: \w+;?.*$", "", message.strip().split("\n")[0])
 
 
 def _is_identity(plan) -> bool:
@@ -274,7 +336,7 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
             known[node] = _external(project, node, (upstream or {}).get(node))
     ckpt_root = project.config.checkpoint_root
     flow_trigger = float(getattr(spec, "trigger", 1.0) or 0.0)
-    flow_tiering = float(spec.tiering.interval) if getattr(spec, "tiering", None) else 30.0
+    default_tiering = float(project.config.get("tiering.interval"))
 
     tables: list[TablePlan] = []
     for name in graph.tables():
@@ -293,6 +355,8 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
         primary_key = tuple(tspec.primary_key or ())
         _check_output(name, df, action, primary_key, tspec, tloc, location_of)
         shape = sql_shape(df)
+        if _aggregate_candidate(shape, inputs, primary_key):
+            shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
         decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs],
                                     primary_key=primary_key, merge_engine=tspec.merge_engine or "last_row",
                                     location=tloc)
@@ -325,15 +389,22 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
             aggregations=tuple(sorted((tspec.aggregations or {}).items())), buckets=int(tspec.buckets or 1),
             bucket_key=tuple(tspec.bucket_key or ()),
             trigger=float(tspec.trigger if tspec.trigger is not None else flow_trigger),
-            tiering_interval=float(tspec.tiering.interval if tspec.tiering else flow_tiering),
+            tiering_interval=float(spec.tiering_of(name, default_tiering)),
             expect=expect, quarantine=quarantine, fingerprint=fp,
             checkpoint=str(Path(ckpt_root) / flow_name / name / fp[:12]),
+            exceptions=shape_mod.batch_exceptions(decision.strategy, shape, [(i.ref, i.kind) for i in inputs]),
         )
         known[name] = (kind, out_ddl, fp, primary_key)
         tables.append(plan)
     generations = tuple(tuple(g) for g in graph.table_generations())
     return FlowPlan(spec.flow, resolved.version, tuple(sources.values()), tuple(tables), generations,
                     tuple(graph.edges()))
+
+
+def _aggregate_candidate(shape: shape_mod.SqlShape, inputs, primary_key) -> bool:
+    """A primary-key table whose SQL aggregates one log table: the ``aggregate`` strategy may keep it, if Spark
+    accepts the SQL as a streaming aggregation (asked only then: it costs one more analysis)."""
+    return bool(primary_key) and "Aggregate" in shape.nodes and [i.kind for i in inputs] == ["log"]
 
 
 def analyze(project, flow: str | Path, spark=None) -> FlowPlan:

@@ -52,6 +52,18 @@ class Expectation:
 
 
 @dataclass(frozen=True)
+class BatchException:
+    """A named way a table differs from its SQL's batch result by design (docs/concepts.md, Correctness):
+    ``lookup`` (processing-time lookups) or ``watermark`` (late rows dropped by a streaming aggregation)."""
+
+    kind: Literal["lookup", "watermark"]
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
 class SourcePlan:
     name: str
     format: str
@@ -97,6 +109,9 @@ class TablePlan:
     fingerprint: str
     checkpoint: str
     passthrough: bool = False  # the SQL returns its one input unchanged: micro-batches skip running it
+    # where the table may differ from its SQL's batch result by design; not in the fingerprint (it follows
+    # from the strategy and the SQL, which are)
+    exceptions: tuple[BatchException, ...] = ()
 
     @property
     def writer_id(self) -> str:
@@ -167,6 +182,8 @@ class FlowPlan:
                                                            for e in t.expect))
                 if t.quarantine:
                     lines.append(f"    quarantine: {t.quarantine}")
+                for exc in t.exceptions:
+                    lines.append(f"    batch exception {exc}")
                 lines.append("    sql: " + " ".join(t.sql.split()))
         return "\n".join(lines)
 
@@ -183,7 +200,8 @@ class FlowPlan:
         for layer, tables in by_layer.items():
             lines.append(f"  subgraph {layer}")
             for t in tables:
-                lines.append(f'    {node_id(t.name)}["{t.name}<br/>{t.kind} · {t.strategy}"]')
+                caveat = f"<br/>≠ batch: {', '.join(e.kind for e in t.exceptions)}" if t.exceptions else ""
+                lines.append(f'    {node_id(t.name)}["{t.name}<br/>{t.kind} · {t.strategy}{caveat}"]')
             lines.append("  end")
         for upstream, table, relation in self.edges:
             lines.append(f"  {node_id(upstream)} -->|{relation}| {node_id(table)}")

@@ -13,7 +13,9 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     at the micro-batch (processing-time semantics, like Flink's lookup join).
 ``aggregate``
     A top-level aggregation over one append-only input into a primary-key table: a Spark streaming
-    aggregation (output mode ``update``) whose changed groups are upserted per micro-batch.
+    aggregation (output mode ``update``) whose changed groups are upserted per micro-batch. Only when Spark
+    accepts the SQL as such (``SqlShape.streaming_refusal`` is Spark's own check, run at plan time): session
+    windows, for one, cannot be updated in place, so they are recomputed.
 ``changelog``
     Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
@@ -25,6 +27,9 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     micro-batch — fine for serving tables.
 
 Anything that fits none of these is refused with ``SHAPE_UNSUPPORTED`` saying why and what to write instead.
+
+Where a strategy keeps a table different from the batch result *by design*, :func:`batch_exceptions` names
+the difference (``lookup``, ``watermark``) and the plan carries it, so ``tidehouse flow plan`` shows it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from materializer.plan import BatchException
+from runtime.durations import format_duration
 from runtime.errors import ErrorCode, Location, TidehouseError
 
 Strategy = Literal["append", "aggregate", "changelog", "recompute"]
@@ -58,6 +65,10 @@ class SqlShape:
     distinct_aggregate: bool = False
     has_limit: bool = False
     identity: bool = False  # the SQL returns its one input unchanged (same columns, order and types)
+    session_window: bool = False  # groups by session_window(...)
+    watermarks: tuple[tuple[str, float], ...] = ()  # (event-time column, delay in seconds) of WATERMARK clauses
+    streaming_refusal: str = ""  # why Spark refuses the SQL as a streaming aggregation in update mode ("": it
+    #                              accepts it, or it was not asked because the SQL is no aggregation candidate)
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -124,13 +135,19 @@ def decide(
             how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
         return Decision("append", how)
     if (shape.top == "Aggregate" and len(appends) == 1 and not lookups and stateful == {"Aggregate"}
-            and not shape.distinct_aggregate and "Join" not in shape.nodes):
+            and not shape.distinct_aggregate and "Join" not in shape.nodes and not shape.session_window
+            and not shape.streaming_refusal):
         return Decision("aggregate", f"streaming aggregation over {appends[0]} (output mode update), "
                                      "changed groups upserted per micro-batch")
     if not (stateful - {"Sort"}) and len(lookups) == 1 and not appends and "Join" not in shape.nodes:
         return Decision("changelog", f"follows the changelog of {lookups[0]}: before-images delete, "
                                      "after-images upsert")
     why = []
+    if shape.session_window:
+        why.append("session window (Spark cannot update a session in place: no streaming aggregation in "
+                   "update mode)")
+    elif shape.streaming_refusal:
+        why.append(f"Spark refuses it as a streaming aggregation in update mode ({shape.streaming_refusal})")
     if shape.distinct_aggregate:
         why.append("DISTINCT aggregate")
     if "Aggregate" in stateful and shape.top != "Aggregate":
@@ -179,3 +196,28 @@ def _decide_log(table: str, shape: SqlShape, appends: list[str], lookups: list[s
     if lookups:
         how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
     return Decision("append", how)
+
+
+def batch_exceptions(strategy: str, shape: SqlShape,
+                     inputs: Sequence[tuple[str, InputKind]]) -> tuple[BatchException, ...]:
+    """How a table kept by ``strategy`` can differ from its SQL's batch result, by design (``inputs`` are
+    ``(table or source, kind)``).
+
+    ``lookup``: an ``append`` table reads its primary-key inputs at processing time; a row keeps the values
+    they had when it was processed. ``watermark``: an ``aggregate`` table's streaming aggregation drops rows
+    later than its watermark. ``recompute`` and ``changelog`` tables are batch-exact; a ``WATERMARK`` clause
+    means nothing to them (the SQL runs in batch).
+    """
+    out = []
+    lookups = sorted(name for name, kind in inputs if kind == "primary_key")
+    if strategy == "append" and lookups:
+        out.append(BatchException(
+            "lookup", f"processing-time lookups of {', '.join(lookups)}: each row keeps the values they had when "
+                      "it was processed; a later change to them does not update it (a batch run joins the "
+                      "latest values)"))
+    if strategy == "aggregate" and shape.watermarks:
+        marks = ", ".join(f"{column} - {format_duration(delay)}" for column, delay in shape.watermarks)
+        out.append(BatchException(
+            "watermark", f"rows later than the watermark ({marks}) are dropped, and counted as late_dropped in "
+                         "`tidehouse flow status`; a batch run counts them"))
+    return tuple(out)

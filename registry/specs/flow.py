@@ -143,7 +143,8 @@ class TableSpec(Spec):
                                                            "primary key (must be part of it).")
     trigger: Duration | None = Field(None, description="Micro-batch interval of this table's query; default: the "
                                                        "flow's trigger.")
-    tiering: TieringSpec | None = Field(None, description="Lake freshness of this table; default: the flow's.")
+    tiering: TieringSpec | None = Field(None, description="Lake freshness of this table; default: the flow's, else "
+                                                          "the project setting tiering.interval.")
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
     description: Text = Field("", description="What the table holds, for docs and `flow plan`.")
 
@@ -223,7 +224,8 @@ class FlowSpec(Spec):
     flow: Identifier = Field(description="Name of the flow.")
     description: Text = Field("", description="What the flow computes.")
     trigger: Duration = Field(1.0, description="Default micro-batch interval of every query ('500ms', '1s').")
-    tiering: TieringSpec = Field(TieringSpec(interval=30.0), description="Default lake freshness of every table.")
+    tiering: TieringSpec | None = Field(None, description="Default lake freshness of every table; default: the "
+                                                          "project setting tiering.interval (30 s).")
     sources: dict[Identifier, SourceSpec] = Field(default_factory=dict, description="External inputs, read by "
                                                                                     "ODS tables.")
     layers: Annotated[dict[Layer, dict[Identifier, TableSpec]], BeforeValidator(_layers)] = Field(
@@ -272,10 +274,11 @@ class FlowSpec(Spec):
         own = self.table(qualified).trigger
         return own if own is not None else self.trigger
 
-    def tiering_of(self, qualified: str) -> float:
-        """The tiering interval of a table in seconds (its own, else the flow's)."""
-        own = self.table(qualified).tiering
-        return (own or self.tiering).interval
+    def tiering_of(self, qualified: str, default: float | None = None) -> float | None:
+        """The tiering interval of a table in seconds: its own, else the flow's, else ``default`` (the project
+        setting ``tiering.interval``, which callers pass)."""
+        own = self.table(qualified).tiering or self.tiering
+        return own.interval if own is not None else default
 
     def location_of(self, yaml_path: str) -> Location:
         """Source position of a node (``layers.dwd.clicks.action``) for errors found later (plan, Spark)."""

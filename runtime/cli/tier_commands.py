@@ -14,12 +14,13 @@ from runtime.errors import ErrorCode, Location, TidehouseError
 
 
 def tables_to_tier(project, flow: str | None, table: str | None) -> dict[str, float]:
-    """``{"layer.name": interval_s}``: a flow's tables (with their own intervals), one table, or every hot table."""
+    """``{"layer.name": interval_s}``: a flow's tables (a table's own interval, else its flow's, else the project
+    setting ``tiering.interval``), one table, or every hot table (the project setting)."""
     store = project.store
     default = float(project.config.get("tiering.interval"))
     if flow:
         spec = project.registry.get_flow(flow).spec
-        wanted = {name: float(spec.tiering_of(name)) for name, _ in spec.tables()}
+        wanted = {name: float(spec.tiering_of(name, default)) for name, _ in spec.tables()}
         for name, interval in list(wanted.items()):  # quarantine tables of the flow are tiered like their table
             if store.has_table(f"{name}__quarantine"):
                 wanted[f"{name}__quarantine"] = interval

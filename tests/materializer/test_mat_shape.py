@@ -2,7 +2,7 @@
 
 import pytest
 
-from materializer.shape import SqlShape, decide
+from materializer.shape import SqlShape, batch_exceptions, decide
 from runtime.errors import ErrorCode, TidehouseError
 
 
@@ -69,3 +69,42 @@ def test_sources_are_only_ingested():
         decide("ods.x", shape("Aggregate", top="Aggregate"), SRC, primary_key=("k",))
     assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
     assert "ingest" in err.value.hint
+
+
+# -- what Spark cannot run as a streaming aggregation is recomputed, never started -------------------------
+
+def test_session_windows_are_recomputed_not_aggregated_in_update_mode():
+    sessions = SqlShape(shape("Aggregate").nodes, "Aggregate", session_window=True, watermarks=(("ts", 60.0),))
+    decision = decide("dws.sessions", sessions, LOG, primary_key=("user_id", "session_start"))
+    assert decision.strategy == "recompute"
+    assert "session window" in decision.reason
+
+
+def test_an_aggregation_spark_refuses_in_update_mode_is_recomputed_with_sparks_reason():
+    refused = SqlShape(shape("Aggregate").nodes, "Aggregate", streaming_refusal="some operator Spark refuses")
+    decision = decide("dws.x", refused, LOG, primary_key=("k",))
+    assert decision.strategy == "recompute"
+    assert "some operator Spark refuses" in decision.reason
+
+
+# -- the named exceptions to the batch result ---------------------------------------------------------------
+
+def test_lookups_of_an_append_table_are_a_batch_exception():
+    (exc,) = batch_exceptions("append", shape("Join"), [("ods.orders", "log"), ("dws.customers", "primary_key")])
+    assert exc.kind == "lookup" and "dws.customers" in exc.detail
+
+
+def test_a_watermark_is_a_batch_exception_only_for_a_streaming_aggregation():
+    windowed = SqlShape(shape("Aggregate").nodes, "Aggregate", watermarks=(("ts", 60.0),))
+    (exc,) = batch_exceptions("aggregate", windowed, LOG)
+    assert exc.kind == "watermark" and "ts - 1m" in exc.detail
+    # recomputed (or stateless) SQL runs in batch, where a WATERMARK clause drops nothing
+    assert batch_exceptions("recompute", windowed, LOG) == ()
+    assert batch_exceptions("append", SqlShape(shape("Filter").nodes, "Filter", watermarks=(("ts", 60.0),)),
+                            LOG) == ()
+
+
+def test_batch_exact_strategies_have_no_exception():
+    assert batch_exceptions("aggregate", shape("Aggregate", top="Aggregate"), LOG) == ()
+    assert batch_exceptions("recompute", shape("Join"), PK + [("dim", "primary_key")]) == ()
+    assert batch_exceptions("changelog", shape("Filter"), PK) == ()
