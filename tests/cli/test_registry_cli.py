@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))  # the registry tests' helpers
 from _reg_helpers import ACTIONS, BASE_FLOW, dedent, write_actions
 
@@ -15,7 +17,8 @@ def setup_project(project_dir):
     (project_dir / "flows" / "shop.yaml").write_text(BASE_FLOW)
 
 
-def test_action_register_list_show(run_cli, project_dir):
+@pytest.mark.spark  # action register parses the SQL with Spark (the shared session)
+def test_action_register_list_show(spark, run_cli, project_dir):
     setup_project(project_dir)
     code, out, err = run_cli("action", "register", "actions")
     assert code == 0, err
@@ -50,7 +53,8 @@ def test_action_errors_exit_2_without_traceback(run_cli, project_dir):
     assert code == 2 and "Traceback" in err
 
 
-def test_flow_validate_register_show(run_cli, project_dir):
+@pytest.mark.spark  # flow validate / register analyse every table with Spark
+def test_flow_validate_register_show(spark, run_cli, project_dir):
     setup_project(project_dir)
     # validate uses the project's actions/ even before they are registered
     code, out, err = run_cli("flow", "validate", "flows/shop.yaml")

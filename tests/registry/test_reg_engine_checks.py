@@ -81,8 +81,8 @@ FIELDS = {
                     "primary_key[1]", "nope"),
     "bucket_key": ("{action: clean, inputs: {events: dwd.clean}, buckets: 2, bucket_key: [nope]}",
                    "bucket_key[0]", "nope"),
-    "aggregations": ("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id], "
-                     "merge_engine: aggregate, aggregations: {nope: sum}}", "aggregations.nope", "sum"),
+    "aggregations": (("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id], "
+                      "merge_engine: aggregate, aggregations: {nope: sum}}"), "aggregations.nope", "sum"),
 }
 
 
