@@ -29,6 +29,7 @@ from pathlib import Path
 from materializer.analyze import struct_of
 from materializer.dag import FlowGraph
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
+from materializer.progress import ProgressListener
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
 from runtime.errors import ErrorCode, TidehouseError
 from runtime.spark.session import new_session
@@ -128,6 +129,7 @@ class FlowRunner:
         self._status_stop = threading.Event()
         self.state = "starting"
         self._restarts: dict[str, int] = {}
+        self.progress = ProgressListener()  # late rows dropped by watermarks, from Spark's query progress
 
     # -- preparation ------------------------------------------------------------------------------
     def full_refresh(self, tables: Iterable[str]) -> list[str]:
@@ -208,6 +210,7 @@ class FlowRunner:
 
         ctx = self._context(t)
         session = new_session(self.spark)
+        self.progress.watch(session)
         if t.strategy == "append":
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
             if stream_input.kind == "source":
@@ -389,10 +392,12 @@ class FlowRunner:
             self._status_stop.set()
             if status_thread is not None:
                 status_thread.join(timeout=5)
+            self.progress.close()  # every progress event delivered: the last snapshot counts them all
             self.write_status()
             self.lock.release()
         report = RunReport(self.plan.flow, mode, time.time() - self._started,
-                           {n: s.to_dict() for n, s in self.stats.items()},
+                           {n: {**s.to_dict(), "late_dropped": self.progress.late_dropped(n)}
+                            for n, s in self.stats.items()},
                            self.tiering.summary() if self.tiering else {})
         return report
 

@@ -1,6 +1,7 @@
 """Status of a flow: what ``home/run/<flow>.status.json`` holds and ``tidehouse flow status`` prints.
 
-Per table: query state, last batch time, rows/s, hot end offsets, quarantined rows, hot delay, and the
+Per table: query state, last batch time, rows/s, hot end offsets, quarantined rows, rows dropped as later
+than a watermark during the run (``late_dropped``, from :mod:`materializer.progress`), hot delay, and the
 tiering figures of :func:`runtime.lake.tiering.lake_status` (tiered offsets, lake snapshot, lake delay).
 
 Hot delay of a table = ``commit_ts - origin_ts`` of its newest committed batch: the time from the first
@@ -87,6 +88,7 @@ def run_snapshot(runner) -> dict[str, Any]:
             "batches": stats.batches, "rows_written": stats.rows_out,
             "last_batch_time": stats.last_batch_time, "last_batch_seconds": stats.last_batch_seconds,
             "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
+            "late_dropped": runner.progress.late_dropped(t.name),
         })
         tables.append(row)
     return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
@@ -131,7 +133,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
         row = {"table": table, "layer": table.split(".", 1)[0]}
         prev = last.get(table, {})
         for key in ("strategy", "rows_per_s", "batches", "last_batch_time", "last_batch_seconds", "dropped",
-                    "expectations", "error"):
+                    "expectations", "error", "late_dropped"):
             row[key] = prev.get(key)
         row["state"] = prev.get("state", "never run") if running else (
             "failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))

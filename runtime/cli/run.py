@@ -48,9 +48,11 @@ def _layer_lines(snap: dict) -> list[str]:
         delays = [r["hot_delay_s"] for r in rows if r.get("hot_delay_s") is not None]
         lake = [r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None]
         quarantined = sum(r.get("quarantined") or 0 for r in rows)
+        late = sum(r.get("late_dropped") or 0 for r in rows)
         lines.append(f"{layer}: {written} rows in {batches} batches, hot delay {_fmt(max(delays) if delays else None, 2)}s,"
                      f" lake delay {_fmt(max(lake) if lake else None)}s"
-                     + (f", {quarantined} quarantined" if quarantined else ""))
+                     + (f", {quarantined} quarantined" if quarantined else "")
+                     + (f", {late} late rows dropped" if late else ""))
     return lines
 
 
@@ -79,12 +81,13 @@ class _Progress:
             from rich.table import Table
 
             table = Table(title=f"flow {snap.get('flow')} ({snap.get('state')})")
-            for col in ("table", "state", "batches", "rows", "rows/s", "hot delay s", "lake delay s", "quarantined"):
+            for col in ("table", "state", "batches", "rows", "rows/s", "hot delay s", "lake delay s", "quarantined",
+                        "late dropped"):
                 table.add_column(col)
             for r in snap.get("tables", []):
                 table.add_row(r["table"], r.get("state") or "-", _fmt(r.get("batches")), _fmt(r.get("rows_written")),
                               _fmt(r.get("rows_per_s")), _fmt(r.get("hot_delay_s"), 2), _fmt(r.get("lake_delay_s")),
-                              _fmt(r.get("quarantined")))
+                              _fmt(r.get("quarantined")), _fmt(r.get("late_dropped")))
             self._live.update(table)
             return
         now = time.time()
@@ -127,7 +130,9 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
     for name, stats in report.tables.items():
         click.echo(f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
                    + (f", {stats['quarantined']} quarantined" if stats["quarantined"] else "")
-                   + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else ""))
+                   + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else "")
+                   + (f", {stats['late_dropped']} late rows dropped by the watermark"
+                      if stats.get("late_dropped") else ""))
 
 
 @flow.command("status")
@@ -135,7 +140,8 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
 def status_cmd(state, name: str, as_json: bool) -> None:
-    """Per table: query state, rows/s, hot end offsets, quarantined rows, hot and lake delay, lake snapshot."""
+    """Per table: query state, rows/s, hot end offsets, quarantined rows, late rows dropped by a watermark (in
+    the last run), hot and lake delay, lake snapshot."""
     from materializer import flow_status
 
     status = flow_status(state.project, name)
@@ -143,10 +149,11 @@ def status_cmd(state, name: str, as_json: bool) -> None:
         echo_json(status)
         return
     click.echo(f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}")
-    headers = ["table", "state", "rows/s", "hot offsets", "quarantined", "hot delay s", "tiered offsets",
-               "lake snapshot", "lake delay s"]
+    headers = ["table", "state", "rows/s", "hot offsets", "quarantined", "late dropped", "hot delay s",
+               "tiered offsets", "lake snapshot", "lake delay s"]
     rows = [[r["table"], r.get("state"), _fmt(r.get("rows_per_s")), _offsets(r.get("hot_end_offsets")),
-             r.get("quarantined", 0), _fmt(r.get("hot_delay_s"), 2), _offsets(r.get("tiered_offsets")),
+             r.get("quarantined", 0), _fmt(r.get("late_dropped")), _fmt(r.get("hot_delay_s"), 2),
+             _offsets(r.get("tiered_offsets")),
              r.get("lake_snapshot_id") or "-", _fmt(r.get("lake_delay_s"))] for r in status["tables"]]
     click.echo(table_text(headers, rows))
     errors = [r for r in status["tables"] if r.get("error")]

@@ -1,0 +1,76 @@
+"""What Spark reports per micro-batch, gathered while a flow runs: rows dropped by watermarks.
+
+A streaming aggregation with a watermark (``windowed_count``, any ``... WATERMARK ts DELAY OF ...`` that the
+``aggregate`` strategy keeps) drops rows whose event time is behind the watermark the previous micro-batch
+left; Spark counts them in each query progress (``stateOperators[].numRowsDroppedByWatermark``). A
+:class:`ProgressListener` receives every progress event (a ``StreamingQueryListener``: one event per
+micro-batch, none missed between two status snapshots) and keeps the count per table (the query's name),
+cumulative over the run. The status snapshot shows it as ``late_dropped``.
+
+Spark counts rows at its state operator: for an aggregation, after the late rows of one group in one
+micro-batch were combined, so several late rows of the same window and key in one micro-batch count once
+(docs/concepts.md, Correctness).
+
+Listeners belong to one session's query manager and only see the queries started in that session: the
+runner calls :meth:`ProgressListener.watch` with the session of each query it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from py4j.protocol import Py4JError
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger(__name__)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Late rows dropped per table (query name), summed over every micro-batch of this run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._late: dict[str, int] = {}
+        self._sessions: list = []
+
+    def watch(self, session) -> None:
+        """Receive the progress of the queries started in ``session``."""
+        session.streams.addListener(self)
+        self._sessions.append(session)
+
+    def late_dropped(self, table: str) -> int:
+        with self._lock:
+            return self._late.get(table, 0)
+
+    def close(self) -> None:
+        """Wait until Spark has delivered every event queued so far, then stop listening."""
+        if not self._sessions:
+            return
+        try:
+            self._sessions[0].sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+        except Py4JError as exc:  # the JVM may be gone (the process is being killed)
+            log.debug("waiting for streaming progress events: %s", exc)
+        for session in self._sessions:
+            try:
+                session.streams.removeListener(self)
+            except Py4JError as exc:
+                log.debug("removing the progress listener: %s", exc)
+        self._sessions.clear()
+
+    # -- StreamingQueryListener ------------------------------------------------------------------------
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        dropped = sum(int(op.numRowsDroppedByWatermark or 0) for op in progress.stateOperators)
+        if dropped and progress.name:
+            with self._lock:
+                self._late[progress.name] = self._late.get(progress.name, 0) + dropped
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
