@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from runtime.cli import action, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
+from runtime.errors import ErrorCode, Location, TidehouseError
 
 
 def action_dict(av, *, sql: bool = False) -> dict[str, Any]:
@@ -60,6 +62,7 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
     Each file's header is checked, then Spark parses its SQL (a syntax error is reported at its line and
     column in the file); if any file fails, nothing is registered.
     """
+    _refuse_empty_folders(paths)
     versions = state.project.registry.register_actions(list(paths), checks=engine_checks(state, quick))
     if fmt == "json":
         echo_json([{"ref": v.ref, "name": v.name, "version": v.version, "unchanged": v.unchanged,
@@ -67,6 +70,17 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
         return
     for v in versions:
         click.echo(f"{v.ref}" + (" (unchanged)" if v.unchanged else ""))
+
+
+def _refuse_empty_folders(paths) -> None:
+    """A folder given on the command line that holds no ``*.sql`` file is a mistake (the wrong folder), not
+    "nothing to register": say so instead of printing nothing and exiting 0."""
+    from registry.service import action_files
+
+    for raw in paths:
+        if Path(raw).is_dir() and not action_files([raw]):
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "the folder holds no action files (*.sql)",
+                                 location=Location(str(raw)), hint="actions are .sql files with a /*--- header")
 
 
 @action.command("list")

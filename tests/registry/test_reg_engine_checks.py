@@ -65,6 +65,14 @@ def test_action_sql_that_is_not_one_query_is_refused_and_never_run(spark, run_cl
     assert _registered(run_cli, "action") == []
 
 
+def test_action_register_refuses_a_folder_without_actions(run_cli, project_dir):
+    (project_dir / "notes").mkdir()
+    (project_dir / "notes" / "readme.txt").write_text("not an action")
+    code, out, err = run_cli("action", "register", "notes")  # refused before Spark would start
+    _refused(code, err, "notes: the folder holds no action files (*.sql)", "TH213")
+    assert out == ""
+
+
 def test_every_shipped_and_test_action_parses(spark):
     checks = EngineChecks(project=None, spark=spark)
     shipped = [parse_action(path) for path in sorted((REPO / "actions").glob("*.sql"))]
