@@ -23,6 +23,7 @@ from typing import Any
 
 from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.settings import HOME, SETTINGS, SETTINGS_BY_NAME
+from runtime.uris import local_path
 from runtime.yamlsource import Document, load_yaml, read_text
 
 PROJECT_FILE = "tidehouse.yaml"
@@ -135,13 +136,15 @@ class Config:
     # -- locations --------------------------------------------------------------------------------
     @property
     def storage_root(self) -> str:
-        root = self.get("storage.root")  # the parser refuses "", so None is the only "not set"
-        return str(self.home / "hot") if root is None else root
+        """The hot storage's root as a local path (relative settings resolve against the project directory)."""
+        root = self.get("storage.root")  # the parser refuses "" and unsupported schemes
+        return str(self.home / "hot") if root is None else str(local_path(root, base=self.project_dir))
 
     @property
     def checkpoint_root(self) -> str:
+        """The streaming checkpoints' root as a local path (relative to the project directory)."""
         root = self.get("checkpoints.root")
-        return str(self.home / "checkpoints") if root is None else root
+        return str(self.home / "checkpoints") if root is None else str(local_path(root, base=self.project_dir))
 
     @property
     def registry_url(self) -> str:

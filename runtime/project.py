@@ -69,9 +69,7 @@ class Project:
         """The process's SparkSession, configured from the project file."""
         from runtime.spark.session import get_spark
 
-        root = self.config.checkpoint_root
-        return get_spark(self.config.get("spark.master"), self.config.get("spark.conf"),
-                         local_checkpoints="://" not in root or root.startswith("file:"))
+        return get_spark(self.config.get("spark.master"), self.config.get("spark.conf"))
 
     def close(self) -> None:
         for part in ("store", "lake", "registry"):

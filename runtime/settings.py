@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.durations import parse_duration
+from runtime.uris import local_path
 
 
 class SettingValueError(ValueError):
@@ -58,6 +59,17 @@ def _str(value: Any) -> str:
     return value
 
 
+def _local_place(value: Any) -> str:
+    """A local (or mounted) path or a ``file://`` URI; any other scheme is refused here, at start-up, rather
+    than becoming a local folder named after it."""
+    text = _str(value)
+    try:
+        local_path(text)
+    except ValueError as exc:
+        raise SettingValueError(str(exc)) from None
+    return text
+
+
 def _mapping(value: Any) -> dict:
     """A flat mapping of property names to scalars (Spark confs, pyiceberg catalog properties).
 
@@ -80,8 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
     Setting("registry.url", None, "SQLAlchemy URL of the registry database; default: SQLite under the home.", _str,
             secret=True),
-    Setting("storage.root", None, "Root of the hot storage (a local path or any pyarrow filesystem URI, "
-            "e.g. s3://bucket/prefix); default: <home>/hot.", _str),
+    Setting("storage.root", None, "Root of the hot storage: a local (or mounted) path or a file:// URI, relative "
+            "paths from the project directory; default: <home>/hot.", _local_place),
     Setting("storage.fsync", True, "fsync every hot append before acknowledging it (false trades durability "
             "on power loss for latency).", _bool),
     Setting("storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _int),
@@ -96,7 +108,8 @@ SETTINGS: tuple[Setting, ...] = (
             "once there are at least this many of them.", _int),
     Setting("tiering.compact_target_bytes", 128 * 1024 * 1024, "Compaction writes files up to this size and "
             "never rewrites a file this big.", _int),
-    Setting("checkpoints.root", None, "Where streaming checkpoints live; default: <home>/checkpoints.", _str),
+    Setting("checkpoints.root", None, "Where streaming checkpoints live: a local (or mounted) path or a file:// "
+            "URI, relative paths from the project directory; default: <home>/checkpoints.", _local_place),
     Setting("materializer.max_rows_per_batch", 200_000, "At most this many rows of a hot input per micro-batch "
             "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
             "several batches, so driver memory stays bounded.", _int),

@@ -52,7 +52,7 @@ DEFAULT_CONF: dict[str, str] = {
 # none), forks `chmod` and `readlink` for each offset-log and commit-log file: measured here ~50 ms per log
 # write on an idle machine and ~100 ms on 2 busy cores, twice per micro-batch of every query. The FileSystem
 # manager over the raw local file system writes the same files with a create and a rename (atomic on a local
-# disk): ~8 ms. Checkpoints on HDFS or an object store keep Spark's default.
+# disk): ~8 ms.
 _CHECKPOINT_MANAGERS = (  # the class moved between Spark versions; the first one the Spark jar holds is used
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
@@ -99,11 +99,11 @@ def local_checkpoint_conf() -> dict[str, str]:
     return {}
 
 
-def session_conf(master: str, conf: Mapping[str, Any] | None = None, *,
-                 local_checkpoints: bool = True) -> dict[str, str]:
-    """The full configuration ``get_spark`` starts Spark with: defaults (and, for checkpoints on a local disk,
-    :func:`local_checkpoint_conf`), then the project's ``conf``."""
-    merged = {**DEFAULT_CONF, **(local_checkpoint_conf() if local_checkpoints else {}),
+def session_conf(master: str, conf: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The full configuration ``get_spark`` starts Spark with: defaults, :func:`local_checkpoint_conf`
+    (checkpoints are always on a local or mounted disk: ``checkpoints.root`` refuses other schemes), then the
+    project's ``conf``."""
+    merged = {**DEFAULT_CONF, **local_checkpoint_conf(),
               **{str(k): str(v) for k, v in (conf or {}).items()}}
     if not master.startswith("local"):  # a cluster: executors must reach the driver by its real address
         for key in ("spark.driver.host", "spark.driver.bindAddress"):
@@ -116,12 +116,8 @@ def session_conf(master: str, conf: Mapping[str, Any] | None = None, *,
     return merged
 
 
-def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse", *,
-              local_checkpoints: bool = True):
+def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse"):
     """Return the process's SparkSession, creating it on first use.
-
-    ``local_checkpoints``: the streaming checkpoints live on a local disk (tuned, see
-    :func:`local_checkpoint_conf`); pass False when they live on HDFS or an object store.
 
     ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise), logs
     are quiet, and the ``tidehouse`` data source is registered. A session that already runs is returned as
@@ -137,7 +133,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             from pyspark.sql import SparkSession
 
             builder = SparkSession.builder.master(master).appName(app_name)
-            for key, value in session_conf(master, conf, local_checkpoints=local_checkpoints).items():
+            for key, value in session_conf(master, conf).items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
         except Exception as exc:  # Java missing, bad master URL, port clash...

@@ -32,9 +32,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.errors import ErrorCode, Location, TidehouseError
 from runtime.spark.datasource import cached_store
 from runtime.storage.api import CHANGE, TableStore, WriteResult
+from runtime.uris import local_path
 
 
 def to_arrow(data: Any) -> pa.Table:
@@ -112,19 +113,27 @@ def foreach_batch_writer(root: str, table: str, writer_id: str, *, checkpoint: s
 
 
 # -- origin of a micro-batch's input --------------------------------------------------------------------
-def read_offset_log(checkpoint: str | os.PathLike, batch_id: int) -> list[dict] | None:
-    """The ``tidehouse`` source offsets recorded in the checkpoint for ``batch_id`` (None if absent)."""
-    path = Path(checkpoint) / "offsets" / str(batch_id)
+def read_offset_log(checkpoint: str | os.PathLike, batch_id: int) -> list[dict]:
+    """The ``tidehouse`` source offsets recorded in the checkpoint for ``batch_id``.
+
+    Spark writes a batch's entry before it runs the batch and keeps the entries of the last batches, so a
+    missing or unreadable entry is an error (``STORAGE_IO``), never "no offsets": that would make a batch
+    read nothing and write nothing. Lines of other sources (files, Kafka) are skipped.
+    """
+    path = local_path(str(checkpoint)) / "offsets" / str(batch_id)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
+    except OSError as exc:
+        raise TidehouseError(ErrorCode.STORAGE_IO, f"cannot read the offset log of micro-batch {batch_id}: "
+                             f"{exc.strerror or exc}", location=Location(file=str(path)),
+                             hint="the query's checkpoint is incomplete or unreadable; restore it, or rebuild the "
+                                  "table with --full-refresh") from exc
     out = []
     for line in lines[2:]:  # "v1", batch metadata, then one line per source
         try:
             value = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            continue  # another source's offset need not be JSON
         if isinstance(value, dict) and "table" in value and "offsets" in value:
             out.append(value)
     return out
@@ -153,7 +162,7 @@ def batch_ranges(checkpoint: str | os.PathLike, batch_id: int) -> dict[str, tupl
     with no previous entry (batch 0 of a new checkpoint) starts at ``{}``, i.e. every bucket at 0 — the
     ``earliest`` starting offsets the materializer's queries use. Empty when the batch has no entry.
     """
-    ends = read_offset_log(checkpoint, batch_id) or []
+    ends = read_offset_log(checkpoint, batch_id)
     previous = read_offset_log(checkpoint, batch_id - 1) if batch_id > 0 and ends else None
     starts = {o["table"]: o["offsets"] for o in previous or []}
     return {o["table"]: (starts.get(o["table"], {}), o["offsets"]) for o in ends}

@@ -18,7 +18,17 @@ from runtime.storage.api import (  # noqa: F401
 
 
 def open_store(root: str, *, fsync: bool = True, segment_bytes: int = 64 * 1024 * 1024) -> TableStore:
-    """The table store for a storage root (a local path; other pyarrow filesystems when implemented)."""
-    from runtime.storage.local import LocalTableStore
+    """The table store for a storage root: a local (or mounted) path or a ``file://`` URI.
 
-    return LocalTableStore(root, fsync=fsync, segment_bytes=segment_bytes)
+    Any other scheme is refused (``STORAGE_IO``) rather than becoming a local folder named after it."""
+    from runtime.errors import ErrorCode, Location, TidehouseError
+    from runtime.storage.local import LocalTableStore
+    from runtime.uris import local_path
+
+    try:
+        path = local_path(str(root))
+    except ValueError as exc:
+        raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage root: {exc}", location=Location(path=str(root)),
+                             hint="storage.root (and the tidehouse source's 'root' option) takes a local path or "
+                                  "a file:// URI") from None
+    return LocalTableStore(path, fsync=fsync, segment_bytes=segment_bytes)

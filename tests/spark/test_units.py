@@ -228,7 +228,6 @@ def test_origin_is_the_oldest_input_row_origin(tmp_path):
     assert read_offset_log(tmp_path, 5)[0]["offsets"] == {"0": 45, "1": 50}
     # batch 5 reads ods.a bucket 0 from offset 30 (batch k=3, origin 1003); nothing new elsewhere
     assert origin_from_checkpoint(_Times(), tmp_path, 5) == 1003.0
-    assert origin_from_checkpoint(_Times(), tmp_path, 6) is None
     # batch 0: no start known -> the newest row's origin (a lower bound)
     _offset_file(tmp_path, 0, make_offset("ods.a", [25, 0]))
     assert origin_from_checkpoint(_Times(), tmp_path, 0) == 1002.0
@@ -245,7 +244,22 @@ def test_batch_ranges_start_where_the_previous_batch_ended(tmp_path):
     assert batch_ranges(tmp_path, 1) == {"ods.a": ({"0": 3, "1": 0}, {"0": 30, "1": 50}), "ods.b": ({}, {"0": 7})}
     assert batch_ranges(tmp_path, 2) == batch_ranges(tmp_path, 2) == {
         "ods.a": ({"0": 30, "1": 50}, {"0": 45, "1": 50}), "ods.b": ({"0": 7}, {"0": 7})}
-    assert batch_ranges(tmp_path, 3) == {}
+
+
+def test_a_micro_batch_whose_offset_log_is_missing_fails_instead_of_reading_nothing(tmp_path):
+    """Spark writes a batch's offset-log entry before running it: no entry (a checkpoint on a file system the
+    driver cannot read, a damaged checkpoint) must stop the query, not make the batch read and write nothing."""
+    from runtime.spark.writer import batch_ranges
+
+    _offset_file(tmp_path, 0, make_offset("ods.a", [3, 0]))
+    for batch_id, call in ((3, batch_ranges), (6, lambda c, b: origin_from_checkpoint(_Times(), c, b))):
+        with pytest.raises(TidehouseError) as info:
+            call(tmp_path, batch_id)
+        assert info.value.code is ErrorCode.STORAGE_IO
+        assert info.value.location.file == str(tmp_path / "offsets" / str(batch_id))
+    (tmp_path / "offsets" / "1").mkdir()  # unreadable (a folder where the entry should be)
+    with pytest.raises(TidehouseError):
+        batch_ranges(tmp_path, 1)
 
 
 def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
@@ -263,15 +277,13 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     assert session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
 
 
-def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork(monkeypatch, tmp_path):
-    """Spark's default checkpoint manager forks chmod/readlink per log file on a local disk: the local default
-    names a FileSystem manager class that the installed Spark jar holds; remote checkpoints keep Spark's."""
+def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork():
+    """Spark's default checkpoint manager forks chmod/readlink per log file on a local disk: the session names
+    a FileSystem manager class that the installed Spark jar holds (checkpoints are always local)."""
     import zipfile
 
     import pyspark
 
-    from runtime.project import Project
-    from runtime.spark import session
     from runtime.spark.session import local_checkpoint_conf, session_conf
 
     local = local_checkpoint_conf()
@@ -279,17 +291,8 @@ def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork(monkeypat
     jar = next((Path(pyspark.__file__).parent / "jars").glob("spark-sql_*.jar"))
     assert cls.replace(".", "/") + ".class" in zipfile.ZipFile(jar).namelist()
     assert session_conf("local[2]")["spark.sql.streaming.checkpointFileManagerClass"] == cls
-    assert "spark.sql.streaming.checkpointFileManagerClass" not in session_conf("local[2]", local_checkpoints=False)
     mine = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
     assert session_conf("local[2]", mine)["spark.hadoop.fs.file.impl"] == mine["spark.hadoop.fs.file.impl"]
-
-    seen = {}
-    monkeypatch.setattr(session, "get_spark", lambda master, conf, **kw: seen.update(kw))
-    for root, is_local in ((None, True), (str(tmp_path / "ck"), True), ("file:///tmp/ck", True),
-                           ("s3a://bucket/ck", False), ("hdfs://nn/ck", False)):
-        (tmp_path / "tidehouse.yaml").write_text(f"checkpoints: {{root: '{root}'}}\n" if root else "")
-        Project.open(home=tmp_path / "home", project_dir=tmp_path).spark()
-        assert seen == {"local_checkpoints": is_local}, root
 
 
 @pytest.mark.spark

@@ -1,0 +1,56 @@
+"""Settings and options that name a place: an unsupported URI scheme is an error at start-up, never a local
+folder named after the scheme; relative paths resolve against the project directory, not the current one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.config import load_config
+from runtime.errors import ErrorCode, TidehouseError
+from runtime.storage import open_store
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("storage", "root: s3://bucket/prefix"),
+    ("storage", "root: s3a://bucket/prefix"),
+    ("checkpoints", "root: s3a://bucket/ckpt"),
+    ("checkpoints", "root: hdfs://namenode/ckpt"),
+    ("storage", "root: file://otherhost/data"),
+])
+def test_an_unsupported_scheme_for_a_place_is_refused_at_its_line(tmp_path, monkeypatch, setting, value):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tidehouse.yaml").write_text(f"# places\n{setting}:\n  {value}\n")
+    with pytest.raises(TidehouseError) as info:
+        load_config()
+    error = info.value
+    assert error.code is ErrorCode.CONFIG_INVALID
+    assert (error.location.line, error.location.path) == (3, f"{setting}.root")
+    assert not any(p.name.endswith(":") for p in tmp_path.rglob("*")), "a folder named after the scheme"
+
+
+def test_local_places_accept_paths_and_file_uris_relative_to_the_project(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "tidehouse.yaml").write_text(f"storage:\n  root: hot-here\ncheckpoints:\n  root: "
+                                            f"{(tmp_path / 'ck').as_uri()}\n")
+    monkeypatch.chdir(project / "sub")  # found by searching upwards; relative to the project, not the cwd
+    config = load_config()
+    assert config.storage_root == str(project / "hot-here")
+    assert config.checkpoint_root == str(tmp_path / "ck")
+
+
+@pytest.mark.parametrize("root", ["s3://bucket/prefix", "gs://b/p", "s3a://x"])
+def test_opening_a_store_on_an_unsupported_scheme_fails_without_creating_a_local_folder(tmp_path, monkeypatch,
+                                                                                      root):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TidehouseError) as info:
+        open_store(root)
+    assert info.value.code is ErrorCode.STORAGE_IO
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_opens_on_a_file_uri(tmp_path):
+    store = open_store((tmp_path / "hot").as_uri())
+    assert Path(store.root) == tmp_path / "hot" and (tmp_path / "hot").is_dir()
