@@ -3,8 +3,9 @@ name: sessionize
 description: >
   Group each key's events into sessions: a session ends after `gap` without an event (Spark's
   session_window). Output: the key column, session_start, session_end (last event + gap), events and
-  duration_seconds. Declare `primary_key: [<key>, session_start]`. Carries a watermark like windowed_count;
-  a streaming run emits a session once the watermark passes its end.
+  duration_seconds. Declare `primary_key: [<key>, session_start]`. Spark cannot update sessions in a
+  streaming aggregation, so the table is recomputed from its input when the input changes (`recompute`,
+  equal to the batch result; no watermark, no late rows dropped, O(input) per micro-batch).
 inputs: [events]
 params:
   key:
@@ -19,10 +20,6 @@ params:
     type: string
     default: 30 minutes
     description: Inactivity that closes a session ("30 seconds", "30 minutes").
-  watermark_seconds:
-    type: int
-    default: 60
-    description: How late (in seconds of event time) a row may arrive and still count.
 ---*/
 SELECT IDENTIFIER(:key),
        session_window.start AS session_start,
@@ -30,5 +27,5 @@ SELECT IDENTIFIER(:key),
        count(*)             AS events,
        CAST(unix_micros(session_window.end) - unix_micros(session_window.start) AS DOUBLE) / 1e6
                             AS duration_seconds
-FROM events WATERMARK IDENTIFIER(:ts) DELAY OF INTERVAL :watermark_seconds SECONDS
+FROM events
 GROUP BY IDENTIFIER(:key), session_window(IDENTIFIER(:ts), :gap)

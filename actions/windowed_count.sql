@@ -4,8 +4,9 @@ description: >
   Count rows per key in event-time tumbling windows. Output: window_start, window_end, the key column and
   `events`. Declare `primary_key: [window_start, <key>]` on the table. The SQL carries its own watermark
   (Spark SQL's `WATERMARK col DELAY OF INTERVAL n SECONDS` clause), so a streaming run bounds its state;
-  rows that arrive later than the watermark are dropped by a streaming run but counted by a batch run —
-  keep `watermark_seconds` above the lateness your sources can have.
+  rows that arrive later than the watermark are dropped by a streaming run but counted by a batch run
+  (`tidehouse flow status` counts them as late_dropped) — keep `watermark_seconds` above the lateness your
+  sources can have.
 inputs: [events]
 params:
   key:

@@ -88,7 +88,7 @@ layers:
     sessions:
       action: sessionize
       inputs: {events: dwd.events}
-      params: {key: user_id, gap: 5 minutes, watermark_seconds: 3600}
+      params: {key: user_id, gap: 5 minutes}
       primary_key: [user_id, session_start]
     first_touch:
       action: first_touch
