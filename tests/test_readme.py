@@ -39,7 +39,10 @@ def test_readme_opens_with_the_two_commands():
 
 
 def test_first_command_names_real_things():
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
 
     from runtime.cli import cli
 

@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -500,7 +499,7 @@ class LocalTableStore(TableStore):
                 t.close()
             self._tables.clear()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> LocalTableStore:
         return self
 
     def __exit__(self, *exc) -> None:
