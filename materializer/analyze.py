@@ -465,10 +465,17 @@ def _external(project, table: str, planned: TablePlan | None = None) -> tuple[st
 def _analyse(session, action, params, inputs, table: str, tloc):
     from pyspark.errors import PySparkException
 
+    from materializer.checks import action_sql_error, is_query
+
+    args = spark_args(params)
+    if not is_query(session, action.sql, args):  # spark.sql() would *run* a command (DROP TABLE ...) right here
+        raise action_sql_error(session, action) or TidehouseError(
+            ErrorCode.ACTION_SQL_INVALID, f"action {action.name}: the SQL is not a query (used by {table})",
+            location=Location(action.path or f"<action {action.name}>", getattr(action, "sql_line", None)))
     for inp in inputs:
         session.createDataFrame([], struct_of(inp.ddl)).createOrReplaceTempView(inp.name)
     try:
-        df = session.sql(action.sql, args=spark_args(params))
+        df = session.sql(action.sql, args=args)
         df.schema  # noqa: B018 - forces analysis
         return df
     except PySparkException as exc:

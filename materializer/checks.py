@@ -47,13 +47,23 @@ def action_sql_error(spark, action) -> TidehouseError | None:
             return _located(action, "the SQL uses a parameter marker that the header does not declare", line, col,
                             hint="parameters are named markers (:name) declared under params:; '?' is not one")
         return _located(action, f"the SQL does not parse: {_message(exc)}", line, col)
-    try:
-        spark.sql(_AS_QUERY[0] + action.sql + _AS_QUERY[1], args=args)
-    except AnalysisException:
+    if not is_query(spark, action.sql, args):
         return _located(action, "the SQL is not a query: Spark parses it as a command, which would run when a "
                                 "flow using it is analysed", 1, 1,
                         hint="an action is one SELECT (or WITH ... SELECT, VALUES, FROM ... SELECT) statement")
     return None
+
+
+def is_query(spark, sql: str, args: Mapping[str, Any]) -> bool:
+    """Whether ``sql`` parses as one query (not a command): ``spark.sql(sql)`` runs a command at once, so
+    nothing may pass SQL to it before this is known. Nothing is run or analysed here."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.sql(_AS_QUERY[0] + sql + _AS_QUERY[1], args=args)
+    except AnalysisException:
+        return False
+    return True
 
 
 def parse_args(action) -> dict[str, Any]:

@@ -178,3 +178,18 @@ def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, mo
     for command in ("validate", "register"):
         code, _, err = run_cli("flow", command, "flows/shop.yaml")
         _refused(code, err, "flows/shop.yaml:9:21: layers.dwd.clean.action: unknown action 'clen'", "TH221")
+
+
+def test_flow_plan_never_runs_an_action_registered_without_checks(spark, run_cli, project_dir):
+    """``--quick`` registers a command as an action; planning a flow that uses it refuses it and runs nothing
+    (``spark.sql`` would execute a command at once)."""
+    (project_dir / "actions" / "broken.sql").write_text(HEADER + "CREATE TABLE pwned_by_plan (a int)\n")
+    code, _, err = run_cli("action", "register", "--quick", "actions/broken.sql")
+    assert code == 0, err
+    flow = project_dir / "flows" / "f.yaml"
+    flow.write_text("flow: f\nsources:\n  raw: {format: rate}\nlayers:\n  ods:\n"
+                    "    t: {action: broken@1, inputs: {events: raw}}\n")
+    code, _, err = run_cli("flow", "plan", str(flow))
+    assert code == 2 and err.rstrip().endswith("[TH223]"), err
+    assert "actions/broken.sql:5:1: action broken: the SQL is not a query" in err  # the stored absolute path
+    assert not spark.catalog.tableExists("pwned_by_plan"), "planning ran the action's SQL"
