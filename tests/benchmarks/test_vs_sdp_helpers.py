@@ -5,85 +5,48 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import statistics
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks import vs_sdp  # noqa: E402
-
-
-def _numpy_like_percentile(values, q):
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+from benchmarks.vs_sdp import LAYERS
+from benchmarks.vs_sdp.cli import command_line, parse_args
+from benchmarks.vs_sdp.generator import Generator
+from benchmarks.vs_sdp.phase import CatchUp, Phase, Summary
+from benchmarks.vs_sdp.process import tree_rss_bytes
+from benchmarks.vs_sdp.prober import Observation
+from benchmarks.vs_sdp.readers import SdpTableReader
+from benchmarks.vs_sdp.report import cell, plot, report_body
 
 
-@pytest.mark.parametrize(
-    "values, q, expected",
-    [
-        ([5.0], 50, 5.0),
-        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
-        ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
-        ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
-        ([10.0, 0.0, 20.0], 95, 19.0),
-    ],
-)
-def test_percentile_interpolates_between_ranks(values, q, expected):
-    assert vs_sdp.percentile(values, q) == pytest.approx(expected)
+def test_summary_of_delays_and_of_nothing():
+    s = Summary.of([3.0, 1.0, 2.0])
+    assert (s.n, s.p50, s.max, s.unseen) == (3, 2.0, 3.0, 0) and s.p95 == pytest.approx(2.9)
+    empty = Summary.of([])  # a series with no probe seen: no figures, and the report shows "—"
+    assert empty.n == 0 and all(math.isnan(v) for v in (empty.p50, empty.p95, empty.max))
+    assert cell(empty) == "—"
 
 
-def test_percentile_matches_reference_on_random_samples(seed):
-    rnd = random.Random(seed)
-    for _ in range(50):
-        values = [rnd.uniform(0, 100) for _ in range(rnd.randrange(1, 40))]
-        q = rnd.choice([50, 95, 99, rnd.uniform(0, 100)])
-        assert vs_sdp.percentile(values, q) == pytest.approx(_numpy_like_percentile(values, q))
-
-
-def test_percentile_edge_cases():
-    assert vs_sdp.percentile([], 50) != vs_sdp.percentile([], 50)  # nan
-    with pytest.raises(ValueError):
-        vs_sdp.percentile([1.0], 101)
-    s = vs_sdp.Summary.of([3.0, 1.0, 2.0])
-    assert (s.n, s.p50, s.max) == (3, 2.0, 3.0)
-
-
-def test_flat_sawtooth_keeps_up_and_a_growing_delay_does_not():
-    # SDP-like saw-tooth: delay cycles 5..45 s every 40 s, no trend
-    flat = [(t, 5 + (t % 40)) for t in range(0, 240, 4)]
-    assert abs(vs_sdp.delay_slope(flat)) < 2.0
-    assert vs_sdp.keeps_up(flat)
-    # falling behind: +3 s of delay per 10 s of input = 18 s per minute
-    growing = [(t, 2 + 0.3 * t) for t in range(0, 120, 2)]
-    assert vs_sdp.delay_slope(growing) == pytest.approx(18.0)
-    assert not vs_sdp.keeps_up(growing)
+def test_the_command_line_is_the_module_invocation():
+    assert command_line(["--quick"]) == ".venv/bin/python -m benchmarks.vs_sdp --quick"
 
 
 def test_observation_delays_only_count_seen_markers():
-    obs = vs_sdp.Observation("ADS hot", seen={"a": 12.0, "b": 25.0})
+    obs = Observation("ADS hot", seen={"a": 12.0, "b": 25.0})
     probes = {"a": 10.0, "b": 20.0, "c": 30.0}
     assert sorted(obs.delays(probes)) == [2.0, 5.0]
     assert obs.points(probes) == [(10.0, 2.0), (20.0, 5.0)]
 
 
 def test_tree_rss_counts_this_process():
-    assert vs_sdp.tree_rss_bytes(os.getpid()) > 10 * 2**20
-    assert vs_sdp.tree_rss_bytes(2**22 + 12345) == 0  # no such process
+    assert tree_rss_bytes(os.getpid()) > 10 * 2**20
+    assert tree_rss_bytes(2**22 + 12345) == 0  # no such process
 
 
 def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
-    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen = Generator(tmp_path / "in", rate=100, pool=500)
     gen.write_batch(120)
     marker = gen.write_probe("p1")
     files = sorted(p.name for p in (tmp_path / "in").iterdir())
@@ -96,7 +59,7 @@ def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
 
 
 def test_probe_gaps_are_jittered_around_the_interval(tmp_path):
-    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen = Generator(tmp_path / "in", rate=100, pool=500)
     gen.probe_interval = 4.0
     gaps = [gen.probe_gap() for _ in range(400)]
     assert all(3.0 <= g <= 5.0 for g in gaps)
@@ -113,7 +76,7 @@ def test_sdp_reader_only_trusts_committed_streaming_files(tmp_path):
     (table / "_spark_metadata" / "0").write_text(
         "v1\n" + json.dumps({"path": committed.as_uri(), "size": 1, "isDir": False, "action": "add"}) + "\n"
     )
-    reader = vs_sdp.SdpTableReader(table, streaming=True)
+    reader = SdpTableReader(table, streaming=True)
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
     entry = {"path": uncommitted.as_uri(), "size": 1, "isDir": False, "action": "add"}
     (table / "_spark_metadata" / "1").write_text("v1\n" + json.dumps(entry) + "\n")
@@ -124,7 +87,7 @@ def test_sdp_reader_follows_a_rewritten_view(tmp_path):
     view = tmp_path / "ads_top_spenders"
     view.mkdir()
     pq.write_table(pa.table({"user_id": ["zz-probe-1"]}), view / "part-00000-v1.parquet")
-    reader = vs_sdp.SdpTableReader(view, streaming=False)
+    reader = SdpTableReader(view, streaming=False)
     assert reader({"zz-probe-1", "zz-probe-2"}) == {"zz-probe-1"}
     (view / "part-00000-v1.parquet").unlink()  # the next run rewrote the view
     pq.write_table(pa.table({"user_id": ["zz-probe-2"]}), view / "part-00000-v2.parquet")
@@ -134,42 +97,42 @@ def test_sdp_reader_follows_a_rewritten_view(tmp_path):
 def _phase(name, suffixes, delay_of, probes=5):
     written = {f"m{i}": 100.0 + 4 * i for i in range(probes)}
     obs = {}
-    for layer_no, layer in enumerate(vs_sdp.LAYERS):
+    for layer_no, layer in enumerate(LAYERS):
         for suffix in suffixes:
             label = f"{layer} {suffix}"
-            obs[label] = vs_sdp.Observation(
+            obs[label] = Observation(
                 label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()}
             )
-    return vs_sdp.Phase(name, 1000, written, obs, 3 * 2**30, 50_000, 60.0, runs=[(0.0, 40.0)])
+    return Phase(name, 1000, written, obs, 3 * 2**30, 50_000, 60.0, runs=[(0.0, 40.0)])
 
 
 def test_report_and_plot_from_saved_results(tmp_path):
     sdp = _phase("SDP loop", ["SDP"], lambda n, s: 40.0 + 5 * n)
     th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n + (4.0 if s == "lake" else 0.0))
-    phases = {p.name: vs_sdp.Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (sdp, th)}
+    phases = {p.name: Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (sdp, th)}
     assert phases["Tidehouse T=5s"].lag("ADS").p50 == pytest.approx(4.0)
-    args = vs_sdp.parse_args(["--tiering", "5"])
-    body = vs_sdp.report_body(phases, args)
+    args = parse_args(["--tiering", "5"])
+    body = report_body(phases, args)
     ads = next(line for line in body.splitlines() if line.startswith("| ADS |"))
     assert "55.0 / 55.0 / 55.0" in ads and "13.8×" in ads  # SDP 55 s vs Tidehouse hot 4 s
     assert "**met**" in body
     pytest.importorskip("matplotlib")  # the optional `bench` extra
-    vs_sdp.plot(phases, tmp_path / "plot.png")
+    plot(phases, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 10_000
 
 
 def test_a_probe_never_seen_counts_with_its_wait_until_the_end():
     probes = {"a": 0.0, "b": 10.0, "c": 20.0}
-    obs = {f"{layer} SDP": vs_sdp.Observation(f"{layer} SDP", {"a": 5.0, "b": 15.0})
-           for layer in vs_sdp.LAYERS}
-    phase = vs_sdp.Phase("SDP loop", 1000, probes, obs, 0, 0, 100.0, ended=120.0)
+    obs = {f"{layer} SDP": Observation(f"{layer} SDP", {"a": 5.0, "b": 15.0})
+           for layer in LAYERS}
+    phase = Phase("SDP loop", 1000, probes, obs, 0, 0, 100.0, ended=120.0)
     s = phase.summary("ADS SDP")
     assert (s.n, s.unseen, s.max) == (3, 1, 100.0)  # c waited 100 s and was still not visible
-    assert vs_sdp._cell(s).startswith("≥ ") and "1 never seen" in vs_sdp._cell(s)
+    assert cell(s).startswith("≥ ") and "1 never seen" in cell(s)
 
 
 def test_a_burst_is_written_in_whole_files_and_its_marker_is_watched(tmp_path):
-    gen = vs_sdp.Generator(tmp_path / "in", rate=100, pool=500)
+    gen = Generator(tmp_path / "in", rate=100, pool=500)
     gen.write_burst(1_250, file_rows=500)
     marker = gen.write_probe("b1", kind="burst")
     sizes = sorted(len(p.read_text().splitlines()) for p in (tmp_path / "in").glob("data-*.json"))
@@ -182,8 +145,8 @@ def test_sdp_catchup_cost_is_the_excess_of_the_runs_that_overlapped_the_burst():
     # run that showed the marker (231-291) overlap it; median steady run 41 s
     runs = [(0.0, 70.0), (70.0, 110.0), (110.0, 151.0), (151.0, 193.0), (193.0, 234.0), (234.0, 294.0),
             (294.0, 335.0)]
-    phase = vs_sdp.Phase("SDP loop", 1000, {}, {}, 0, 0, 100.0, runs=runs, ended=200.0,
-                         catchup=vs_sdp.CatchUp(600_000, 200.0, 202.0, 293.0))
+    phase = Phase("SDP loop", 1000, {}, {}, 0, 0, 100.0, runs=runs, ended=200.0,
+                         catchup=CatchUp(600_000, 200.0, 202.0, 293.0))
     # steady runs ended by 200: 40, 41, 42, 41 -> median 41, half-spread 1 s; overlapping: 41 (193-234) and
     # 60 (234-294), so 19 s of extra work, ± 1 s per overlapping run
     assert phase.catchup_cost() == pytest.approx(((41 - 41) + (60 - 41), 2 * 1.0))
@@ -193,25 +156,25 @@ def test_sdp_catchup_cost_is_the_excess_of_the_runs_that_overlapped_the_burst():
 
 def test_tidehouse_catchup_cost_is_the_marker_delay_beyond_the_steady_median():
     th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n)  # ADS hot delay 4 s, no spread
-    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, 534.0)
+    th.catchup = CatchUp(300_000, 500.0, 503.0, 534.0)
     assert th.catchup_cost() == pytest.approx((34.0 - 4.0, 0.0))
     assert th.catchup_rate() == pytest.approx((10_000, 10_000, 10_000))
     th.observations["ADS hot"].seen["m4"] += 2.0  # one slow probe: p95 - p50 = 1.6 s of noise
     assert th.catchup_cost() == pytest.approx((30.0, 1.6))
-    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, 505.0)  # within the noise of the steady delay
+    th.catchup = CatchUp(300_000, 500.0, 503.0, 505.0)  # within the noise of the steady delay
     assert th.catchup_rate()[2] == math.inf
-    th.catchup = vs_sdp.CatchUp(300_000, 500.0, 503.0, None)  # never seen: nothing to claim
+    th.catchup = CatchUp(300_000, 500.0, 503.0, None)  # never seen: nothing to claim
     assert th.catchup_rate() is None
 
 
 def test_report_shows_the_catchup_rates_of_both_systems():
     sdp = _phase("SDP loop", ["SDP"], lambda n, s: 40.0 + 5 * n)
     sdp.runs = [(0.0, 60.0), (60.0, 100.0), (100.0, 140.0), (140.0, 180.0), (180.0, 250.0)]
-    sdp.ended, sdp.catchup = 181.0, vs_sdp.CatchUp(600_000, 181.0, 183.0, 249.0)  # one run 30 s over 40
+    sdp.ended, sdp.catchup = 181.0, CatchUp(600_000, 181.0, 183.0, 249.0)  # one run 30 s over 40
     th = _phase("Tidehouse T=5s", ["hot", "lake"], lambda n, s: 1.0 + n)
-    th.catchup = vs_sdp.CatchUp(600_000, 500.0, 503.0, 524.0)  # 24 s - 4 s
-    phases = {p.name: vs_sdp.Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (th, sdp)}
-    body = vs_sdp.report_body(phases, vs_sdp.parse_args(["--tiering", "5"]))
+    th.catchup = CatchUp(600_000, 500.0, 503.0, 524.0)  # 24 s - 4 s
+    phases = {p.name: Phase.from_json(json.loads(json.dumps(p.to_json()))) for p in (th, sdp)}
+    body = report_body(phases, parse_args(["--tiering", "5"]))
     # SDP's steady runs 40, 40, 40 (the first one is the warm-up): no spread
     assert "| SDP loop | 600,000 | 68.0 | 55.0 | 30.0 ± 0.0 | 20,000 (20,000–20,000) | 20× |" in body
     assert "| Tidehouse T=5s | 600,000 | 24.0 | 4.0 | 20.0 ± 0.0 | 30,000 (30,000–30,000) | 30× |" in body

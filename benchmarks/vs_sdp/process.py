@@ -1,0 +1,98 @@
+"""The processes of a system under test: their environment, their memory, stopping them, their logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of a process and all its descendants (Linux /proc), in bytes."""
+    children, total, todo, seen = _children_map(), 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def spark_env() -> dict[str, str]:
+    """The environment of a child process: this venv's Spark and Python, not a SPARK_HOME of the machine."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # spark-pipelines calls find-spark-home
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env.pop("SPARK_HOME", None)
+    return env
+
+
+def killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
+    """SIGTERM the process (``group``: its whole process group), wait up to ``grace`` s, then SIGKILL
+    whatever is left of the group (a JVM child must not outlive the run and hold its ports)."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        if group:
+            killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def wait_port_free(port: int, timeout: float = 60.0) -> None:
+    """Wait until nothing listens on localhost:``port`` (the Spark Connect server of the previous run)."""
+    import socket
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.5)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log (empty if it cannot be read)."""
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
