@@ -30,6 +30,7 @@ from materializer.analyze import struct_of
 from materializer.dag import FlowGraph
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
+from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
 from runtime.errors import ErrorCode, TidehouseError
 from runtime.spark.session import new_session
@@ -122,6 +123,8 @@ class FlowRunner:
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
         self.contexts: dict[str, QueryContext] = {}
+        self.rates = RateMeter()
+        self._status_failure: str | None = None
         self.tiering = None
         self.lock = lock or RunLock(project.config.run_dir, plan.flow)
         self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
@@ -327,9 +330,14 @@ class FlowRunner:
     def write_status(self) -> dict:
         try:
             snap = self.snapshot()
-        except Exception as exc:  # status must never kill the flow
-            log.debug("status snapshot failed: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - status must never kill the flow, but it must be seen
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._status_failure:  # once per distinct failure, not every 2 s
+                log.warning("flow %s: the status snapshot failed (flow status shows the last one): %s",
+                            self.plan.flow, text)
+            self._status_failure = text
             return {}
+        self._status_failure = None
         tmp = self.status_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(snap, indent=2, default=str), encoding="utf-8")
         os.replace(tmp, self.status_path)

@@ -13,8 +13,35 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
+
+RATE_WINDOW_S = 10.0
+
+
+class RateMeter:
+    """Rows per second committed to each hot table over the last :data:`RATE_WINDOW_S` seconds.
+
+    Measured from the growth of the table's hot log (its end offsets: rows of a log table, changelog rows of a
+    primary-key table), so it is the same figure for every strategy — Spark's own ``processedRowsPerSecond``
+    counts only rows Spark read itself, which is 0 for queries that read their batch in the driver.
+    """
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._samples: dict[str, deque[tuple[float, int]]] = {}
+
+    def rate(self, table: str, total: int, now: float) -> float | None:
+        """Record ``total`` rows at ``now``; the rate since the oldest sample of the window (None: the first)."""
+        samples = self._samples.setdefault(table, deque())
+        samples.append((now, total))
+        while len(samples) > 2 and now - samples[1][0] >= self.window_s:
+            samples.popleft()
+        then, before = samples[0]
+        if now <= then:
+            return None
+        return round(max(0, total - before) / (now - then), 1)
 
 
 def hot_figures(store, table: str) -> dict[str, Any]:
@@ -68,23 +95,23 @@ def table_figures(store, lake, table: str, quarantine: str | None) -> dict[str, 
 def run_snapshot(runner) -> dict[str, Any]:
     """The live snapshot of a running :class:`~materializer.runner.FlowRunner`."""
     now = time.time()
+    lake, lake_error = open_lake(runner.project)
     tables = []
     for t in runner.plan.tables:
         query = runner.queries.get(t.name)
         stats = runner.stats[t.name]
         state = "not started"
-        rows_per_s = None
         if query is not None:
             try:
                 state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
-                progress = query.lastProgress
-                if progress:
-                    rows_per_s = round(float(progress.get("processedRowsPerSecond") or 0.0), 1)
-            except Exception:  # the JVM may be shutting down
+            except Exception:  # noqa: BLE001 - the JVM may be shutting down: say so, do not guess
                 state = "unknown"
-        row = table_figures(runner.store, _lake(runner), t.name, t.quarantine)
+        row = table_figures(runner.store, lake, t.name, t.quarantine)
+        if lake_error:
+            row["lake_error"] = lake_error
         row.update({
-            "layer": t.layer, "strategy": t.strategy, "state": state, "rows_per_s": rows_per_s,
+            "layer": t.layer, "strategy": t.strategy, "state": state,
+            "rows_per_s": runner.rates.rate(t.name, row["hot_rows"], now),
             "batches": stats.batches, "rows_written": stats.rows_out,
             "last_batch_time": stats.last_batch_time, "last_batch_seconds": stats.last_batch_seconds,
             "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
@@ -95,11 +122,15 @@ def run_snapshot(runner) -> dict[str, Any]:
             "started_at": runner._started, "updated_at": now, "tables": tables}
 
 
-def _lake(runner):
+def open_lake(project) -> tuple[Any, str | None]:
+    """(the project's lake, None), or (None, the reason) when its catalog cannot be opened: the hot figures
+    are still shown, and every table row says why its lake figures are missing."""
+    from runtime.errors import TidehouseError
+
     try:
-        return runner.project.lake
-    except Exception:
-        return None
+        return project.lake, None
+    except TidehouseError as exc:
+        return None, exc.render()
 
 
 def _pid() -> int:
@@ -118,15 +149,12 @@ def flow_status(project, name: str) -> dict[str, Any]:
     if path.is_file():
         try:
             snap = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            snap = {}
+        except (OSError, ValueError) as exc:  # replaced atomically, so this is damage: say so
+            snap = {"snapshot_error": f"cannot read {path}: {exc}"}
     running = _is_running(RunLock(project.config.run_dir, name))
     last = {row["table"]: row for row in snap.get("tables", [])}
     store = project.store
-    try:
-        lake = project.lake
-    except Exception:
-        lake = None
+    lake, lake_error = open_lake(project)
     tables = []
     for table, tspec in version.spec.tables():
         quarantine = last.get(table, {}).get("quarantine") or _quarantine_of(store, table)
@@ -139,10 +167,15 @@ def flow_status(project, name: str) -> dict[str, Any]:
             "failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
         row["rows_per_s"] = row["rows_per_s"] if running else 0.0
         row.update(table_figures(store, lake, table, quarantine))
+        if lake_error:
+            row["lake_error"] = lake_error
         tables.append(row)
-    return {"flow": name, "version": version.version, "running": running,
-            "state": snap.get("state") if running else ("stopped" if snap else "never run"),
-            "updated_at": snap.get("updated_at"), "tables": tables}
+    out = {"flow": name, "version": version.version, "running": running,
+           "state": snap.get("state") if running else ("stopped" if snap else "never run"),
+           "updated_at": snap.get("updated_at"), "tables": tables}
+    if "snapshot_error" in snap:
+        out["snapshot_error"] = snap["snapshot_error"]
+    return out
 
 
 def _quarantine_of(store, table: str) -> str | None:
@@ -160,7 +193,7 @@ def _is_running(lock) -> bool:
     with open(lock.path, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held: the flow runs (any other error is raised, not taken for "running")
             return True
         fcntl.flock(fh, fcntl.LOCK_UN)
         return False

@@ -62,6 +62,14 @@ def _demo_tables(output: str) -> dict[str, tuple[int, int]]:
     return rows
 
 
+def _demo_rates(output: str) -> dict[str, list[float]]:
+    """layer -> every rows/s figure of the demo's plain per-layer lines."""
+    rates: dict[str, list[float]] = {}
+    for layer, rate in re.findall(r"\b(ods|dwd|dws|ads): \d+ rows, ([0-9.]+) rows/s", output):
+        rates.setdefault(layer, []).append(float(rate))
+    return rates
+
+
 @pytest.mark.slow
 def test_first_command_on_a_fresh_clone(tmp_path):
     clone = tmp_path / "tidehouse"
@@ -79,7 +87,9 @@ def test_first_command_on_a_fresh_clone(tmp_path):
     print(proc.stdout[-4000:])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert seconds < 180, f"the demo took {seconds:.0f}s (limit: 3 minutes)"
-    assert f"demo project: {clone / '.tidehouse' / 'demo'}" in proc.stdout
+    assert f"demo project: {clone / 'tidehouse-demo'}" in proc.stdout
+    assert (clone / "tidehouse-demo" / ".tidehouse" / "lake").is_dir()  # the demo project's own home
+    assert not (clone / ".tidehouse").exists()  # nothing in the caller's home
     tables = _demo_tables(proc.stdout)
     for layer in ("ods", "dwd", "dws", "ads"):
         in_layer = {t: c for t, c in tables.items() if t.startswith(layer + ".")}
@@ -87,4 +97,7 @@ def test_first_command_on_a_fresh_clone(tmp_path):
         assert all(hot > 0 and lake > 0 for hot, lake in in_layer.values()), (layer, in_layer)
     assert "top users (ads.top_users)" in proc.stdout and "conversion funnel" in proc.stdout
     assert "load_catalog(" in proc.stdout
-    shutil.rmtree(clone / ".tidehouse", ignore_errors=True)
+    rates = _demo_rates(proc.stdout)
+    for layer in ("ods", "dwd", "dws", "ads"):  # every figure on screen moves while rows flow
+        assert max(rates.get(layer, [0.0])) > 0, (layer, rates)
+    shutil.rmtree(clone / "tidehouse-demo", ignore_errors=True)

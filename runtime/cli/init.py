@@ -32,7 +32,7 @@ def init(directory: str, force: bool, no_data: bool, seed: int, events: int) -> 
               help="How long events stream in before the final drain.")
 @click.option("--rate", type=click.IntRange(1, 20000), default=200, show_default=True,
               help="Events per second written by the generator.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=".tidehouse/demo", show_default=True,
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default="tidehouse-demo", show_default=True,
               help="Demo project folder (wiped and rebuilt on each run when it is a previous demo's).")
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated events.")
 def demo(seconds: int, rate: int, directory: str, seed: int) -> None:

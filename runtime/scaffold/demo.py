@@ -1,7 +1,8 @@
 """``tidehouse demo``: the shipped e-commerce flow on live generated events, with a view per layer.
 
-The demo builds a throw-away project (default ``.tidehouse/demo/`` in the current directory: its own
-``tidehouse.yaml``, ``actions/``, ``flows/``, ``data/`` and home), then:
+The demo builds a throw-away project (default ``tidehouse-demo/`` in the current directory: its own
+``tidehouse.yaml``, ``actions/``, ``flows/``, ``data/`` and its home ``tidehouse-demo/.tidehouse/``, like any
+project ``tidehouse init`` makes), then:
 
 1. a producer thread writes a new part file of shop events into ``data/events/`` every second;
 2. the flow runs for ``seconds`` with its tiering service, and a live view shows, per layer, the hot rows,
@@ -281,4 +282,5 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
     echo(f"  from pyiceberg.catalog import load_catalog\n"
          f"  load_catalog({project.config.get('lake.catalog_name')!r}, {args})"
          ".load_table('ads.top_users').scan().to_arrow()")
-    echo(f"query hot + lake again: tidehouse --home {result.home} query \"SELECT * FROM ads.top_users ORDER BY rank\"")
+    echo(f"query hot + lake again: cd {result.project_dir} && tidehouse query \"SELECT * FROM ads.top_users ORDER BY "
+         "rank\"")
