@@ -6,6 +6,7 @@ scripts can be re-run independently without clobbering each other's figures.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import os
 import platform
@@ -18,8 +19,19 @@ _HEADER = """# Benchmarks
 
 Figures measured on the machine named in each section, by the scripts in `benchmarks/`. Every figure is
 shown next to a baseline measured in the same script run, as a ratio. Re-run a script to refresh its
-section (the command is given in each section).
+section (the command is given in each section; every script runs as a module from the repository root,
+`.venv/bin/python -m benchmarks.<name>`).
+
+Percentiles (p50, p95, p99) all come from one helper, `benchmarks/stats.py`: linear interpolation between
+the two closest ranks (numpy's default), so p50 is the usual median and a p99 of fewer than 100 samples lies
+between the two largest.
 """
+
+
+def argument_parser(module: str, description: str | None) -> argparse.ArgumentParser:
+    """The command line of ``python -m <module>`` (every benchmark runs as a module from the repository root)."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def machine() -> str:

@@ -9,18 +9,20 @@ Baseline, measured in the same run: Spark's own floor for one layer — a built-
 the same trigger whose ``foreachBatch`` only notes the arrival time of each probe (no Python data source,
 no hot storage). Four layers cannot beat four of those.
 
-    .venv/bin/python -m benchmarks.flow_latency [--probes 200] [--trigger 0s]
+    .venv/bin/python -m benchmarks.flow_latency [--probes 200] [--trigger 10ms]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+import yaml
+
+from benchmarks.stats import median, percentile
 
 ACTIONS = {
     "b_ingest.sql": "/*---\nname: b_ingest\ninputs: [raw]\n---*/\nSELECT * FROM raw\n",
@@ -30,29 +32,7 @@ ACTIONS = {
     "b_seen.sql": "/*---\nname: b_seen\ninputs: [counts]\n---*/\nSELECT id, n FROM counts WHERE n >= 1\n",
 }
 
-FLOW = """flow: latency
-trigger: {trigger}
-tiering: {{interval: 30s}}
-sources:
-  probes:
-    format: json
-    path: data/probes
-    schema: "id string, kind string, value double"
-layers:
-  ods:
-    events: {{action: b_ingest, inputs: {{raw: probes}}}}
-  dwd:
-    events: {{action: b_clean, inputs: {{events: ods.events}}}}
-  dws:
-    per_probe: {{action: b_count, inputs: {{events: dwd.events}}, primary_key: [id]}}
-  ads:
-    seen: {{action: b_seen, inputs: {{counts: dws.per_probe}}, primary_key: [id]}}
-"""
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+FLOW = Path(__file__).parent / "flows" / "latency.yaml"  # `trigger` set from --trigger
 
 
 def land(folder: Path, probe_id: str) -> float:
@@ -112,7 +92,9 @@ def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[floa
     for name, text in ACTIONS.items():
         (project_dir / "actions" / name).write_text(text)
     flow_path = project_dir / "flows" / "latency.yaml"
-    flow_path.write_text(FLOW.format(trigger=trigger))
+    flow = yaml.safe_load(FLOW.read_text(encoding="utf-8"))
+    flow["trigger"] = trigger
+    flow_path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
     project = Project.open(home=root / "home", project_dir=project_dir)
     plan = plan_flow(project, flow_path, register=True, spark=spark)
     runner = FlowRunner(project, plan, spark=spark)
@@ -150,32 +132,33 @@ def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[floa
 
 
 def main() -> None:
-    from benchmarks._report import markdown_table, write_section
+    from benchmarks._report import argument_parser, markdown_table, write_section
+    from runtime.durations import parse_duration
     from runtime.spark.session import get_spark
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser("benchmarks.flow_latency", __doc__.splitlines()[0])
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--trigger", default="10ms")
     parser.add_argument("--baseline-probes", type=int, default=None, help="default: --probes")
     args = parser.parse_args()
     spark = get_spark("local[2]")
-    trigger_ms = f"{int(__import__('runtime.durations', fromlist=['x']).parse_duration(args.trigger) * 1000)} milliseconds"
+    trigger_ms = f"{int(parse_duration(args.trigger) * 1000)} milliseconds"
     with tempfile.TemporaryDirectory(prefix="th-latency-") as tmp:
         root = Path(tmp)
         flow, strategies = flow_probes(spark, root, args.probes, args.trigger)
-        print(f"flow: p50 {statistics.median(flow):.3f}s over {len(flow)} probes", flush=True)
+        print(f"flow: p50 {median(flow):.3f}s over {len(flow)} probes", flush=True)
         base = baseline(spark, root, args.baseline_probes or args.probes, trigger_ms)
     rows = []
     for label, values in (("4-layer flow: source file -> ads.seen visible", flow),
                           ("baseline: 1 built-in file-source query -> foreachBatch", base)):
-        rows.append([label, len(values), statistics.median(values), percentile(values, 0.99), max(values)])
-    p50_ratio = statistics.median(flow) / statistics.median(base)
+        rows.append([label, len(values), median(values), percentile(values, 99), max(values)])
+    p50_ratio = median(flow) / median(base)
     body = (markdown_table(["path", "probes", "p50 s", "p99 s", "max s"], rows)
             + f"\n\nTrigger `{args.trigger}`; strategies: "
             + ", ".join(f"{k} {v}" for k, v in strategies.items())
             + f".\nFlow p50 = {p50_ratio:.1f}x one built-in layer's p50 (4 layers). "
-            + f"Targets p50 <= 2 s, p99 <= 5 s: p50 {'met' if statistics.median(flow) <= 2 else 'MISSED'}, "
-            + f"p99 {'met' if percentile(flow, 0.99) <= 5 else 'MISSED'}.")
+            + f"Targets p50 <= 2 s, p99 <= 5 s: p50 {'met' if median(flow) <= 2 else 'MISSED'}, "
+            + f"p99 {'met' if percentile(flow, 99) <= 5 else 'MISSED'}.")
     write_section("flow_latency", "End-to-end hot latency of a 4-layer flow",
                   f".venv/bin/python -m benchmarks.flow_latency --probes {args.probes} --trigger {args.trigger}"
                   + (f" --baseline-probes {args.baseline_probes}" if args.baseline_probes else ""),

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
@@ -24,7 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks._report import markdown_table, write_section
+from benchmarks._report import argument_parser, markdown_table, write_section
+from benchmarks.stats import percentile
 from runtime.spark.datasource import cached_store
 from runtime.spark.session import get_spark
 from runtime.spark.writer import foreach_batch_writer
@@ -42,11 +42,6 @@ def _rows(start: int, n: int) -> pa.Table:
         "amount": pa.array([(i % 1000) / 10 for i in range(start, start + n)], pa.float64()),
         "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)], pa.timestamp("us", tz="UTC")),
     }, schema=SCHEMA)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _copy_query(spark, root: str, src: str, dst: str, checkpoint: Path, *, available_now: bool, **options):
@@ -164,7 +159,7 @@ def measure_throughput(spark, work: Path, total: int, per_batch: int = 500_000) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser("benchmarks.spark_bridge", __doc__)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--batch-rows", type=int, default=100)
     parser.add_argument("--rows", type=int, default=3_000_000)
@@ -181,16 +176,16 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    p50, p99 = _pct(lat["latency"], 0.5), _pct(lat["latency"], 0.99)
-    fp50, fp99 = _pct(floor, 0.5), _pct(floor, 0.99)
-    tp50 = _pct(lat["trigger"], 0.5)
+    p50, p99 = percentile(lat["latency"], 50), percentile(lat["latency"], 99)
+    fp50, fp99 = percentile(floor, 50), percentile(floor, 99)
+    tp50 = percentile(lat["trigger"], 50)
     latency_table = markdown_table(
         ["measure", "p50 (s)", "p99 (s)", "samples", "p50 / floor p50"],
         [["hot latency of one layer (upstream commit -> downstream commit)", p50, p99, len(lat["latency"]),
           p50 / fp50],
-         ["same, from the stored origin_ts (what `status` reports)", _pct(lat["origin"], 0.5),
-          _pct(lat["origin"], 0.99), len(lat["origin"]), _pct(lat["origin"], 0.5) / fp50],
-         ["copy query trigger time (Spark progress)", tp50, _pct(lat["trigger"], 0.99), len(lat["trigger"]),
+         ["same, from the stored origin_ts (what `status` reports)", percentile(lat["origin"], 50),
+          percentile(lat["origin"], 99), len(lat["origin"]), percentile(lat["origin"], 50) / fp50],
+         ["copy query trigger time (Spark progress)", tp50, percentile(lat["trigger"], 99), len(lat["trigger"]),
           tp50 / fp50],
          ["Spark floor: rate -> noop trigger time", fp50, fp99, len(floor), 1.0]])
     hot, par = tput["hot -> noop"][0], tput["parquet -> noop"][0]

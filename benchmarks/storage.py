@@ -7,14 +7,12 @@ Primary-key upserts: rows/s of ``write`` (half new keys, half updates; fsync on)
 (``last_row``, ``first_row``), for updates arriving as a ``-U``/``+U`` changelog, and for the row loop
 (``aggregate``). Every figure is given per wall second and per CPU second of this process.
 
-Run: ``python benchmarks/storage.py [--rows-per-batch N] [--batches N]``.
+Run: ``.venv/bin/python -m benchmarks.storage [--rows-per-batch N] [--batches N] [--pk-rows N]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,9 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._report import markdown_table, write_section
+from benchmarks._report import argument_parser, markdown_table, write_section
 from runtime.storage import TableMeta, open_store
 
 
@@ -90,7 +86,7 @@ def pk_upserts(store, name: str, rng: np.random.Generator, rows: int, per: int, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argument_parser("benchmarks.storage", __doc__)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--pk-rows", type=int, default=200_000)
@@ -173,7 +169,7 @@ def main() -> None:
             "are the ones to compare with the targets.\n\n"
             + markdown_table(["operation", "rows/s", "rows/s (CPU)", "MB/s", "raw rows/s", "ratio vs raw",
                               "ratio vs raw (CPU)"], rows))
-    write_section("storage", "Hot storage", "python benchmarks/storage.py", body)
+    write_section("storage", "Hot storage", ".venv/bin/python -m benchmarks.storage", body)
 
 
 if __name__ == "__main__":

@@ -13,15 +13,15 @@
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow as pa
+import yaml
 
-from benchmarks._report import markdown_table, write_section
+from benchmarks._report import argument_parser, markdown_table, write_section
+from benchmarks.stats import median
 from runtime.lake.schema import to_lake_arrow
 from runtime.lake.tiering import read_range, tier_table
 from runtime.project import Project
@@ -134,7 +134,7 @@ def small_cycles(cycles: int, keep: list[int | None] = (None, 20)) -> list[list]
         window = max(10, cycles // 10)
         row = [f"{cycles:,} cycles of 10 rows, max_snapshots={lake.max_snapshots}"]
         for values in (wall, cpu):
-            first, last = statistics.median(values[5:5 + window]), statistics.median(values[-window:])
+            first, last = median(values[5:5 + window]), median(values[-window:])
             row += [first * 1000, last * 1000, last / first]
         row += [max(wall) * 1000, len(lake.load("ods.small").snapshots())]
         project.close()
@@ -144,34 +144,7 @@ def small_cycles(cycles: int, keep: list[int | None] = (None, 20)) -> list[list]
 
 # -- (b) lake delay per layer of a running 4-layer flow ---------------------------------------------------
 
-FLOW = """flow: bench_delay
-description: 4-layer flow for the lake-delay benchmark.
-trigger: 1s
-tiering: {{interval: {interval}s}}
-sources:
-  events:
-    format: json
-    path: data/events
-    schema: "user_id string, event_type string, item_id string, price double, ts timestamp"
-layers:
-  ods:
-    events: {{action: ingest, inputs: {{raw: events}}}}
-  dwd:
-    events: {{action: clean_clicks, inputs: {{events: ods.events}}}}
-  dws:
-    user_activity:
-      action: activity_by_key
-      inputs: {{events: dwd.events}}
-      params: {{key: user_id}}
-      primary_key: [user_id]
-      buckets: 2
-  ads:
-    top_users:
-      action: top_n
-      inputs: {{rows: dws.user_activity}}
-      params: {{order_by: events, tiebreak: user_id, n: 10}}
-      primary_key: [rank]
-"""
+FLOW = Path(__file__).parent / "flows" / "bench_delay.yaml"  # `tiering.interval` set per T
 LAYER_TABLES = {"ods": "ods.events", "dwd": "dwd.events", "dws": "dws.user_activity", "ads": "ads.top_users"}
 
 
@@ -296,7 +269,9 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
     (root / "flows").mkdir()
     (root / "data" / "events").mkdir(parents=True)
     flow_path = root / "flows" / "bench_delay.yaml"
-    flow_path.write_text(FLOW.format(interval=int(interval)))
+    flow = yaml.safe_load(FLOW.read_text(encoding="utf-8"))
+    flow["tiering"]["interval"] = f"{int(interval)}s"
+    flow_path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
     spark = project.spark()
     duration = max(60.0, periods * interval)
     stop = threading.Event()
@@ -320,14 +295,14 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
     ods_max = max(samples["ods"] or [0.0]) or 1e-9
     for layer in LAYER_TABLES:
         values = samples[layer] or [float("nan")]
-        rows.append([f"{interval:g}s", layer, statistics.median(values), max(values),
+        rows.append([f"{interval:g}s", layer, median(values), max(values),
                      max(values) / ods_max, chained.get(layer, float("nan")),
                      chained.get(layer, float("nan")) / (chained.get("ods") or 1e-9), len(samples[layer])])
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser("benchmarks.tiering", __doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--cycles", type=int, default=1000)
     parser.add_argument("--intervals", default="5,30", help="tiering intervals T of part (b), seconds")
