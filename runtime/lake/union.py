@@ -152,13 +152,9 @@ class UnionReader:
         return self.lake.load(name).scan().to_arrow()
 
     def changelog(self, name: str) -> pa.Table:
+        """The hot log from the earliest offset each bucket still holds (retention deleted what is older)."""
         meta = self.store.get_table(name)
-        ends = self.store.end_offsets(name)
-        try:
-            return read_range(self.store, meta, [0] * meta.buckets, ends)
-        except TidehouseError:  # old segments deleted by retention: start at the tiered offsets
-            _, offsets = self.lake_snapshot(name, meta.buckets)
-            return read_range(self.store, meta, offsets, ends)
+        return read_range(self.store, meta, self.store.start_offsets(name), self.store.end_offsets(name))
 
     def union(self, name: str) -> pa.Table:
         if name not in self._hot:

@@ -179,6 +179,10 @@ class TableStore(abc.ABC):
         """Per bucket, the offset after the last committed row."""
 
     @abc.abstractmethod
+    def start_offsets(self, name: str) -> list[int]:
+        """Per bucket, the earliest offset still readable (retention deleted the segments before it)."""
+
+    @abc.abstractmethod
     def read(
         self,
         name: str,

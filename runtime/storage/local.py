@@ -349,6 +349,14 @@ class LocalTableStore(TableStore):
             out.append(log.end_offset)
         return out
 
+    def start_offsets(self, name: str) -> list[int]:
+        table = self._table(name)
+        out = []
+        for log in table.logs:
+            log.refresh()
+            out.append(log.first_offset)
+        return out
+
     def _columns(self, meta: TableMeta, columns: Sequence[str] | None) -> list[str]:
         if columns is None:
             return list(meta.schema.names)

@@ -112,6 +112,9 @@ class MemoryTableStore(TableStore):
     def end_offsets(self, name) -> list[int]:
         return [log[-1][0].base_offset + log[-1][0].rows if log else 0 for log in self._logs[name]]
 
+    def start_offsets(self, name) -> list[int]:
+        return [0 for _ in self._logs[name]]  # this store never deletes (delete_before is a no-op)
+
     def read(self, name, bucket, start, end=None, *, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         meta = self.get_table(name)
         for info, table in list(self._logs[name][bucket]):

@@ -85,3 +85,23 @@ def test_never_tiered_table_reads_hot(store, lake):
     store.create_table(TableMeta("ods.clicks", CLICKS))
     store.write("ods.clicks", clicks(4), writer="w", seq=0)
     assert union_query(store, lake, "SELECT count(*) n FROM ods.clicks").to_pylist() == [{"n": 4}]
+
+
+def test_changelog_after_retention_starts_at_the_earliest_kept_offset(tmp_path, lake):
+    """``$changelog`` reads every row the hot log still holds: rows tiered but not yet trimmed included."""
+    import time
+
+    from runtime.storage import open_store
+
+    store = open_store(str(tmp_path / "hot"), fsync=False, segment_bytes=2048)
+    store.create_table(TableMeta("ods.clicks", CLICKS))
+    for i in range(20):
+        store.write("ods.clicks", clicks(10, start=10 * i), writer="w", seq=i)
+    tier_table(store, lake, "ods.clicks", maintain=False)
+    end = store.end_offsets("ods.clicks")[0]
+    assert store.delete_before("ods.clicks", 0, end, older_than=time.time() + 3600) >= 1
+    first = store.start_offsets("ods.clicks")[0]
+    assert 0 < first < end  # the active segment stays: it holds tiered rows that are still hot
+    log = union_query(store, lake, 'SELECT min("__offset") AS lo, count(*) AS c FROM ods."clicks$changelog"')
+    assert log.to_pylist() == [{"lo": first, "c": end - first}]
+    store.close()

@@ -210,3 +210,17 @@ def test_a_scan_of_a_log_table_trimmed_by_retention_fails_instead_of_returning_p
         s.scan("ods.events")
     assert info.value.code is ErrorCode.STORAGE_RANGE
     assert info.value.location.path == "ods.events"
+
+
+def test_start_offsets_name_the_earliest_readable_offset_after_retention(tmp_path):
+    s = open_store(str(tmp_path / "hot"), fsync=False, segment_bytes=2048)
+    s.create_table(log_meta())
+    assert s.start_offsets("ods.events") == [0]
+    for i in range(30):
+        s.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    s.delete_before("ods.events", 0, 150, older_than=time.time() + LATER)
+    first = s.start_offsets("ods.events")[0]
+    assert 0 < first <= 150
+    assert read_all(s, "ods.events", start=first).num_rows == 300 - first
+    with pytest.raises(TidehouseError):
+        list(s.read("ods.events", 0, first - 1))
