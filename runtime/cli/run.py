@@ -18,7 +18,8 @@ from runtime.cli._render import echo_json, table_text
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "mermaid"]), default="text")
 @pass_state
 def plan_cmd(state, flow_ref: str, fmt: str) -> None:
-    """The DAG by layer: each table's SQL, kind, strategy, schema, buckets, trigger, tiering.
+    """The DAG by layer: each table's SQL, kind, strategy, schema, buckets, trigger, tiering, and where it
+    differs from its SQL's batch result by design (batch exceptions: lookup, watermark).
 
     Every table's SQL is analysed with Spark against its upstream schemas (no stream is started).
     """
