@@ -209,6 +209,7 @@ class FlowRunner:
         return reader.load()
 
     def start_query(self, t: TablePlan):
+        from pyspark.errors import PySparkException
         from pyspark.sql import functions as F
 
         ctx = self._context(t)
@@ -243,6 +244,10 @@ class FlowRunner:
         sc.setLocalProperty("spark.scheduler.pool", t.layer)
         try:
             query = writer.start()
+        except PySparkException as exc:  # refused by Spark when it starts (the plan should have known)
+            raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {t.name} could not start: "
+                                 f"{str(exc).splitlines()[0]}", hint="report this: `tidehouse flow plan` "
+                                 "accepted a table Spark refuses to run") from exc
         finally:
             sc.setLocalProperty("spark.scheduler.pool", None)
         self.queries[t.name] = query

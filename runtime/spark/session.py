@@ -39,6 +39,9 @@ DEFAULT_CONF: dict[str, str] = {
     # query 0.15 cores at 5ms, 0.05 at 50ms. 20ms adds ~10 ms mean latency and leaves the cores to the
     # other layers' queries.
     "spark.sql.streaming.pollingDelay": "20ms",
+    # how long a Python worker may take to connect back to the JVM (Spark's default, 15 s, is missed by a
+    # loaded 2-core machine: "Python worker failed to connect back", a transient failure the runner restarts)
+    "spark.python.authenticate.socketTimeout": "120s",
     # stateful queries (aggregations into primary-key tables): few state partitions, cheap maintenance
     "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
     "spark.sql.streaming.minBatchesToRetain": "20",

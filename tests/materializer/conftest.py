@@ -6,16 +6,11 @@ The oracle is plain DuckDB SQL over the parsed input lines — it never touches 
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-# A loaded 2-core machine can take longer than Spark's default 15 s to start the Python process behind
-# each streaming Python data source; the session is created later by the shared fixture and inherits this.
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell")
 
 ACTIONS = {
     "t_ingest.sql": """/*---

@@ -313,3 +313,11 @@ def test_every_new_session_can_read_a_tidehouse_stream(spark, tmp_path):
         assert stream.columns[0] == "x"
         session.createDataFrame([(1,)], "x long").createOrReplaceTempView("v")
         assert session.sql("SELECT count(*) FROM v").collect()[0][0] == 1
+
+
+def test_python_workers_get_time_to_connect_back_on_a_loaded_machine():
+    from runtime.spark.session import session_conf
+
+    assert session_conf("local[2]")["spark.python.authenticate.socketTimeout"] == "120s"
+    assert session_conf("local[2]", {"spark.python.authenticate.socketTimeout": "30s"})[
+        "spark.python.authenticate.socketTimeout"] == "30s"
