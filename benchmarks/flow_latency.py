@@ -79,8 +79,6 @@ def baseline(spark, root: Path, probes: int, trigger: str) -> list[float]:
 
 def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[float], dict]:
     import pyarrow as pa
-
-    from materializer import plan_flow
     from materializer.runner import FlowRunner
     from runtime.project import Project
 
@@ -96,7 +94,7 @@ def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[floa
     flow["trigger"] = trigger
     flow_path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
     project = Project.open(home=root / "home", project_dir=project_dir)
-    plan = plan_flow(project, flow_path, register=True, spark=spark)
+    plan = project.plan(flow_path, register=True, spark=spark)
     runner = FlowRunner(project, plan, spark=spark)
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, kwargs={"stop_event": stop, "tiering": False}, daemon=True)
@@ -133,7 +131,7 @@ def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[floa
 
 def main() -> None:
     from benchmarks._report import argument_parser, markdown_table, write_section
-    from runtime.durations import parse_duration
+    from runtime.core.durations import parse_duration
     from runtime.spark.session import get_spark
 
     parser = argument_parser("benchmarks.flow_latency", __doc__.splitlines()[0])

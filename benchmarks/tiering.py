@@ -260,8 +260,6 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
     import shutil
     import threading
 
-    from materializer import trigger
-
     rows = []
     project = _project()
     root = project.config.project_dir
@@ -285,7 +283,7 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
         _chained_lake(interval, duration, rate, 30.0 + interval)), daemon=True)
     baseline.start()
     try:
-        trigger(project, str(flow_path), duration=duration + 30.0, spark=spark)
+        project.trigger(str(flow_path), duration=duration + 30.0, spark=spark)
     finally:
         stop.set()
         for t in threads:

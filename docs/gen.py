@@ -6,8 +6,8 @@ Each generated part of a page sits between ``<!-- BEGIN GENERATED: name -->`` an
 * ``flows.md``          the flow spec models (``registry.specs.flow``: every field's type, default, description)
 * ``actions.md``        the action header models (``registry.specs.action``) and the shipped library (``actions/``)
 * ``cli.md``            the click command tree (``runtime.cli.cli``)
-* ``configuration.md``  ``runtime.settings.SETTINGS``
-* ``error-codes.md``    ``runtime.errors.ErrorCode`` (groups and comments read from its source)
+* ``configuration.md``  ``runtime.core.settings.SETTINGS``
+* ``error-codes.md``    ``runtime.core.errors.ErrorCode`` (groups and comments read from its source)
 
 Run ``python docs/gen.py`` to rewrite the pages; ``python docs/gen.py --check`` exits 1 if any is stale
 (``tests/docs/test_generated.py`` does the same). ``python docs/gen.py --plan`` renders the shipped flows'
@@ -88,7 +88,7 @@ def _default(field) -> str:
             return "—"
         return "`{" + ", ".join(f"{k}: {_plain(v)}" for k, v in dumped.items()) + "}`"
     if isinstance(value, float):
-        from runtime.durations import format_duration
+        from runtime.core.durations import format_duration
 
         annotation = typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
         return f"`{format_duration(value)}`" if _is_duration(annotation) else f"`{value:g}`"
@@ -102,7 +102,7 @@ def _is_duration(annotation: Any) -> bool:
 
 
 def _plain(value: Any) -> str:
-    from runtime.durations import format_duration
+    from runtime.core.durations import format_duration
 
     return format_duration(value) if isinstance(value, float) else str(value)
 
@@ -233,8 +233,8 @@ def _param_type(param) -> str:
 # -- configuration and error codes --------------------------------------------------------------------------
 
 def settings_reference() -> str:
-    from runtime.durations import format_duration, parse_duration
-    from runtime.settings import SETTINGS
+    from runtime.core.durations import format_duration, parse_duration
+    from runtime.core.settings import SETTINGS
 
     rows = ["| setting | default | description |", "|---|---|---|"]
     for s in SETTINGS:
@@ -252,7 +252,7 @@ def settings_reference() -> str:
     return "\n".join(rows)
 
 
-MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/errors.py takes precedence
+MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/errors.py takes precedence
     "CONFIG_INVALID": "tidehouse.yaml is not valid (unknown setting, wrong value), or `init` found a project",
     "CONFIG_MISSING_ENV": "a `${VAR}` in tidehouse.yaml names an unset environment variable",
     "HOME_LOCKED": "another process holds the home directory",
@@ -309,7 +309,7 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/errors
 
 def error_codes() -> str:
     """ErrorCode members grouped under the comments of its source, with their inline comments."""
-    from runtime.errors import ErrorCode
+    from runtime.core.errors import ErrorCode
 
     source = inspect.getsource(ErrorCode)
     groups: list[tuple[str, list[tuple[str, str]]]] = []
@@ -398,14 +398,12 @@ def with_plans(text: str, mermaid: dict[str, str]) -> str:
 def plan_mermaid(flows: list[str]) -> dict[str, str]:
     """``tidehouse flow plan flows/<name>.yaml --format mermaid`` for each flow (a scratch home)."""
     import tempfile
-
-    from materializer import plan_flow
     from runtime.project import Project
 
     with tempfile.TemporaryDirectory() as home:
         project = Project.open(home=home, project_dir=REPO)
         try:
-            return {name: plan_flow(project, str(REPO / "flows" / f"{name}.yaml")).to_mermaid() for name in flows}
+            return {name: project.plan(str(REPO / "flows" / f"{name}.yaml")).to_mermaid() for name in flows}
         finally:
             project.close()
 

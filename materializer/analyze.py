@@ -30,7 +30,7 @@ from materializer.plan import (
     fingerprint,
     quarantine_name,
 )
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 log = logging.getLogger(__name__)
 PASSTHROUGH_REASON = "; the SQL returns its input unchanged, so each micro-batch's rows are written as they are"
@@ -43,43 +43,6 @@ class ResolvedFlow:
     spec: Any  # registry.specs.FlowSpec
     version: int | None
     actions: Mapping[str, Any]
-
-
-# -- resolving ------------------------------------------------------------------------------------------
-def resolve(project, flow: str | Path, *, register: bool = False) -> ResolvedFlow:
-    """A flow by registered NAME, or by PATH to a YAML file.
-
-    A PATH first registers the actions of the project's ``actions/`` folder (identical content is a no-op);
-    with ``register=True`` the flow itself is registered too (``flow trigger``), otherwise it is only
-    validated (``flow plan``).
-    """
-    registry = project.registry
-    path = Path(flow)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        if not path.is_file():
-            raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"no flow file {flow}",
-                                 hint="give a path to a flow YAML file or the name of a registered flow")
-        if project.actions_dir.is_dir():
-            registry.register_actions([project.actions_dir])
-        if register:
-            version = registry.register_flow(path)
-            return _from_version(registry, version)
-        spec = registry.validate_flow(path)
-        actions = {}
-        for table, tspec in spec.tables():
-            name, _, number = tspec.action.partition("@")
-            actions[table] = registry.get_action(name, int(number) if number else None)
-        return ResolvedFlow(spec, None, actions)
-    return _from_version(registry, registry.get_flow(str(flow)))
-
-
-def _from_version(registry, version) -> ResolvedFlow:
-    actions = {}
-    for table, tspec in version.spec.tables():
-        ref = version.pins.get(table, tspec.action)
-        name, _, number = ref.partition("@")
-        actions[table] = registry.get_action(name, int(number) if number else None)
-    return ResolvedFlow(version.spec, version.version, actions)
 
 
 # -- parameters -----------------------------------------------------------------------------------------
@@ -405,11 +368,6 @@ def _aggregate_candidate(shape: shape_mod.SqlShape, inputs, primary_key) -> bool
     """A primary-key table whose SQL aggregates one log table: the ``aggregate`` strategy may keep it, if Spark
     accepts the SQL as a streaming aggregation (asked only then: it costs one more analysis)."""
     return bool(primary_key) and "Aggregate" in shape.nodes and [i.kind for i in inputs] == ["log"]
-
-
-def analyze(project, flow: str | Path, spark=None) -> FlowPlan:
-    """Resolve (without registering the flow) and dry-run a flow: its plan, or a TidehouseError."""
-    return build_plan(project, resolve(project, flow), spark)
 
 
 def _rel(project, path: str | None) -> str | None:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 
 _EXPLAIN = "EXPLAIN\n"  # ends with a newline: positions in the SQL keep their column, one line down
 _AS_QUERY = ("EXPLAIN\nSELECT * FROM (\n", "\n) AS __tidehouse_query")

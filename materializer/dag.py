@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 SOURCE_PREFIX = "source:"
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from runtime.durations import format_duration
+from runtime.core.durations import format_duration
 
 QUARANTINE_SUFFIX = "__quarantine"
 QUARANTINE_DDL = "raw string, reason string, source string, quarantined_at timestamp"

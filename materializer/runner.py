@@ -15,7 +15,6 @@ once every earlier generation has caught up, so a backfill's lookups read comple
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -28,11 +27,12 @@ from pathlib import Path
 
 from materializer.analyze import struct_of
 from materializer.dag import FlowGraph
+from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
 from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.spark.session import new_session
 from runtime.storage.api import TableMeta
 
@@ -41,7 +41,7 @@ STATUS_EVERY_S = 2.0
 MAX_RESTARTS = 8  # with back-off 1, 2, 4, 8, 15, 15... s
 MAX_IDLE_PASSES = 20
 # failures that say nothing about the flow, only about the machine: the query is restarted
-TRANSIENT = ("Python worker failed to connect back", "Python worker exited unexpectedly")
+TRANSIENT = ("Python worker failed to connect back", "Python worker exited unexpectedly", "CANNOT_OPEN_SOCKET")
 
 
 @dataclass
@@ -51,44 +51,6 @@ class RunReport:
     seconds: float
     tables: dict[str, dict] = field(default_factory=dict)
     tiering: dict[str, dict] = field(default_factory=dict)
-
-
-class RunLock:
-    """An exclusive, non-blocking lock on ``home/run/<flow>.lock`` (released when the process dies)."""
-
-    def __init__(self, run_dir: Path, flow: str) -> None:
-        self.path = Path(run_dir) / f"{flow}.lock"
-        self._fh = None
-
-    @property
-    def held(self) -> bool:
-        return self._fh is not None
-
-    def acquire(self) -> None:
-        if self.held:  # taken early by `trigger`, before planning
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise TidehouseError(ErrorCode.FLOW_RUNNING, f"flow {self.path.stem} is already running "
-                                 f"(pid {holder})", hint="stop it first (Ctrl-C or kill -TERM), or watch it "
-                                 f"with `tidehouse flow status {self.path.stem}`") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        self._fh = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
 
 
 def table_meta(plan: TablePlan) -> TableMeta:
@@ -128,7 +90,7 @@ class FlowRunner:
         self.tiering = None
         self.lock = lock or RunLock(project.config.run_dir, plan.flow)
         self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
-        self._started = time.time()
+        self.started = time.time()
         self._status_stop = threading.Event()
         self.state = "starting"
         self._restarts: dict[str, int] = {}
@@ -289,15 +251,16 @@ class FlowRunner:
     def _restart_if_transient(self, name: str, exc) -> bool:
         """Restart a query that failed for a transient reason (e.g. a Python worker that could not start
         in time on a loaded machine). Safe: it resumes from its checkpoint, writes are idempotent."""
-        text = str(exc)
-        if not any(marker in text for marker in TRANSIENT) or self.stats[name].error:
-            return False
+        text = f"{exc}\n{self.stats[name].error or ''}"  # a batch function may have met it (toArrow...)
+        if not any(marker in text for marker in TRANSIENT) or self.stats[name].failure is not None:
+            return False  # a TidehouseError a batch raised on purpose is never retried
         self._restarts[name] = self._restarts.get(name, 0) + 1
         if self._restarts[name] > MAX_RESTARTS:
             return False
         log.warning("restarting the query of %s after a transient failure (%d/%d): %s", name,
                     self._restarts[name], MAX_RESTARTS, text.splitlines()[0])
         time.sleep(min(2 ** (self._restarts[name] - 1), 15))
+        self.stats[name].error = None
         self.start_query(self.plan.table(name))
         return True
 
@@ -386,7 +349,7 @@ class FlowRunner:
                 self._until_idle(stop_event)
                 if self.tiering is not None and not stop_event.is_set():
                     began = time.time()
-                    self.tiering.run_all_now()
+                    self.tiering.run_all_now().raise_for_errors()  # the lake must equal the hot tables
                     log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began)
             else:
                 deadline = time.time() + duration if duration else None
@@ -408,7 +371,7 @@ class FlowRunner:
             self.progress.close()  # every progress event delivered: the last snapshot counts them all
             self.write_status()
             self.lock.release()
-        report = RunReport(self.plan.flow, mode, time.time() - self._started,
+        report = RunReport(self.plan.flow, mode, time.time() - self.started,
                            {n: {**s.to_dict(), "late_dropped": self.progress.late_dropped(n)}
                             for n, s in self.stats.items()},
                            self.tiering.summary() if self.tiering else {})

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from materializer.plan import BatchException
-from runtime.durations import format_duration
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.durations import format_duration
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 Strategy = Literal["append", "aggregate", "changelog", "recompute"]
 InputKind = Literal["source", "log", "primary_key"]

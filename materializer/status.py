@@ -17,6 +17,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from materializer.lock import RunLock
+
 RATE_WINDOW_S = 10.0
 
 
@@ -119,13 +121,13 @@ def run_snapshot(runner) -> dict[str, Any]:
         })
         tables.append(row)
     return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
-            "started_at": runner._started, "updated_at": now, "tables": tables}
+            "started_at": runner.started, "updated_at": now, "tables": tables}
 
 
 def open_lake(project) -> tuple[Any, str | None]:
     """(the project's lake, None), or (None, the reason) when its catalog cannot be opened: the hot figures
     are still shown, and every table row says why its lake figures are missing."""
-    from runtime.errors import TidehouseError
+    from runtime.core.errors import TidehouseError
 
     try:
         return project.lake, None
@@ -141,8 +143,6 @@ def _pid() -> int:
 
 def flow_status(project, name: str) -> dict[str, Any]:
     """Status of a flow, running or not: the last snapshot's query figures + live hot and lake figures."""
-    from materializer.runner import RunLock
-
     version = project.registry.get_flow(name)
     path = Path(project.config.run_dir) / f"{name}.status.json"
     snap: dict[str, Any] = {}
@@ -151,7 +151,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
             snap = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:  # replaced atomically, so this is damage: say so
             snap = {"snapshot_error": f"cannot read {path}: {exc}"}
-    running = _is_running(RunLock(project.config.run_dir, name))
+    running = RunLock(project.config.run_dir, name).taken_elsewhere()
     last = {row["table"]: row for row in snap.get("tables", [])}
     store = project.store
     lake, lake_error = open_lake(project)
@@ -183,17 +183,3 @@ def _quarantine_of(store, table: str) -> str | None:
 
     name = quarantine_name(table)
     return name if store.has_table(name) else None
-
-
-def _is_running(lock) -> bool:
-    import fcntl
-
-    if not lock.path.is_file():
-        return False
-    with open(lock.path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # held: the flow runs (any other error is raised, not taken for "running")
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import (
     CHANGE,

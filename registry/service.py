@@ -26,11 +26,11 @@ from datetime import datetime
 from pathlib import Path
 
 from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
-from registry.specs.flow import ACTION_REF_RE
 from registry.store import SqlStore, StoredVersion, VersionStore
 from registry.validation import ActionCatalog, FlowCheck, SpecChecks, validate_flow_spec
-from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
-from runtime.yamlsource import read_text
+from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.refs import Ref
+from runtime.core.yamlsource import read_text
 
 
 @dataclass(frozen=True)
@@ -81,15 +81,6 @@ def content_hash(text: str, pins: Mapping[str, str] | None = None) -> str:
     if pins is not None:
         digest.update(b"\0pins\0" + json.dumps(dict(sorted(pins.items()))).encode("utf-8"))
     return digest.hexdigest()
-
-
-def split_ref(ref: str, what: str = "action") -> tuple[str, int | None]:
-    """``"name@3"`` -> ``("name", 3)``; ``"name"`` -> ``("name", None)``."""
-    match = ACTION_REF_RE.match(ref or "")
-    if not match:
-        raise TidehouseError(ErrorCode.SPEC_BAD_IDENTIFIER, f"{ref!r} is not a {what} reference: write 'name' or "
-                                                            "'name@N'")
-    return match.group(1), int(match.group(2)) if match.group(2) else None
 
 
 def action_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -237,8 +228,8 @@ class Registry:
 
     def resolve(self, ref: str) -> ActionVersion:
         """``"name@3"`` or ``"name"`` (latest) -> the action version."""
-        name, version = split_ref(ref)
-        return self.get_action(name, version)
+        ref = Ref.parse(ref)
+        return self.get_action(ref.name, ref.version)
 
     def list_actions(self) -> list[ActionVersion]:
         """The latest version of every action, with ``version_count``."""
@@ -314,8 +305,8 @@ class Registry:
         return self._flow_version(self._stored("flow", name, version))
 
     def resolve_flow(self, ref: str) -> FlowVersion:
-        name, version = split_ref(ref, "flow")
-        return self.get_flow(name, version)
+        ref = Ref.parse(ref, "flow")
+        return self.get_flow(ref.name, ref.version)
 
     def list_flows(self) -> list[FlowVersion]:
         """The latest version of every flow, with ``version_count``."""

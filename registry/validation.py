@@ -26,7 +26,7 @@ import networkx as nx
 
 from registry.specs import LAYERS, ActionSpec, FlowSpec, check_value, did_you_mean
 from registry.specs.sparktypes import describe
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 
 @dataclass
@@ -79,7 +79,7 @@ class _Locator:
 
     def at(self, *path, key: bool = False, shown: tuple | None = None) -> Location:
         if self.doc is None:
-            from runtime.yamlsource import format_path
+            from runtime.core.yamlsource import format_path
 
             return Location(self.flow.path, path=format_path(shown or path))
         return self.doc.location(path, key=key, shown=shown)

@@ -1,20 +1,38 @@
-"""The library façade: one object per project that the CLI (and tests, and notebooks) drive.
+"""The library façade: one object per project that the CLI, the demo, tests and notebooks drive.
 
-``Project`` opens each part lazily from the configuration — the registry store, the hot table store, the
-lake catalog, the SparkSession — so a command only pays for what it uses (``action list`` never starts
-Spark). It returns results and raises :class:`~runtime.errors.TidehouseError`; it never exits.
+Like SQLMesh's ``Context`` or dbt's ``dbtRunner``, :class:`Project` is the one entry point above the parts:
+``plan``, ``trigger``, ``status``, ``tier``, ``query``, ``register_*``, ``validate_flow``, ``info``. It opens each
+part lazily from the configuration — the registry store, the hot table store, the lake catalog, the
+SparkSession — so a command only pays for what it uses (``action list`` never starts Spark). It returns
+results and raises :class:`~runtime.core.errors.TidehouseError`; it never exits or prints.
+
+A flow is named the same way everywhere (:class:`~runtime.core.refs.FlowRef`): a YAML file, or ``NAME[@N]``.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from runtime.config import Config, load_config
+from runtime.core.config import Config, load_config, mask_catalog, redact
+from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.refs import FlowRef, Ref
 
 if TYPE_CHECKING:  # pragma: no cover
+    import threading
+
+    import pyarrow as pa
+
+    from materializer.plan import FlowPlan
+    from materializer.runner import RunReport
+    from registry.service import ActionVersion, FlowVersion, Registry
+    from runtime.lake.catalog import Lake
+    from runtime.lake.scheduler import TieringService, TierReport
+    from runtime.lake.tiering import CycleResult
     from runtime.storage.api import TableStore
 
 
@@ -23,7 +41,7 @@ class Project:
         self.config = config
 
     @classmethod
-    def open(cls, home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None) -> "Project":
+    def open(cls, home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None) -> Project:
         return cls(load_config(home=home, project_dir=project_dir))
 
     @property
@@ -40,27 +58,24 @@ class Project:
 
     # -- parts, opened on first use ----------------------------------------------------------------
     @cached_property
-    def registry(self):
-        """The versioned flow & action registry (:class:`registry.service.Registry`)."""
+    def registry(self) -> Registry:
+        """The versioned flow & action registry."""
         from registry.service import Registry
 
         self.home.mkdir(parents=True, exist_ok=True)
         return Registry.open(self.config.registry_url)
 
     @cached_property
-    def store(self) -> "TableStore":
+    def store(self) -> TableStore:
         """The hot table store."""
         from runtime.storage import open_store
 
-        return open_store(
-            self.config.storage_root,
-            fsync=self.config.get("storage.fsync"),
-            segment_bytes=self.config.get("storage.segment_bytes"),
-        )
+        return open_store(self.config.storage_root, fsync=self.config.get("storage.fsync"),
+                          segment_bytes=self.config.get("storage.segment_bytes"))
 
     @cached_property
-    def lake(self):
-        """The Iceberg lake (:class:`runtime.lake.catalog.Lake`)."""
+    def lake(self) -> Lake:
+        """The Iceberg lake."""
         from runtime.lake.catalog import Lake
 
         return Lake.open(self.config)
@@ -76,3 +91,243 @@ class Project:
             obj = self.__dict__.pop(part, None)
             if obj is not None and hasattr(obj, "close"):
                 obj.close()
+
+    # -- actions -----------------------------------------------------------------------------------
+    def register_actions(self, paths: Sequence[str | os.PathLike], *, quick: bool = False) -> list[ActionVersion]:
+        """Register action files and folders: all or nothing. Spark parses each SQL unless ``quick``."""
+        from registry.service import action_files
+
+        for raw in paths:  # the wrong folder is a mistake, not "nothing to register"
+            if Path(raw).is_dir() and not action_files([raw]):
+                raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "the folder holds no action files (*.sql)",
+                                     location=Location(str(raw)), hint="actions are .sql files with a /*--- header")
+        return self.registry.register_actions(list(paths), checks=self._checks(quick))
+
+    def actions(self) -> list[ActionVersion]:
+        """The latest version of every registered action."""
+        return self.registry.list_actions()
+
+    def action(self, ref: str) -> ActionVersion:
+        """An action by ``NAME`` (latest) or ``NAME@N``."""
+        parsed = Ref.parse(ref)
+        return self.registry.get_action(parsed.name, parsed.version)
+
+    def action_versions(self, name: str) -> list[ActionVersion]:
+        return self.registry.action_versions(name)
+
+    # -- flows -------------------------------------------------------------------------------------
+    def register_flow(self, path: str | os.PathLike, *, quick: bool = False) -> FlowVersion:
+        """Validate and register a flow file, pinning its actions. Spark analyses it unless ``quick``."""
+        return self.registry.register_flow(path, checks=self._checks(quick))
+
+    def flows(self) -> list[FlowVersion]:
+        """The latest version of every registered flow."""
+        return self.registry.list_flows()
+
+    def flow(self, ref: str) -> FlowVersion:
+        """A registered flow by ``NAME`` (latest) or ``NAME@N``."""
+        parsed = Ref.parse(ref, "flow")
+        return self.registry.get_flow(parsed.name, parsed.version)
+
+    def flow_versions(self, name: str) -> list[FlowVersion]:
+        return self.registry.flow_versions(name)
+
+    def validate_flow(self, flow: str | os.PathLike | FlowRef, *, actions_dir: str | os.PathLike | None = None,
+                      quick: bool = False) -> dict[str, Any]:
+        """Check a flow file (with the unregistered actions of ``actions_dir``, default the project's) or a
+        registered flow; raise every problem found (``TidehouseErrors``), else a summary of the flow."""
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        checks = self._checks(quick)
+        if ref.is_path:
+            folder = Path(actions_dir) if actions_dir else self.actions_dir
+            local = _local_actions(folder, explicit=actions_dir is not None)
+            spec = self.registry.validate_flow(ref.path, local_actions=local, checks=checks)
+            return {"ok": True, "flow": spec.flow, "path": str(ref.path), "tables": [q for q, _ in spec.tables()]}
+        version = self.registry.validate_registered_flow(ref.ref.name, ref.ref.version, checks=checks)
+        return {"ok": True, "flow": version.name, "version": version.version, "tables": list(version.pins)}
+
+    def flow_name(self, flow: str | os.PathLike | FlowRef) -> str:
+        """The name of a flow without Spark or the registry: a file's ``flow:`` key, else ``NAME``."""
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        if ref.is_path:
+            from registry.specs import parse_flow
+
+            return parse_flow(ref.path).flow
+        return ref.ref.name
+
+    # -- plan and run ------------------------------------------------------------------------------
+    def plan(self, flow: str | os.PathLike | FlowRef, *, register: bool = False, spark=None) -> FlowPlan:
+        """The plan of a flow. A file's actions (the project's ``actions/``) are registered first; the flow
+        itself only with ``register`` (``trigger`` does), else it is validated."""
+        from materializer.analyze import build_plan
+
+        return build_plan(self, self._resolve(flow, register=register), spark)
+
+    def trigger(self, flow: str | os.PathLike | FlowRef, *, until_idle: bool = False,
+                duration: float | None = None, full_refresh: Iterable[str] = (), spark=None,
+                stop_event: threading.Event | None = None, on_status: Callable[[dict], None] | None = None,
+                tiering: bool = True, plan: FlowPlan | None = None) -> RunReport:
+        """Register (a file), plan and run a flow (see :class:`materializer.runner.FlowRunner` for the modes).
+
+        The flow's run lock is taken before anything else, so a second trigger of a running flow is refused
+        at once — before it starts Spark or registers a new version under the running one. ``plan``: run
+        this plan (made by :meth:`plan` with ``register=True``) instead of planning again.
+        """
+        from materializer.lock import RunLock
+        from materializer.runner import FlowRunner
+
+        lock = RunLock(self.config.run_dir, plan.flow if plan is not None else self.flow_name(flow))
+        lock.acquire()
+        try:
+            plan = plan or self.plan(flow, register=True, spark=spark)
+            runner = FlowRunner(self, plan, spark=spark, on_status=on_status, lock=lock)
+            return runner.run(until_idle=until_idle, duration=duration, full_refresh=full_refresh,
+                              stop_event=stop_event, tiering=tiering)
+        finally:
+            lock.release()
+
+    def status(self, name: str) -> dict[str, Any]:
+        """Per-table figures of a registered flow, running or not (``tidehouse flow status``)."""
+        from materializer.status import flow_status
+
+        return flow_status(self, name)
+
+    # -- the lake ----------------------------------------------------------------------------------
+    def tier_tables(self, flow: str | None = None, table: str | None = None) -> dict[str, float]:
+        """``{"layer.name": interval_s}`` to tier: a registered flow's hot tables (and their quarantine
+        tables) at their own intervals, every hot table at ``tiering.interval``, or only ``table``."""
+        from materializer.plan import quarantine_name
+
+        store = self.store
+        default = float(self.config.get("tiering.interval"))
+        if flow:
+            spec = self.flow(flow).spec
+            wanted = {name: float(spec.tiering_of(name, default)) for name, _ in spec.tables()}
+            for name, interval in list(wanted.items()):
+                if store.has_table(quarantine_name(name)):
+                    wanted[quarantine_name(name)] = interval
+            wanted = {name: iv for name, iv in wanted.items() if store.has_table(name)}  # never triggered: none
+        else:
+            wanted = {name: default for name in store.list_tables()}
+        if table:
+            if table not in wanted:
+                raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"no hot table {table}" + (f" in flow {flow}" if flow
+                                     else ""), location=Location(path=table),
+                                     hint="tables: " + (", ".join(sorted(wanted)) or "none"))
+            wanted = {table: wanted[table]}
+        return wanted
+
+    def tiering_service(self, tables: dict[str, float], *, on_cycle: Callable[[CycleResult], None] | None = None,
+                        on_error: Callable[[str, BaseException], None] | None = None) -> TieringService:
+        """The tiering service of ``tables`` (``start()`` / ``stop()`` it, or ``run_all_now()``)."""
+        from runtime.lake.scheduler import TieringService
+
+        return TieringService(self, tables, on_cycle=on_cycle, on_error=on_error)
+
+    def tier(self, flow: str | None = None, table: str | None = None) -> TierReport:
+        """One tiering cycle of each table now (``tidehouse tier run``): each table's result or error
+        (``report.raise_for_errors()`` raises ``TIERING_FAILED`` naming the failed ones)."""
+        return self.tiering_service(self.tier_tables(flow, table)).run_all_now()
+
+    def query(self, sql: str) -> pa.Table:
+        """``tidehouse query``: SQL (DuckDB dialect) over union reads of the tables it names."""
+        from runtime.lake.union import union_query
+
+        return union_query(self.store, self.lake, sql)
+
+    # -- about -------------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Versions, home, storage and catalog settings, with every secret masked (``tidehouse info``)."""
+        config = self.config
+        settings = config.masked()
+        report = {
+            "versions": _versions(),
+            "home": str(config.home),
+            "project": str(config.project_dir),
+            "storage_root": config.storage_root,
+            "checkpoints": config.checkpoint_root,
+            "registry": settings["registry.url"] or "sqlite (embedded, under home)",
+            "lake_catalog": {"name": config.get("lake.catalog_name"), **mask_catalog(config.lake_catalog_properties)},
+            "settings": settings,
+        }
+        return _redacted(report)  # ${ENV} values may sit inside a URI or a path: hide them everywhere
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _checks(self, quick: bool):
+        """The Spark checks the registry runs after its own (None with ``quick``)."""
+        if quick:
+            return None
+        from materializer.checks import EngineChecks
+
+        return EngineChecks(self)
+
+    def _resolve(self, flow: str | os.PathLike | FlowRef, *, register: bool):
+        """A flow with the action version of each table: a file (its project's actions registered first,
+        the flow registered only with ``register``) or a registered version (its pins)."""
+        from materializer.analyze import ResolvedFlow
+
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        registry = self.registry
+        if not ref.is_path:
+            return _pinned(registry, registry.get_flow(ref.ref.name, ref.ref.version))
+        if self.actions_dir.is_dir():
+            registry.register_actions([self.actions_dir])
+        if register:
+            return _pinned(registry, registry.register_flow(ref.path))
+        spec = registry.validate_flow(ref.path)
+        actions = {}
+        for table, tspec in spec.tables():
+            action = Ref.parse(tspec.action)
+            actions[table] = registry.get_action(action.name, action.version)
+        return ResolvedFlow(spec, None, actions)
+
+
+def _pinned(registry, version):
+    from materializer.analyze import ResolvedFlow
+
+    actions = {}
+    for table, tspec in version.spec.tables():
+        action = Ref.parse(version.pins.get(table, tspec.action))
+        actions[table] = registry.get_action(action.name, action.version)
+    return ResolvedFlow(version.spec, version.version, actions)
+
+
+def _local_actions(folder: Path, *, explicit: bool) -> list:
+    """The actions of a folder, parsed but not registered, so a flow can be checked before it is triggered."""
+    from registry.service import action_files
+    from registry.specs import parse_action
+
+    if not folder.is_dir():
+        if explicit:
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"no such folder: {folder}", location=Location(str(folder)))
+        return []
+    specs, errors = [], []
+    for file in action_files([folder]):
+        try:
+            specs.append(parse_action(file))
+        except TidehouseErrors as exc:
+            errors += exc.errors
+        except TidehouseError as exc:
+            errors.append(exc)
+    TidehouseErrors.raise_if_any(errors)
+    return specs
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("tidehouse", "pyspark", "pyarrow", "pyiceberg", "duckdb"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return redact(value) if isinstance(value, str) else value

@@ -13,15 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests._support import run_cli as run_cli_in_process
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def scale(ci: int, full: int) -> int:
-    """How many repetitions a randomized or fault-injection test runs: ``full`` with TIDEHOUSE_SCALE=full."""
-    return full if os.environ.get("TIDEHOUSE_SCALE") == "full" else ci
 
 
 @pytest.fixture
@@ -62,26 +58,5 @@ def project_dir(tmp_path, monkeypatch, home) -> Path:
 
 @pytest.fixture
 def run_cli(project_dir):
-    """Run the real CLI in-process: ``run_cli("flow", "validate", "x.yaml")`` -> (exit_code, stdout, stderr)."""
-    from click.testing import CliRunner
-
-    from runtime.cli import main
-
-    def _run(*args: str):
-        runner = CliRunner()
-        result = runner.invoke(_Entry(main), list(args), catch_exceptions=False)
-        return result.exit_code, result.stdout, result.stderr
-
-    return _run
-
-
-class _Entry:
-    """Adapts :func:`runtime.cli.main` (which returns an exit code) to CliRunner's command protocol."""
-
-    name = "tidehouse"  # CliRunner.invoke reads the command's name for the program name
-
-    def __init__(self, main):
-        self._main = main
-
-    def main(self, args=None, prog_name=None, **_):
-        raise SystemExit(self._main(list(args or [])))
+    """Run the real CLI in-process in the test's project: ``run_cli("flow", "validate", "x.yaml")``."""
+    return run_cli_in_process

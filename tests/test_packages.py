@@ -22,3 +22,26 @@ def test_console_script_points_at_this_project():
     (entry,) = [e for e in entry_points(group="console_scripts") if e.name == "tidehouse"]
     assert entry.value == "runtime.cli:run"
     assert Path(entry.load().__code__.co_filename).resolve().is_relative_to(REPO / "runtime")
+
+
+def test_tests_import_their_helpers_one_way():
+    """Helpers are modules of the ``tests`` package imported by absolute name (``from tests.lake._lakekit
+    import ...``): never from a conftest, never relatively, never by editing ``sys.path``."""
+    import ast
+
+    tests = REPO / "tests"
+    problems = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom):
+                name = node.module or ""
+                if node.level or name.split(".")[-1] == "conftest" or (name.startswith("_") and name != "__future__"):
+                    problems.append(f"{where}: from {'.' * node.level}{name} import ...")
+            elif isinstance(node, ast.Attribute) and node.attr in ("insert", "append") and \
+                    ast.unparse(node.value) == "sys.path":
+                problems.append(f"{where}: edits sys.path")
+    for folder in [tests, *(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        if any(folder.glob("*.py")) and not (folder / "__init__.py").is_file():
+            problems.append(f"{folder.relative_to(REPO)}: not a package (no __init__.py)")
+    assert problems == []

@@ -92,7 +92,7 @@ class HotReader:
         self._next: list[int] = []
 
     def __call__(self, wanted: set[str]) -> set[str]:
-        from runtime.errors import TidehouseError
+        from runtime.core.errors import TidehouseError
 
         try:
             ends = self.store.end_offsets(self.table)
@@ -121,7 +121,7 @@ class LakeReader:
     def __call__(self, wanted: set[str]) -> set[str]:
         from pyiceberg.expressions import In
 
-        from runtime.errors import TidehouseError
+        from runtime.core.errors import TidehouseError
 
         try:
             if self._iceberg is None:

@@ -1,7 +1,7 @@
 """Spec models and their parsing: what users write, checked strictly, with every error located.
 
 ``registry.specs`` is the import path other packages use; the models live in one module per family
-(:mod:`.action`, :mod:`.flow`), the YAML loader in :mod:`runtime.yamlsource`.
+(:mod:`.action`, :mod:`.flow`), the YAML loader in :mod:`runtime.core.yamlsource`.
 """
 
 from registry.specs.action import ActionHeader, ActionSpec, ParamSpec

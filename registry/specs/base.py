@@ -3,7 +3,7 @@
 Specs are strict and frozen: unknown keys are errors (``extra="forbid"``), scalars are not coerced (a
 string field refuses ``5``, an integer field refuses ``"5"``), and a loaded spec never changes. Checks that
 pydantic cannot express raise :class:`pydantic_core.PydanticCustomError` with a ``th_*`` type; the loader
-maps those types to :class:`~runtime.errors.ErrorCode` values (see :mod:`registry.specs.loading`).
+maps those types to :class:`~runtime.core.errors.ErrorCode` values (see :mod:`registry.specs.loading`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
-from runtime.durations import parse_duration
+from runtime.core.durations import parse_duration
 
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")

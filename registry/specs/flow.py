@@ -7,7 +7,6 @@ parameter types, layer rules, cycles, duplicate tables) live in :mod:`registry.v
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
@@ -26,7 +25,8 @@ from registry.specs.base import (
     custom,
     unique,
 )
-from runtime.errors import Location
+from runtime.core.errors import Location
+from runtime.core.refs import REF_RE
 
 LAYERS = ("ods", "dwd", "dws", "ads")
 Layer = Literal["ods", "dwd", "dws", "ads"]
@@ -34,7 +34,6 @@ MergeEngine = Literal["last_row", "first_row", "aggregate", "partial_update"]
 Aggregation = Literal["sum", "min", "max", "count", "last_non_null"]
 OnViolation = Literal["drop", "quarantine", "fail"]
 
-ACTION_REF_RE = re.compile(r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?\Z")  # \Z, not $ (trailing newline)
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text")  # Spark file sources: they need a path
 SCHEMA_REQUIRED = ("json", "csv")  # streaming file sources cannot infer these schemas
 
@@ -42,7 +41,7 @@ SCHEMA_REQUIRED = ("json", "csv")  # streaming file sources cannot infer these s
 def _action_ref(value: Any) -> str:
     if not isinstance(value, str):
         raise custom(WRONG_TYPE, "expected an action name like 'clean_clicks' or 'clean_clicks@2'")
-    if not ACTION_REF_RE.match(value):
+    if not REF_RE.match(value):
         raise custom(BAD_IDENTIFIER, f"{value!r} is not an action reference: write 'name' or 'name@N' "
                                      "(N = a version number from 1)")
     return value
@@ -150,11 +149,11 @@ class TableSpec(Spec):
 
     @property
     def action_name(self) -> str:
-        return ACTION_REF_RE.match(self.action).group(1)
+        return REF_RE.match(self.action).group(1)
 
     @property
     def action_version(self) -> int | None:
-        version = ACTION_REF_RE.match(self.action).group(2)
+        version = REF_RE.match(self.action).group(2)
         return int(version) if version else None
 
     @property

@@ -1,7 +1,7 @@
 """From files to specs, with every error located at its YAML node.
 
-``parse_flow`` / ``parse_action`` read a file strictly (:mod:`runtime.yamlsource`), validate it with the
-pydantic models, and turn every pydantic error into a :class:`~runtime.errors.TidehouseError` whose
+``parse_flow`` / ``parse_action`` read a file strictly (:mod:`runtime.core.yamlsource`), validate it with the
+pydantic models, and turn every pydantic error into a :class:`~runtime.core.errors.TidehouseError` whose
 location is the line and column of the offending node (the key itself for unknown keys) and whose YAML
 path is the dotted path users see. All errors of a file are reported together.
 """
@@ -18,8 +18,8 @@ from registry.specs.action import ActionHeader, ActionSpec
 from registry.specs.base import did_you_mean
 from registry.specs.flow import FlowSpec
 from registry.specs.sparktypes import describe
-from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
-from runtime.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
+from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
 
 _CUSTOM_CODES = {
     "th_identifier": ErrorCode.SPEC_BAD_IDENTIFIER,

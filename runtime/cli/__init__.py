@@ -4,7 +4,7 @@ Each command group lives in its own module and registers itself on :data:`cli`
 (``runtime.cli.action_commands``, ``runtime.cli.flow_commands``, ...; the ``_commands`` suffix keeps a
 submodule from shadowing the group of the same name on this package). Commands call the façade, render
 text or JSON, and let errors propagate:
-:func:`main` maps a :class:`~runtime.errors.TidehouseError` to one clear message and its exit code (2 for
+:func:`main` maps a :class:`~runtime.core.errors.TidehouseError` to one clear message and its exit code (2 for
 user errors, 1 for internal ones); any other exception is an internal error. Tracebacks only with
 ``--debug``.
 """
@@ -17,8 +17,8 @@ import traceback
 
 import click
 
-from runtime.config import redact
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.config import redact
+from runtime.core.errors import ErrorCode, TidehouseError
 
 # Modules that add commands to the groups below.
 COMMAND_MODULES = (

@@ -1,33 +1,14 @@
-"""Rendering helpers shared by the commands: JSON, plain tables, CSV."""
+"""Rendering helpers of the commands: JSON here; aligned tables and CSV from :mod:`runtime.core.text`."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import click
+
+from runtime.core.text import table_csv, table_text  # noqa: F401 - the commands' one import of renderers
 
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
-
-
-def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    rows = [["" if v is None else str(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(v)) for w, v in zip(widths, row)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(out)
-
-
-def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(headers)
-    writer.writerows(rows)
-    return buf.getvalue().rstrip("\n")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from runtime.cli import action, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
-from runtime.errors import ErrorCode, Location, TidehouseError
 
 
 def action_dict(av, *, sql: bool = False) -> dict[str, Any]:
@@ -41,16 +39,6 @@ QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need 
               "that does not parse is not caught here).")
 
 
-def engine_checks(state, quick: bool):
-    """The Spark checks the registry runs after its own (``None`` with ``--quick``); Spark starts only if
-    the registry's checks pass."""
-    if quick:
-        return None
-    from materializer.checks import EngineChecks
-
-    return EngineChecks(state.project)
-
-
 @action.command("register")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
@@ -62,8 +50,7 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
     Each file's header is checked, then Spark parses its SQL (a syntax error is reported at its line and
     column in the file); if any file fails, nothing is registered.
     """
-    _refuse_empty_folders(paths)
-    versions = state.project.registry.register_actions(list(paths), checks=engine_checks(state, quick))
+    versions = state.project.register_actions(list(paths), quick=quick)
     if fmt == "json":
         echo_json([{"ref": v.ref, "name": v.name, "version": v.version, "unchanged": v.unchanged,
                     "path": v.path} for v in versions])
@@ -72,23 +59,12 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
         click.echo(f"{v.ref}" + (" (unchanged)" if v.unchanged else ""))
 
 
-def _refuse_empty_folders(paths) -> None:
-    """A folder given on the command line that holds no ``*.sql`` file is a mistake (the wrong folder), not
-    "nothing to register": say so instead of printing nothing and exiting 0."""
-    from registry.service import action_files
-
-    for raw in paths:
-        if Path(raw).is_dir() and not action_files([raw]):
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "the folder holds no action files (*.sql)",
-                                 location=Location(str(raw)), hint="actions are .sql files with a /*--- header")
-
-
 @action.command("list")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered action."""
-    actions = state.project.registry.list_actions()
+    actions = state.project.actions()
     if fmt == "json":
         echo_json([action_dict(a) for a in actions])
         return
@@ -106,9 +82,8 @@ def list_(state, fmt: str) -> None:
 @pass_state
 def show(state, ref: str, fmt: str) -> None:
     """One action: NAME (latest) or NAME@N."""
-    registry = state.project.registry
-    av = registry.resolve(ref)
-    versions = registry.action_versions(av.name)
+    av = state.project.action(ref)
+    versions = state.project.action_versions(av.name)
     if fmt == "json":
         echo_json({**action_dict(av, sql=True), "all_versions": [
             {"version": v.version, "created_at": v.created_at.isoformat(), "content_hash": v.content_hash}

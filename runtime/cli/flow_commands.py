@@ -5,16 +5,13 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import click
 
 from runtime.cli import flow, pass_state  # noqa: PLW0406 - the group, not this module
 from runtime.cli._render import echo_json, table_text
-from runtime.cli.action_commands import engine_checks
-from runtime.errors import ErrorCode, TidehouseError, TidehouseErrors
+from runtime.core.errors import TidehouseError, TidehouseErrors
 
 
 def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
@@ -52,7 +49,7 @@ def register(state, path: str, fmt: str, quick: bool) -> None:
 
     Validation is `flow validate`'s: the registry's checks, then Spark's analysis of every table.
     """
-    fv = state.project.registry.register_flow(path, checks=engine_checks(state, quick))
+    fv = state.project.register_flow(path, quick=quick)
     if fmt == "json":
         echo_json({**flow_dict(fv), "unchanged": fv.unchanged})
         return
@@ -66,7 +63,7 @@ def register(state, path: str, fmt: str, quick: bool) -> None:
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered flow."""
-    flows = state.project.registry.list_flows()
+    flows = state.project.flows()
     if fmt == "json":
         echo_json([flow_dict(f) for f in flows])
         return
@@ -85,9 +82,8 @@ def list_(state, fmt: str) -> None:
 @pass_state
 def show(state, ref: str, fmt: str, source: bool) -> None:
     """One flow: NAME (latest) or NAME@N, with the action version pinned for each table."""
-    registry = state.project.registry
-    fv = registry.resolve_flow(ref)
-    versions = registry.flow_versions(fv.name)
+    fv = state.project.flow(ref)
+    versions = state.project.flow_versions(fv.name)
     if fmt == "json":
         echo_json({**flow_dict(fv, text=True), "all_versions": [
             {"version": v.version, "created_at": v.created_at.isoformat(), "pins": v.pins} for v in versions]})
@@ -122,17 +118,8 @@ def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool)
     pass, Spark parses the actions' SQL and analyses every table as `flow plan` does, so a primary key, bucket
     key or aggregated column the SQL does not output is an error at its line in the flow file.
     """
-    project = state.project
-    registry = project.registry
-    checks = engine_checks(state, quick)
     try:
-        if Path(target).is_file() or not re.fullmatch(r"[a-z_][a-z0-9_]*(@\d+)?", target):
-            local = _local_actions(Path(actions_dir) if actions_dir else project.actions_dir, bool(actions_dir))
-            spec = registry.validate_flow(target, local_actions=local, checks=checks)
-            result = {"ok": True, "flow": spec.flow, "path": target, "tables": [q for q, _ in spec.tables()]}
-        else:
-            fv = registry.validate_registered_flow(*_split(target), checks=checks)
-            result = {"ok": True, "flow": fv.name, "version": fv.version, "tables": list(fv.pins)}
+        result = state.project.validate_flow(target, actions_dir=actions_dir, quick=quick)
     except TidehouseError as exc:
         errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
         if fmt == "json":
@@ -145,30 +132,3 @@ def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool)
         echo_json(result)
     else:
         click.echo("ok")
-
-
-def _split(ref: str) -> tuple[str, int | None]:
-    name, _, version = ref.partition("@")
-    return name, int(version) if version else None
-
-
-def _local_actions(folder: Path, explicit: bool):
-    """Parse the actions of a folder (not registering them) so a flow can be checked before `flow trigger`."""
-    from registry.service import action_files
-    from registry.specs import parse_action
-
-    if not folder.is_dir():
-        if explicit:
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE,
-                                 f"no such folder: {folder}")
-        return []
-    specs, errors = [], []
-    for file in action_files([folder]):
-        try:
-            specs.append(parse_action(file))
-        except TidehouseErrors as exc:
-            errors += exc.errors
-        except TidehouseError as exc:
-            errors.append(exc)
-    TidehouseErrors.raise_if_any(errors)
-    return specs

@@ -15,9 +15,7 @@ from runtime.cli._render import echo_json, table_csv, table_text
 def query_cmd(state, sql: str, fmt: str) -> None:
     """Run SQL (DuckDB dialect) over union reads: `layer.t` = lake + hot tail, `layer.t$lake` = lake only,
     `layer.t$changelog` = the hot changelog with its system columns."""
-    from runtime.lake.union import query
-
-    result = query(state.project, sql)
+    result = state.project.query(sql)
     headers = result.column_names
     rows = result.to_pylist()
     if fmt == "json":

@@ -23,9 +23,7 @@ def plan_cmd(state, flow_ref: str, fmt: str) -> None:
 
     Every table's SQL is analysed with Spark against its upstream schemas (no stream is started).
     """
-    from materializer import plan_flow
-
-    plan = plan_flow(state.project, flow_ref)
+    plan = state.project.plan(flow_ref)
     click.echo({"json": plan.to_json, "mermaid": plan.to_mermaid}.get(fmt, plan.to_text)())
 
 
@@ -112,8 +110,6 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
     A PATH is registered first, together with the actions of the project's actions/ folder. Ctrl-C or
     SIGTERM stops the flow gracefully; triggering it again resumes where it stopped.
     """
-    from materializer import trigger
-
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -122,7 +118,7 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
     names = [t for arg in full_refresh for t in arg.replace(",", " ").split()]
     try:
         with _Progress() as progress:
-            report = trigger(state.project, flow_ref, until_idle=until_idle, duration=duration,
+            report = state.project.trigger(flow_ref, until_idle=until_idle, duration=duration,
                              full_refresh=names, stop_event=stop, on_status=progress)
     finally:
         for sig, handler in previous.items():
@@ -143,9 +139,7 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
 def status_cmd(state, name: str, as_json: bool) -> None:
     """Per table: query state, rows/s, hot end offsets, quarantined rows, late rows dropped by a watermark (in
     the last run), hot and lake delay, lake snapshot."""
-    from materializer import flow_status
-
-    status = flow_status(state.project, name)
+    status = state.project.status(name)
     if as_json:
         echo_json(status)
         return

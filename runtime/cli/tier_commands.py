@@ -10,32 +10,7 @@ import click
 
 from runtime.cli import pass_state, tier
 from runtime.cli._render import echo_json, table_text
-from runtime.errors import ErrorCode, Location, TidehouseError
-
-
-def tables_to_tier(project, flow: str | None, table: str | None) -> dict[str, float]:
-    """``{"layer.name": interval_s}``: a flow's tables (a table's own interval, else its flow's, else the project
-    setting ``tiering.interval``), one table, or every hot table (the project setting)."""
-    store = project.store
-    default = float(project.config.get("tiering.interval"))
-    if flow:
-        spec = project.registry.get_flow(flow).spec
-        wanted = {name: float(spec.tiering_of(name, default)) for name, _ in spec.tables()}
-        for name, interval in list(wanted.items()):  # quarantine tables of the flow are tiered like their table
-            if store.has_table(f"{name}__quarantine"):
-                wanted[f"{name}__quarantine"] = interval
-        missing = [n for n in wanted if not store.has_table(n)]
-        for name in missing:  # a flow never triggered has no hot tables yet: nothing to tier
-            wanted.pop(name)
-    else:
-        wanted = {name: default for name in store.list_tables()}
-    if table:
-        if table not in wanted:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"no hot table {table}"
-                                 + (f" in flow {flow}" if flow else ""), location=Location(path=table),
-                                 hint="tables: " + (", ".join(sorted(wanted)) or "none"))
-        wanted = {table: wanted[table]}
-    return wanted
+from runtime.core.errors import ErrorCode, TidehouseError
 
 
 def _line(result) -> str:
@@ -52,29 +27,21 @@ def _line(result) -> str:
 @pass_state
 def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
     """Run one tiering cycle of each table now."""
-    from runtime.lake.scheduler import TieringService
-
-    project = state.project
-    tables = tables_to_tier(project, flow, table)
-    service = TieringService(project, tables)
-    results = service.run_all_now()
+    report = state.project.tier(flow, table)
     if fmt == "json":
-        echo_json({"tables": service.summary()})
+        echo_json({"tables": {name: r.to_dict() for name, r in report.results.items()}, "errors": report.errors})
     else:
         rows = []
-        for name in tables:
-            r = results[name]
-            if r is None:
-                rows.append([name, "-", "-", "-", "-", "failed: " + (service.stats[name].last_error or "")])
-            else:
-                rows.append([name, r.rows, f"{r.seconds:.3f}", r.snapshot_id if r.snapshot_id is not None else "-",
-                             f"{r.lake_delay_s:.1f}", "committed" if r.committed else "up to date"])
+        for name in [*report.results, *report.errors]:
+            if name in report.errors:
+                rows.append([name, "-", "-", "-", "-", "failed: " + report.errors[name]])
+                continue
+            r = report.results[name]
+            rows.append([name, r.rows, f"{r.seconds:.3f}", r.snapshot_id if r.snapshot_id is not None else "-",
+                         f"{r.lake_delay_s:.1f}", "committed" if r.committed else "up to date"])
         click.echo(table_text(["table", "rows", "seconds", "snapshot", "lake delay s", "state"], rows)
                    if rows else "no hot tables to tier")
-    failed = [n for n, r in results.items() if r is None]
-    if failed:
-        raise TidehouseError(ErrorCode.TIERING_FAILED, f"tiering failed for {', '.join(failed)}",
-                             hint="see the messages above; run with --debug for the trace")
+    report.raise_for_errors()
 
 
 @tier.command("schedule")
@@ -83,10 +50,8 @@ def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
 @pass_state
 def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM."""
-    from runtime.lake.scheduler import TieringService
-
     project = state.project
-    tables = tables_to_tier(project, flow, None)
+    tables = project.tier_tables(flow)
     if not tables:
         raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "no hot tables to tier",
                              hint="trigger a flow first (tidehouse flow trigger)")
@@ -97,8 +62,8 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    service = TieringService(project, tables, on_cycle=lambda r: r.committed and click.echo(_line(r)),
-                             on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True))
+    service = project.tiering_service(tables, on_cycle=lambda r: r.committed and click.echo(_line(r)),
+                                      on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True))
     click.echo(f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items()))
     deadline = None if duration is None else time.monotonic() + duration
     try:

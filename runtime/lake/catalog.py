@@ -30,12 +30,12 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.table import Table
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.lake.schema import lake_schema, missing_columns, partition_spec
 from runtime.storage.api import TableMeta
 
 if TYPE_CHECKING:  # pragma: no cover
-    from runtime.config import Config
+    from runtime.core.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
-from runtime.errors import TidehouseError
+from runtime.core.errors import TidehouseError
 from runtime.lake.apply import LakeTransaction, overwrite_producer, write_files
 from runtime.lake.state import OFFSETS_PROPERTY, lake_offsets, offsets_json
 from runtime.storage.api import OFFSET, TableMeta, TableStore

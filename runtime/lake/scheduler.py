@@ -30,10 +30,24 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.executors.pool import ThreadPoolExecutor as APThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from runtime.errors import TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.tiering import CycleResult, tier_table
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TierReport:
+    """What one cycle of every table did (``tidehouse tier run``): each table's result, or its error."""
+
+    results: dict[str, CycleResult]
+    errors: dict[str, str]
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise TidehouseError(ErrorCode.TIERING_FAILED, "tiering failed for " + "; ".join(
+                f"{name}: {error}" for name, error in self.errors.items()),
+                hint="run with --debug for the trace; the next cycle starts from the lake's offsets")
 
 
 @dataclass
@@ -91,11 +105,13 @@ class TieringService:
             self._on_cycle(result)
         return result
 
-    def run_all_now(self) -> dict[str, CycleResult | None]:
-        """One cycle of every table now, in parallel (``--until-idle``'s final cycle). None = that table failed."""
+    def run_all_now(self) -> TierReport:
+        """One cycle of every table now, in parallel (``tier run``, ``--until-idle``'s final cycle)."""
         with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="tier-now") as pool:
             futures = {name: pool.submit(self.run_table, name) for name in self.stats}
-            return {name: f.result() for name, f in futures.items()}
+            done = {name: f.result() for name, f in futures.items()}
+        return TierReport({n: r for n, r in done.items() if r is not None},
+                          {n: self.stats[n].last_error or "failed" for n, r in done.items() if r is None})
 
     # -- the schedule ------------------------------------------------------------------------------
     def start(self) -> None:

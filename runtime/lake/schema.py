@@ -28,7 +28,7 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, FloatType, NestedField
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.api import BUCKET, OFFSET, TS, TS_TYPE, TableMeta
 
 LOG_SYSTEM_COLUMNS = (BUCKET, OFFSET, TS)

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 OFFSETS_PROPERTY = "tidehouse.offsets"
 HISTORY_MAX_LINES = 2000  # trimmed to half when exceeded

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.lake.apply import LakeTransaction, stage_append, stage_changelog
 from runtime.lake.schema import missing_columns, to_lake_arrow
 from runtime.lake.state import (

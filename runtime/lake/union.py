@@ -28,21 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.lake.apply import collapse_changelog, key_mask
 from runtime.lake.catalog import Lake
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import read_range
 from runtime.storage.api import SYSTEM_COLUMNS, TableMeta, TableStore
-
-if TYPE_CHECKING:  # pragma: no cover
-    from runtime.project import Project
 
 LAKE_SUFFIX = "$lake"
 CHANGELOG_SUFFIX = "$changelog"
@@ -207,8 +203,3 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
                                       "<layer>.<name>$changelog); the SQL dialect is DuckDB's") from exc
     finally:
         con.close()
-
-
-def query(project: Project, sql: str) -> pa.Table:
-    """The union read of a project: ``tidehouse query SQL``."""
-    return union_query(project.store, project.lake, sql)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runtime.durations import format_duration
+from runtime.core.durations import format_duration
 
 FLOW = "ecommerce_activity"
 MARKER = ".tidehouse-demo"  # only a folder holding this file is ever wiped by the demo
@@ -148,28 +148,9 @@ class LiveView:
             + (f", {r['quarantined']} quarantined" if r["quarantined"] else "") for r in rows))
 
 
-TRANSIENT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET")
-
-
-def resuming(run: Callable[[], Any], echo: Callable[[str], None], attempts: int = 3) -> Any:
-    """Run a flow; if Spark's Python worker did not start in time (Spark allows it a fixed 10 s, which an
-    overloaded small machine can miss), trigger again: the flow resumes from its checkpoints, exactly once."""
-    from runtime.errors import ErrorCode, TidehouseError
-
-    for attempt in range(1, attempts + 1):
-        try:
-            return run()
-        except TidehouseError as exc:
-            if exc.code != ErrorCode.QUERY_FAILED or attempt == attempts or not any(
-                    t in exc.render() for t in TRANSIENT):
-                raise
-            echo(f"a Spark Python worker did not start in time (busy machine); resuming the flow from its "
-                 f"checkpoints (attempt {attempt + 1} of {attempts})...")
-
-
 def prepare(directory: Path, *, fresh: bool = True) -> Path:
     """A clean demo project in ``directory`` (wiped first only if it is a previous demo's folder)."""
-    from runtime.errors import ErrorCode, TidehouseError
+    from runtime.core.errors import ErrorCode, TidehouseError
     from runtime.scaffold.project import init_project
 
     directory = directory.resolve()
@@ -184,18 +165,19 @@ def prepare(directory: Path, *, fresh: bool = True) -> Path:
     return directory
 
 
-def table_counts(project, tables: list[str]) -> dict[str, dict[str, Any]]:
-    """Rows per table now: hot current content, lake current snapshot, quarantined records."""
-    store, lake = project.store, project.lake
+def table_counts(project, plan) -> dict[str, dict[str, Any]]:
+    """Rows per table of a flow plan now, through the façade's union read: the table (lake + hot tail = its
+    current content), its lake snapshot alone, and its quarantine."""
+    def count(relation: str) -> int:
+        return project.query(f"SELECT count(*) AS n FROM {relation}").column("n")[0].as_py()
+
     out = {}
-    for name in tables:
-        if not store.has_table(name):
-            continue
-        quarantine = f"{name}__quarantine"
-        out[name] = {
-            "hot_rows": store.scan(name).num_rows,
-            "lake_rows": lake.load(name).scan().to_arrow().num_rows if lake.exists(name) else 0,
-            "quarantined": store.scan(quarantine).num_rows if store.has_table(quarantine) else 0,
+    for t in plan.tables:
+        layer, table = t.name.split(".")
+        out[t.name] = {
+            "hot_rows": count(t.name),
+            "lake_rows": count(f'{layer}."{table}$lake"'),
+            "quarantined": count(t.quarantine) if t.quarantine else 0,
         }
     return out
 
@@ -203,7 +185,6 @@ def table_counts(project, tables: list[str]) -> dict[str, dict[str, Any]]:
 def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed: int = 7,
              echo: Callable[[str], None] = print, tty: bool | None = None) -> DemoResult:
     """Run the demo (see the module docstring) and return the final row counts."""
-    from materializer import FlowRunner, plan_flow
     from runtime.project import Project
 
     started = time.time()
@@ -217,8 +198,7 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
         echo(f"demo project: {root}")
         echo(f"starting Spark and planning {FLOW} (about {rate} events/s for {seconds}s; "
              "Ctrl-C stops early)...")
-        project.spark()
-        plan = plan_flow(project, flow_path, register=True)  # planned once, run twice
+        plan = project.plan(flow_path, register=True)  # planned once, run twice
         stop = threading.Event()
         deadline: list[float] = []
 
@@ -226,15 +206,13 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
             if not deadline:  # the queries are up: start the clock and the live events now
                 deadline.append(time.time() + seconds)
                 producer.start()
+            elif time.time() >= deadline[0]:
+                stop.set()
             view(snapshot)
-
-        def live_run():
-            left = deadline[0] - time.time() if deadline else float(seconds)
-            return FlowRunner(project, plan, on_status=on_status).run(duration=max(5.0, left), stop_event=stop)
 
         try:
             with LiveView(echo, tty) as view:
-                resuming(live_run, echo)
+                project.trigger(flow_path, plan=plan, stop_event=stop, on_status=on_status)
         except KeyboardInterrupt:
             stop.set()
         producer.stop.set()
@@ -243,9 +221,8 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
         while producer.write_next():  # whatever the live run did not get to, the drain reads
             pass
         echo("draining every layer and tiering every table into the lake (--until-idle)...")
-        report = resuming(lambda: FlowRunner(project, plan).run(until_idle=True), echo)
-        plan_tables = list(report.tables)
-        result = DemoResult(root, project.home, table_counts(project, plan_tables), time.time() - started)
+        project.trigger(flow_path, plan=plan, until_idle=True)
+        result = DemoResult(root, project.home, table_counts(project, plan), time.time() - started)
         _summary(project, result, echo)
         return result
     finally:
@@ -254,8 +231,7 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
 
 
 def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
-    from runtime.cli._render import table_text
-    from runtime.lake.union import query
+    from runtime.core.text import table_text
 
     echo("")
     echo(f"finished in {format_duration(round(result.seconds))}; rows per table (hot = current content, "
@@ -268,11 +244,13 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
                        ("conversion funnel (ads.conversion)", "SELECT step, stage, reached, "
                         "round(rate_from_previous, 3) AS from_previous, round(rate_from_first, 3) AS from_first "
                         "FROM ads.conversion ORDER BY step")):
-        data = query(project, sql)
+        data = project.query(sql)
         echo("")
         echo(f"{title}:")
         echo(table_text(data.column_names, [list(r.values()) for r in data.to_pylist()]))
-    props = project.config.lake_catalog_properties
+    catalog = project.info()["lake_catalog"]
+    name = catalog.pop("name")
+    props = catalog
     echo("")
     echo("the Iceberg tables (namespaces ods, dwd, dws, ads) are in the catalog:")
     for key, value in props.items():
@@ -280,7 +258,7 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
     echo("read one from Python (or any engine with these catalog settings):")
     args = ", ".join(f"{k}={v!r}" for k, v in props.items())
     echo(f"  from pyiceberg.catalog import load_catalog\n"
-         f"  load_catalog({project.config.get('lake.catalog_name')!r}, {args})"
+         f"  load_catalog({name!r}, {args})"
          ".load_table('ads.top_users').scan().to_arrow()")
     echo(f"query hot + lake again: cd {result.project_dir} && tidehouse query \"SELECT * FROM ads.top_users ORDER BY "
          "rank\"")

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.config import PROJECT_FILE
-from runtime.durations import format_duration, parse_duration
-from runtime.errors import ErrorCode, Location, TidehouseError
-from runtime.settings import SETTINGS
+from runtime.core.config import PROJECT_FILE
+from runtime.core.durations import format_duration, parse_duration
+from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.settings import SETTINGS
 
 SHIPPED = Path(__file__).resolve().parents[2]  # the checkout: actions/, flows/ live here
 HEADER = """\
 # Tidehouse project file. Every key is optional: each one below is commented out at its embedded default
 # (Spark local[*], a SQLite registry, a SQLite Iceberg catalog and hot storage under the home directory).
 # Uncomment and change what you need; values may use ${ENV_VAR} or ${ENV_VAR:-default} for secrets.
-# Reference: docs/configuration.md (generated from runtime/settings.py).
+# Reference: docs/configuration.md (generated from runtime/core/settings.py).
 """
 EXAMPLES: dict[str, str] = {  # what a real deployment looks like, shown under the default
     "spark.master": "spark://spark-master:7077",

@@ -45,7 +45,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.spark.types import arrow_to_spark, conform, spark_to_arrow
 from runtime.storage.api import BUCKET, CHANGE, INSERT, OFFSET, TS, TS_TYPE, TableMeta, TableStore, bucket_of
 

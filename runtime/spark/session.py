@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {

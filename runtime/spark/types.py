@@ -36,7 +36,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import types as T
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 _SIMPLE_TO_ARROW: dict[type, pa.DataType] = {
     T.StringType: pa.string(),

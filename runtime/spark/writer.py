@@ -27,15 +27,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.uris import local_path
 from runtime.spark.datasource import cached_store
 from runtime.storage.api import CHANGE, TableStore, WriteResult
-from runtime.uris import local_path
 
 
 def to_arrow(data: Any) -> pa.Table:

@@ -21,9 +21,9 @@ def open_store(root: str, *, fsync: bool = True, segment_bytes: int = 64 * 1024 
     """The table store for a storage root: a local (or mounted) path or a ``file://`` URI.
 
     Any other scheme is refused (``STORAGE_IO``) rather than becoming a local folder named after it."""
-    from runtime.errors import ErrorCode, Location, TidehouseError
+    from runtime.core.errors import ErrorCode, Location, TidehouseError
+    from runtime.core.uris import local_path
     from runtime.storage.local import LocalTableStore
-    from runtime.uris import local_path
 
     try:
         path = local_path(str(root))

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage import fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import (

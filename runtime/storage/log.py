@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage import frames as _frames
 from runtime.storage.frames import (
     ENTRY_SIZE,

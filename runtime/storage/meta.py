@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.api import SYSTEM_COLUMNS, TS_TYPE, TableMeta
 
 FORMAT_VERSION = 1

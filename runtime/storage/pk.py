@@ -55,7 +55,7 @@ from typing import Any
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.api import CHANGE, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, TableMeta
 from runtime.storage.log import BucketLog
 

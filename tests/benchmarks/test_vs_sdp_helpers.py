@@ -15,8 +15,8 @@ from benchmarks.vs_sdp import LAYERS
 from benchmarks.vs_sdp.cli import command_line, parse_args
 from benchmarks.vs_sdp.generator import Generator
 from benchmarks.vs_sdp.phase import CatchUp, Phase, Summary
-from benchmarks.vs_sdp.process import tree_rss_bytes
 from benchmarks.vs_sdp.prober import Observation
+from benchmarks.vs_sdp.process import tree_rss_bytes
 from benchmarks.vs_sdp.readers import SdpTableReader
 from benchmarks.vs_sdp.report import cell, plot, report_body
 

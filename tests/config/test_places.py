@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_config
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.config import load_config
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import open_store
 
 

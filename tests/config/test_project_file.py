@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import PROJECT_FILE, load_config
-from runtime.errors import ErrorCode, TidehouseError, TidehouseErrors
+from runtime.core.config import PROJECT_FILE, load_config
+from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 
 C, E = ErrorCode.CONFIG_INVALID, ErrorCode.CONFIG_MISSING_ENV
 

@@ -40,8 +40,8 @@ def test_every_field_setting_code_command_and_action_is_documented(gen):
 
     from registry.specs import FlowSpec, TableSpec
     from runtime.cli import cli
-    from runtime.errors import ErrorCode
-    from runtime.settings import SETTINGS
+    from runtime.core.errors import ErrorCode
+    from runtime.core.settings import SETTINGS
 
     flows = (DOCS / "flows.md").read_text()
     for model in (FlowSpec, TableSpec):
@@ -67,7 +67,7 @@ def test_every_field_setting_code_command_and_action_is_documented(gen):
 
 
 def test_a_change_in_the_code_makes_the_page_stale(gen, monkeypatch):
-    from runtime import settings
+    from runtime.core import settings
 
     extra = settings.Setting("demo.only_in_this_test", 1, "A setting that exists only in this test.")
     monkeypatch.setattr(settings, "SETTINGS", settings.SETTINGS + (extra,))

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from ._library import ACTIONS, load_action, rows, run_action
+from tests.examples._library import ACTIONS, load_action, rows, run_action
 
 EVENTS = "user_id string, event_type string, item_id string, price double, ts timestamp"
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0)

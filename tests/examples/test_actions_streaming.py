@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ._library import ACTIONS
+from tests.examples._library import ACTIONS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -187,7 +187,6 @@ def _rows(table, columns: list[str]) -> Counter:
 
 
 def test_every_action_streams_to_its_batch_result(spark, project_dir, seed):
-    from materializer import plan_flow, trigger
     from runtime.project import Project
 
     for path in ACTIONS.glob("*.sql"):
@@ -200,7 +199,7 @@ def test_every_action_streams_to_its_batch_result(spark, project_dir, seed):
     rng = random.Random(seed)
     project = Project.open()
     try:
-        plan = plan_flow(project, flow_path, spark=spark)
+        plan = project.plan(flow_path, spark=spark)
         strategies = {t.name: t.strategy for t in plan.tables}
         assert strategies["dws.sessions"] == "recompute"  # Spark cannot run session windows in update mode
         assert strategies["dws.per_minute"] == "aggregate"
@@ -208,7 +207,7 @@ def test_every_action_streams_to_its_batch_result(spark, project_dir, seed):
         for part in (0, 1):
             deliver(project_dir, part, generate(rng, part))
             began = time.monotonic()
-            trigger(project, flow_path if part == 0 else "every_action", until_idle=True, spark=spark)
+            project.trigger(flow_path if part == 0 else "every_action", until_idle=True, spark=spark)
             timings.append(round(time.monotonic() - began, 1))
             expected = batch_results(spark, project, "every_action")
             for table, want in expected.items():

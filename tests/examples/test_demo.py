@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runtime.errors import TidehouseError
+from runtime.core.errors import TidehouseError
 from runtime.scaffold.demo import MARKER, LiveView, Producer, layer_rows, prepare
 
 SNAPSHOT = {"tables": [
@@ -72,34 +72,3 @@ def test_prepare_wipes_only_its_own_folder(tmp_path):
         prepare(other)
     assert info.value.code.value == "TH100"
     assert (other / "notes.txt").read_text() == "keep me"
-
-
-def test_resuming_retries_only_the_transient_worker_start_failure():
-    from runtime.errors import ErrorCode
-    from runtime.scaffold.demo import resuming
-
-    calls, said = [], []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) < 3:
-            raise TidehouseError(ErrorCode.QUERY_FAILED, "the query of table dwd.events failed: Python worker "
-                                 "failed to connect back.")
-        return "report"
-
-    assert resuming(flaky, said.append) == "report" and len(calls) == 3 and len(said) == 2
-
-    def broken():
-        raise TidehouseError(ErrorCode.QUERY_FAILED, "the query of table dwd.events failed: division by zero")
-
-    with pytest.raises(TidehouseError):
-        resuming(broken, said.append)
-    calls.clear()
-
-    def always():
-        calls.append(1)
-        raise TidehouseError(ErrorCode.QUERY_FAILED, "CANNOT_OPEN_SOCKET")
-
-    with pytest.raises(TidehouseError):
-        resuming(always, said.append, attempts=2)
-    assert len(calls) == 2

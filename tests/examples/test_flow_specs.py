@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ._library import ACTIONS, REPO
+from tests.examples._library import ACTIONS, REPO
 
 FLOWS = sorted((REPO / "flows").glob("*.yaml"))
 
@@ -43,7 +43,7 @@ def test_flows_validate_and_register_pinned(registry):
 
 
 def test_a_flow_reading_another_flows_table_needs_it_registered(registry):
-    from runtime.errors import TidehouseError
+    from runtime.core.errors import TidehouseError
 
     registry.register_actions([ACTIONS])
     with pytest.raises(TidehouseError) as info:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ._library import REPO
+from tests._support import run_cli
+from tests.examples._library import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -47,23 +48,7 @@ def tour_commands() -> list[str]:
     return commands
 
 
-class _Entry:
-    name = "tidehouse"
-
-    def __init__(self, main):
-        self._main = main
-
-    def main(self, args=None, prog_name=None, **_):
-        raise SystemExit(self._main(list(args or [])))
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    from click.testing import CliRunner
-
-    from runtime.cli import main
-
-    result = CliRunner().invoke(_Entry(main), list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
+cli = run_cli  # the real CLI, in-process
 
 
 @pytest.fixture(scope="module")

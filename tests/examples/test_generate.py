@@ -6,7 +6,12 @@ import json
 from collections import Counter
 
 from runtime.scaffold.generate import (
-    EventsConfig, OrdersConfig, main, orders_and_touches, shop_events, write_sample_data,
+    EventsConfig,
+    OrdersConfig,
+    main,
+    orders_and_touches,
+    shop_events,
+    write_sample_data,
 )
 
 

@@ -6,10 +6,9 @@ import re
 
 import yaml
 
+from runtime.core.settings import SETTINGS
 from runtime.scaffold.project import project_file_text
-from runtime.settings import SETTINGS
-
-from ._library import ACTIONS, REPO
+from tests.examples._library import ACTIONS, REPO
 
 
 def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
@@ -25,8 +24,8 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     assert (root / "README.md").read_text().startswith("# shop")
     assert ".tidehouse/" in (root / ".gitignore").read_text()
 
-    from runtime.config import load_config
     from registry.service import Registry
+    from runtime.core.config import load_config
 
     monkeypatch.delenv("TIDEHOUSE_HOME")
     config = load_config(project_dir=root)
@@ -71,7 +70,7 @@ def test_project_file_shows_every_setting_at_its_default(tmp_path):
             nested.setdefault(group, {}).update(yaml.safe_load(line[4:]))
     assert set(nested) == {"spark", "storage", "lake", "tiering", "materializer"}
     (tmp_path / "tidehouse.yaml").write_text(yaml.safe_dump(nested))
-    from runtime.config import load_config
+    from runtime.core.config import load_config
 
     config = load_config(home=tmp_path / "h", project_dir=tmp_path)
     assert config.values, "the uncommented settings were read"

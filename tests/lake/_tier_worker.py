@@ -33,7 +33,7 @@ def main() -> None:
 
     from pyiceberg.table import Transaction
 
-    from runtime.errors import ErrorCode, TidehouseError
+    from runtime.core.errors import ErrorCode, TidehouseError
     from runtime.lake import tiering
     from runtime.project import Project
 

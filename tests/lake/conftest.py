@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 
-import pyarrow as pa
 import pytest
 
-from runtime.config import load_config
+from runtime.core.config import load_config
 from runtime.lake.catalog import Lake
 from tests.lake.memstore import MemoryTableStore
 
@@ -40,16 +39,3 @@ def store(request, config):
     store = open_store(config.storage_root, fsync=False)
     yield store
     store.close()
-
-
-def lake_rows(lake: Lake, name: str, *, user_only: bool = True) -> list[dict]:
-    """The lake table read with plain pyiceberg (a fresh catalog load), as sorted row dicts."""
-    table = lake.catalog.load_table(tuple(name.split(".")))
-    data = table.scan().to_arrow()
-    if user_only:
-        data = data.select([c for c in data.column_names if not c.startswith("__")])
-    return sorted(data.to_pylist(), key=repr)
-
-
-def rows_of(table: pa.Table) -> list[dict]:
-    return sorted(table.to_pylist(), key=repr)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage.api import (
     BUCKET,
     CHANGE,

@@ -10,7 +10,7 @@ from pyiceberg.catalog import load_catalog
 
 from runtime.project import Project
 from runtime.storage.api import TableMeta
-from tests.lake.test_tiering import CLICKS, clicks
+from tests.lake._lakekit import CLICKS, clicks
 
 
 def _seed_hot(rows: int = 20) -> None:
@@ -27,7 +27,7 @@ def test_tier_run_then_query(run_cli, home):
     assert "ods.clicks" in out and "committed" in out
     code, out, _ = run_cli("tier", "run", "--table", "ods.clicks", "--format", "json")
     assert code == 0
-    assert json.loads(out)["tables"]["ods.clicks"]["last"]["committed"] is False
+    assert json.loads(out)["tables"]["ods.clicks"]["committed"] is False
     # the lake is a plain Iceberg table for any engine with the printed catalog settings
     config = Project.open().config
     table = load_catalog(config.get("lake.catalog_name"), **config.lake_catalog_properties).load_table("ods.clicks")
@@ -59,8 +59,6 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
 def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, project_dir):
     import shutil
 
-    from runtime.cli.tier_commands import tables_to_tier
-
     repo = Path(__file__).resolve().parents[2]
     shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
     shutil.copy(repo / "flows" / "ecommerce_activity.yaml", project_dir / "flows")
@@ -73,7 +71,7 @@ def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, p
     project.store.create_table(TableMeta("ads.top_users", pa.schema([("rank", pa.int32()), ("user_id", pa.string())]),
                                          kind="primary_key", primary_key=("rank",)))
     # only the flow's tables that exist in the hot storage, each with its own interval
-    assert tables_to_tier(project, "ecommerce_activity", None) == {"ods.events": 30.0, "ads.top_users": 10.0}
+    assert project.tier_tables("ecommerce_activity") == {"ods.events": 30.0, "ads.top_users": 10.0}
     project.close()
     code, out, err = run_cli("tier", "run", "--flow", "ecommerce_activity")
     assert code == 0, err

@@ -11,9 +11,8 @@ import pytest
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import tier_table
 from runtime.storage.api import CHANGE, TableMeta
-from tests.conftest import scale
-from tests.lake.conftest import lake_rows, rows_of
-from tests.lake.test_tiering import ACTIVITY, CLICKS, clicks
+from tests._support import scale
+from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, lake_rows, rows_of
 
 
 @pytest.mark.slow

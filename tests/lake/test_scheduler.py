@@ -9,12 +9,13 @@ import time
 import pytest
 
 import runtime.lake.scheduler as scheduler_module
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.scheduler import TieringService, wait_until
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import CycleResult
 from runtime.storage.api import TableMeta
+from tests.lake._lakekit import CLICKS, clicks
 from tests.lake.memstore import MemoryTableStore
-from tests.lake.test_tiering import CLICKS, clicks
 
 
 @pytest.fixture
@@ -72,5 +73,9 @@ def test_a_failing_table_does_not_stop_the_others(mem, lake):
         assert wait_until(lambda: service.stats["ods.missing"].errors >= 3 and service.stats["ods.a"].commits == 1,
                           timeout=20)
     assert "TH300" in service.stats["ods.missing"].last_error and set(errors) == {"ods.missing"}
-    results = service.run_all_now()
-    assert results["ods.missing"] is None and results["ods.a"] is not None and not results["ods.a"].committed
+    report = service.run_all_now()
+    assert "TH300" in report.errors["ods.missing"] and not report.results["ods.a"].committed
+    assert "ods.missing" not in report.results
+    with pytest.raises(TidehouseError) as info:
+        report.raise_for_errors()
+    assert info.value.code is ErrorCode.TIERING_FAILED and "ods.missing" in info.value.message

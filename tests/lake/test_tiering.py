@@ -10,19 +10,7 @@ import pytest
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import lake_status, tier_table
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake.conftest import lake_rows, rows_of
-
-CLICKS = pa.schema([("user_id", pa.string()), ("item", pa.int64()), ("price", pa.float64()),
-                    ("ts", pa.timestamp("us", tz="UTC"))])
-ACTIVITY = pa.schema([("user_id", pa.string()), ("events", pa.int64()), ("last_item", pa.string())])
-
-
-def clicks(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"user_id": [f"u{i % 7}" for i in range(start, start + n)],
-                     "item": list(range(start, start + n)),
-                     "price": [i / 10 for i in range(start, start + n)],
-                     "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)],
-                                    pa.timestamp("us", tz="UTC"))}, schema=CLICKS)
+from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, lake_rows, rows_of
 
 
 def test_log_table_lake_equals_hot_after_each_cycle(store, lake):

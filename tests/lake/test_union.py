@@ -5,12 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.tiering import tier_table
 from runtime.lake.union import referenced_tables, union_query
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake.conftest import rows_of
-from tests.lake.test_tiering import ACTIVITY, CLICKS, clicks
+from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, rows_of
 
 PK_CHANGES = ACTIVITY.append(pa.field(CHANGE, pa.string()))
 

@@ -3,7 +3,7 @@
 import pytest
 
 from materializer.dag import FlowGraph
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 
 TABLES = {
     "ods.clicks": {"raw": "clicks"},

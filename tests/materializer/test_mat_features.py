@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import canon, make_events, write_batch, write_project
+
+from tests.materializer._flowkit import canon, make_events, write_batch, write_project
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +37,6 @@ layers:
 def test_lookup_expectations_and_full_refresh(spark, project_dir, seed):
     import json
 
-    from materializer import trigger
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -53,7 +53,7 @@ def test_lookup_expectations_and_full_refresh(spark, project_dir, seed):
 
     project = Project.open()
     try:
-        report = trigger(project, project_dir / "flows" / "testflow.yaml", until_idle=True, spark=spark)
+        report = project.trigger(project_dir / "flows" / "testflow.yaml", until_idle=True, spark=spark)
         store = project.store
         assert store.scan("dwd.clicks").num_rows == len(kept)
         assert report.tables["dwd.clicks"]["expectations"]["cheap"] == len(quarantined)
@@ -68,7 +68,7 @@ def test_lookup_expectations_and_full_refresh(spark, project_dir, seed):
             == expected
         before = canon(store.scan("dws.user_activity"))
         # full refresh of dwd.clicks rebuilds it and everything downstream, once
-        trigger(project, "features", until_idle=True, spark=spark, full_refresh=["dwd.clicks"])
+        project.trigger("features", until_idle=True, spark=spark, full_refresh=["dwd.clicks"])
         assert store.scan("dwd.clicks").num_rows == len(kept)
         assert canon(store.scan("dws.user_activity")) == before
         assert store.scan("dwd.clicks__quarantine").num_rows == len(quarantined)

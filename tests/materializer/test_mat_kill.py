@@ -11,7 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import canon, make_events, oracle, write_batch, write_project
+
+from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
@@ -28,7 +29,6 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_cli, seed):
-    from materializer import trigger
     from runtime.project import Project
     from runtime.storage import open_store
 
@@ -72,7 +72,7 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
     lines += last
     project = Project.open()
     try:
-        trigger(project, "testflow", until_idle=True, spark=spark)
+        project.trigger("testflow", until_idle=True, spark=spark)
         expected = oracle(lines)
         for table in TABLES:
             assert canon(project.store.scan(table)) == expected[table], f"hot {table}"

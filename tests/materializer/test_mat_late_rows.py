@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import write_project
+
+from tests.materializer._flowkit import write_project
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -52,7 +53,6 @@ def _windows(rows: list[dict]) -> set[tuple]:
 
 
 def test_rows_later_than_the_watermark_are_counted_in_status(spark, project_dir, run_cli):
-    from materializer import trigger
     from runtime.project import Project
 
     path = write_project(project_dir, flow=LATE_FLOW)
@@ -69,10 +69,10 @@ def test_rows_later_than_the_watermark_are_counted_in_status(spark, project_dir,
     project = Project.open()
     try:
         _deliver(project_dir, "part-0", on_time_1)
-        report = trigger(project, path, until_idle=True, spark=spark)
+        report = project.trigger(path, until_idle=True, spark=spark)
         assert report.tables["dws.per_minute"]["late_dropped"] == 0
         _deliver(project_dir, "part-1", on_time_2)
-        report = trigger(project, "lateflow", until_idle=True, spark=spark)
+        report = project.trigger("lateflow", until_idle=True, spark=spark)
         assert report.tables["dws.per_minute"]["late_dropped"] == 0
     finally:
         project.close()

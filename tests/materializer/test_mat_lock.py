@@ -2,8 +2,8 @@
 
 import pytest
 
-from materializer.runner import RunLock
-from runtime.errors import ErrorCode, TidehouseError
+from materializer.lock import RunLock
+from runtime.core.errors import ErrorCode, TidehouseError
 
 
 def test_second_run_of_a_flow_is_refused(tmp_path):
@@ -24,7 +24,6 @@ def test_second_run_of_a_flow_is_refused(tmp_path):
 
 def test_trigger_refuses_before_planning_or_registering(tmp_path, monkeypatch):
     """A second `flow trigger` must not start Spark nor register a new flow version under the running one."""
-    import materializer
     from runtime.project import Project
 
     flow = tmp_path / "orders.yaml"
@@ -33,13 +32,25 @@ def test_trigger_refuses_before_planning_or_registering(tmp_path, monkeypatch):
         "sources:\n  raw: {format: json, path: data/orders, schema: 'id string'}\n"
         "layers:\n  ods:\n    orders: {action: ingest, inputs: {raw: raw}}\n")
     project = Project.open(home=tmp_path / "home", project_dir=tmp_path)
-    monkeypatch.setattr(materializer, "plan_flow", lambda *a, **k: pytest.fail("planned while locked"))
+    monkeypatch.setattr(Project, "plan", lambda *a, **k: pytest.fail("planned while locked"))
     held = RunLock(project.config.run_dir, "orders")
     held.acquire()
     try:
         for ref in (flow, "orders", "orders@2"):
             with pytest.raises(TidehouseError) as err:
-                materializer.trigger(project, ref)
+                project.trigger(ref)
             assert err.value.code == ErrorCode.FLOW_RUNNING
     finally:
         held.release()
+
+
+def test_status_sees_a_running_flow_by_its_lock(tmp_path):
+    lock = RunLock(tmp_path, "orders")
+    assert not lock.taken_elsewhere()
+    lock.acquire()
+    try:
+        assert RunLock(tmp_path, "orders").taken_elsewhere() and lock.taken_elsewhere()
+        assert not RunLock(tmp_path, "other").taken_elsewhere()
+    finally:
+        lock.release()
+    assert not RunLock(tmp_path, "orders").taken_elsewhere()

@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ACTIONS, FLOW, write_project
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
+from tests.materializer._flowkit import ACTIONS, FLOW, write_project
 
 pytestmark = pytest.mark.spark
 
 
 def _plan(path):
-    from materializer import analyze
     from runtime.project import Project
 
     project = Project.open()
     try:
-        return analyze(project, path)
+        return project.plan(path)
     finally:
         project.close()
 

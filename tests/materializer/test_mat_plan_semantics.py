@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import write_project
+
+from tests.materializer._flowkit import write_project
 
 pytestmark = pytest.mark.spark
 
@@ -63,11 +64,10 @@ def _project(project_dir, flow: str = SEMANTIC_FLOW, settings: str | None = None
 
 
 def test_plan_names_the_tables_that_differ_from_batch(spark, project_dir, run_cli):
-    from materializer import plan_flow
 
     path, project = _project(project_dir)
     try:
-        plan = plan_flow(project, path, spark=spark)
+        plan = project.plan(path, spark=spark)
     finally:
         project.close()
     kinds = {t.name: [e.kind for e in t.exceptions] for t in plan.tables}
@@ -106,11 +106,10 @@ def test_plan_names_the_tables_that_differ_from_batch(spark, project_dir, run_cl
 def test_batch_exceptions_do_not_change_fingerprints(spark, project_dir):
     """The exceptions follow from the SQL and the strategy, which the fingerprint covers; adding them to the
     plan must not change a fingerprint (a changed fingerprint makes a running deployment rebuild)."""
-    from materializer import plan_flow
 
     path, project = _project(project_dir)
     try:
-        plan = plan_flow(project, path, spark=spark)
+        plan = project.plan(path, spark=spark)
     finally:
         project.close()
     # the fingerprints this flow had before plans carried exceptions
@@ -120,11 +119,10 @@ def test_batch_exceptions_do_not_change_fingerprints(spark, project_dir):
 
 def test_session_windows_are_planned_as_recomputed_tables(spark, project_dir):
     """Spark refuses session windows in a streaming aggregation in update mode: the plan never starts one."""
-    from materializer import plan_flow
 
     path, project = _project(project_dir)
     try:
-        plan = plan_flow(project, path, spark=spark)
+        plan = project.plan(path, spark=spark)
     finally:
         project.close()
     sessions = plan.table("dws.sessions")
@@ -134,21 +132,19 @@ def test_session_windows_are_planned_as_recomputed_tables(spark, project_dir):
 
 
 def test_tiering_interval_is_the_tables_else_the_flows_else_the_project_setting(spark, project_dir):
-    from materializer import plan_flow
     from materializer.runner import FlowRunner
-    from runtime.cli.tier_commands import tables_to_tier
 
     path, project = _project(project_dir, settings="tiering:\n  interval: 7s\n")
     try:
         assert project.config.get("tiering.interval") == 7.0
-        plan = plan_flow(project, path, spark=spark)
+        plan = project.plan(path, spark=spark)
         intervals = {t.name: t.tiering_interval for t in plan.tables}
         assert intervals == {"ods.clicks": 7.0, "dwd.clicks": 7.0, "dws.user_activity": 7.0, "dws.per_minute": 7.0,
                              "dws.sessions": 3.0, "ads.enriched": 7.0}
         # `tier run/schedule --flow` agree with the plan
         project.registry.register_flow(path)
         FlowRunner(project, plan, spark=spark).create_tables()
-        tiers = tables_to_tier(project, "testflow", None)
+        tiers = project.tier_tables("testflow")
         assert {name: tiers[name] for name in intervals} == intervals
         assert tiers["ods.clicks__quarantine"] == 7.0
     finally:
@@ -160,7 +156,7 @@ def test_tiering_interval_is_the_tables_else_the_flows_else_the_project_setting(
 
     project = Project.open()
     try:
-        plan = plan_flow(project, path, spark=spark)
+        plan = project.plan(path, spark=spark)
         assert plan.table("dws.user_activity").tiering_interval == 12.0  # the flow's beats the setting
         assert plan.table("dws.sessions").tiering_interval == 3.0  # the table's own beats both
     finally:

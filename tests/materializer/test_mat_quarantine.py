@@ -13,7 +13,8 @@ import random
 import time
 
 import pytest
-from conftest import make_events, oracle_connection, write_batch, write_project
+
+from tests.materializer._flowkit import make_events, oracle_connection, write_batch, write_project
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -57,7 +58,6 @@ def _wait(predicate, timeout: float) -> bool:
 
 def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_reconcile(spark, project_dir,
                                                                                           seed):
-    from materializer import trigger
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -66,7 +66,7 @@ def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_
     write_batch(project_dir, "part-0", lines)
     project = Project.open()
     try:
-        trigger(project, path, until_idle=True, spark=spark)  # micro-batches, then reconcile
+        project.trigger(path, until_idle=True, spark=spark)  # micro-batches, then reconcile
         first = _quarantine(project.store)
         assert first and len({json.dumps(r, sort_keys=True) for r in first}) == len(first), first
 
@@ -84,14 +84,14 @@ def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_
         import threading
 
         stop = threading.Event()
-        runner = threading.Thread(target=lambda: trigger(project, "qflow", stop_event=stop, spark=spark))
+        runner = threading.Thread(target=lambda: project.trigger("qflow", stop_event=stop, spark=spark))
         runner.start()
         try:
             assert _wait(quarantined_final, 120), ("final violators not quarantined", final, _quarantine(project.store))
         finally:
             stop.set()
             runner.join(60)
-        trigger(project, "qflow", until_idle=True, spark=spark)
+        project.trigger("qflow", until_idle=True, spark=spark)
         got = _quarantine(project.store)
         texts = [json.dumps(r, sort_keys=True) for r in got]
         assert len(set(texts)) == len(texts), "a violating row was quarantined twice"

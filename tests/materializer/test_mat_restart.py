@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import canon, make_events, oracle, write_batch, write_project
+
+from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
 
 pytestmark = pytest.mark.spark
 
@@ -16,7 +17,6 @@ def test_a_query_restarted_after_a_transient_failure_resumes_after_a_reconcile(s
     reason (a Python worker that could not connect back, common on a loaded machine) is restarted from its
     checkpoint, and the run still ends exact."""
     from materializer import runner as runner_mod
-    from materializer import trigger
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -39,10 +39,55 @@ def test_a_query_restarted_after_a_transient_failure_resumes_after_a_reconcile(s
     monkeypatch.setattr(runner_mod.time, "sleep", lambda _s: None)  # the restart's back-off
     project = Project.open()
     try:
-        trigger(project, path, until_idle=True, spark=spark)
+        project.trigger(path, until_idle=True, spark=spark)
         assert restarted == ["dwd.clicks"]
         expected = oracle(lines)
         for table in ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.top_users"):
             assert canon(project.store.scan(table)) == expected[table], table
     finally:
         project.close()
+
+
+class _Plan:
+    flow = "f"
+    tables = ()
+
+    def table(self, name):
+        return name
+
+
+class _Config:
+    storage_root = "/nonexistent"
+    run_dir = "/nonexistent/run"
+
+    def get(self, name):
+        return 1000
+
+
+class _Project:
+    store = None
+    config = _Config()
+
+
+@pytest.mark.parametrize("spark_text, batch_error, failure, restarted", [
+    ("Python worker failed to connect back", None, None, True),  # in a source's Python worker
+    ("FOREACH_BATCH_USER_FUNCTION_ERROR", "PythonException: Python worker exited unexpectedly", None, True),
+    ("FOREACH_BATCH_USER_FUNCTION_ERROR", "ZeroDivisionError: division by zero", None, False),
+    ("Python worker failed to connect back", "TH308 ...", "raised on purpose", False),  # our own error: never
+])
+def test_only_transient_failures_restart_a_query(monkeypatch, spark_text, batch_error, failure, restarted):
+    """A transient failure met inside a batch function (its toArrow() ran Spark tasks) restarts the query as
+    well as one met by Spark itself; a TidehouseError a batch raised on purpose never does."""
+    from materializer import runner as runner_mod
+    from runtime.core.errors import ErrorCode, TidehouseError
+
+    started = []
+    monkeypatch.setattr(runner_mod.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(runner_mod.FlowRunner, "start_query", lambda self, t: started.append(t))
+    runner = runner_mod.FlowRunner(_Project(), _Plan(), spark=object())
+    runner.stats["dwd.t"] = runner_mod.TableStats(
+        error=batch_error, failure=TidehouseError(ErrorCode.STORAGE_RANGE, failure) if failure else None)
+    assert runner._restart_if_transient("dwd.t", RuntimeError(spark_text)) is restarted
+    assert started == (["dwd.t"] if restarted else [])
+    if restarted:
+        assert runner.stats["dwd.t"].error is None  # the status no longer shows the healed failure

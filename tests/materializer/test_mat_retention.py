@@ -12,9 +12,9 @@ import random
 import time
 
 import pytest
-from conftest import ACTIONS, canon, make_events, oracle_connection, write_batch
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
+from tests.materializer._flowkit import ACTIONS, canon, make_events, oracle_connection, write_batch
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -51,8 +51,6 @@ ORACLE = {
 
 
 def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row_or_fails_loudly(spark, project_dir, seed):
-    from materializer import trigger
-    from runtime.lake.union import query
     from runtime.project import Project
 
     (project_dir / "tidehouse.yaml").write_text("storage:\n  retention: 1s\n  segment_bytes: 2048\n")
@@ -69,7 +67,7 @@ def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row_or_fails_lou
         lines += batch
         write_batch(project_dir, f"part-{run}", batch)
         try:
-            trigger(project, path if run == 0 else "retained", until_idle=True, spark=spark)
+            project.trigger(path if run == 0 else "retained", until_idle=True, spark=spark)
         except TidehouseError as exc:  # a read that needs trimmed offsets: loud, never partial
             assert exc.code is ErrorCode.STORAGE_RANGE, exc.render()
             assert run > 0, "nothing can be trimmed before the first tiering cycle"
@@ -79,7 +77,7 @@ def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row_or_fails_lou
         con = oracle_connection(lines)
         for table, sql in ORACLE.items():
             expected = canon(con.sql(sql).to_arrow_table())
-            assert canon(query(project, f"SELECT * FROM {table}")) == expected, f"hot {table}, run {run}"
+            assert canon(project.query(f"SELECT * FROM {table}")) == expected, f"hot {table}, run {run}"
             assert canon(project.lake.load(table).scan().to_arrow()) == expected, f"lake {table}, run {run}"
     assert sum(project.store.end_offsets("ods.clicks")) == len(lines)
     trimmed = project.store.get_table("ods.clicks")  # the scenario really trimmed the log

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import canon, make_events, oracle, write_batch
+
+from tests.materializer._flowkit import canon, make_events, oracle, write_batch
 
 pytestmark = pytest.mark.spark
 
@@ -25,14 +26,13 @@ def check_against_oracle(project, lines):
 
 
 def test_until_idle_equals_oracle_and_resumes(spark, project_dir, test_flow, seed):
-    from materializer import trigger
     from runtime.project import Project
 
     rng = random.Random(seed)
     first = make_events(rng, 60)
     write_batch(project_dir, "part-0", first)
     project = Project.open()
-    report = trigger(project, test_flow, until_idle=True, spark=spark)
+    report = project.trigger(test_flow, until_idle=True, spark=spark)
     assert report.tables["ods.clicks"]["quarantined"] == 2
     check_against_oracle(project, first)
     ods_rows = project.store.scan("ods.clicks").num_rows
@@ -40,7 +40,7 @@ def test_until_idle_equals_oracle_and_resumes(spark, project_dir, test_flow, see
 
     second = make_events(rng, 80, bad=1)
     write_batch(project_dir, "part-1", second)
-    trigger(project, "testflow", until_idle=True, spark=spark)
+    project.trigger("testflow", until_idle=True, spark=spark)
     check_against_oracle(project, first + second)
     assert project.store.scan("ods.clicks").num_rows == sum(1 for line in first + second if not line.startswith("{"
                                                                                                                  "this"))
@@ -51,7 +51,6 @@ def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(sp
                                                                                seed):
     """append and changelog queries read each micro-batch in the driver; materializer.max_rows_per_batch
     bounds it, and the result is the same as in one batch."""
-    from materializer import trigger
     from runtime.project import Project
 
     (project_dir / "tidehouse.yaml").write_text("materializer:\n  max_rows_per_batch: 7\n")
@@ -59,7 +58,7 @@ def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(sp
     write_batch(project_dir, "part-0", lines)
     project = Project.open()
     assert project.config.get("materializer.max_rows_per_batch") == 7
-    report = trigger(project, test_flow, until_idle=True, spark=spark)
+    report = project.trigger(test_flow, until_idle=True, spark=spark)
     ods_rows = project.store.scan("ods.clicks").num_rows
     assert report.tables["ods.clicks"]["batches"] == 1  # a file source: not capped by this setting
     assert report.tables["dwd.clicks"]["batches"] >= -(-ods_rows // 7)

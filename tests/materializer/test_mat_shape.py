@@ -3,7 +3,7 @@
 import pytest
 
 from materializer.shape import SqlShape, batch_exceptions, decide
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 
 
 def shape(*nodes, top="Project", deterministic=True, distinct=False):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from materializer.status import RateMeter, open_lake
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 
 
 def test_rows_per_second_is_the_hot_log_growth_over_the_window():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from runtime.errors import TidehouseError, TidehouseErrors
+from runtime.core.errors import TidehouseError, TidehouseErrors
 
 ACTIONS = {
     "ingest": """

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from _reg_helpers import ACTIONS, dedent, errors_of, marked_line
 
 from registry.specs import parse_action, parse_action_text
 from registry.specs.loading import parameter_markers
-from runtime.errors import ErrorCode as E
-from runtime.errors import TidehouseError
+from runtime.core.errors import ErrorCode as E
+from runtime.core.errors import TidehouseError
+from tests.registry._reg_helpers import ACTIONS, dedent, errors_of, marked_line
 
 
 def test_parses_header_and_sql_position():

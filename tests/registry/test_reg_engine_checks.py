@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from _reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, write_actions
 
 from materializer.checks import EngineChecks
 from registry.specs import parse_action, parse_action_text
+from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, write_actions
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "/*---\nname: broken\ninputs: [events]\n---*/\n"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from _reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, errors_of, write_actions
 
 from registry.service import Registry
 from registry.specs import parse_action_text, parse_flow_text
-from runtime.yamlsource import load_yaml
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.yamlsource import load_yaml
+from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, errors_of, write_actions
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ error escapes as anything but a TidehouseError.
 from __future__ import annotations
 
 import pytest
-from _reg_helpers import BASE_FLOW, OTHER_FLOW, dedent, errors_of, marked_line, write_actions
 
 from registry.service import Registry
-from runtime.errors import ErrorCode as E
-from runtime.errors import TidehouseError
+from runtime.core.errors import ErrorCode as E
+from runtime.core.errors import TidehouseError
+from tests.registry._reg_helpers import BASE_FLOW, OTHER_FLOW, dedent, errors_of, marked_line, write_actions
 
 HEAD = """flow: shop
 sources:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from _reg_workers import race
 
 from registry.service import Registry, content_hash
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
+from tests.registry._reg_workers import race
 
 
 def action_text(name: str, n: int) -> str:

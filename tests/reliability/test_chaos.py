@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import scale
-from tests.reliability._project import materializer_testflow
+from tests._support import scale
+from tests.materializer import _flowkit as FLOW
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -38,7 +38,6 @@ TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 TABLES = ["ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users"]
 
 
-FLOW = materializer_testflow()
 bag = FLOW.canon  # rows as a multiset: nothing lost, nothing twice
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.project import Project
 from runtime.storage import TableMeta
 
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _hold_lock(run_dir: Path, flow: str) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time
-        from materializer.runner import RunLock
+        from materializer.lock import RunLock
         lock = RunLock({str(run_dir)!r}, {flow!r})
         lock.acquire()
         print("held", flush=True)
@@ -48,7 +48,7 @@ def _hold_lock(run_dir: Path, flow: str) -> subprocess.Popen:
 
 @pytest.mark.reliability
 def test_run_lock_refuses_a_second_run_and_dies_with_its_process(tmp_path):
-    from materializer.runner import RunLock
+    from materializer.lock import RunLock
 
     holder = _hold_lock(tmp_path, "shop")
     try:

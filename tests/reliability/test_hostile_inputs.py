@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.registry import test_reg_actions as registry_actions
+from tests.registry import test_reg_malformed_flows as registry_flows
+from tests.registry._reg_helpers import OTHER_FLOW, write_actions
 from tests.reliability._project import cli
-
-from _reg_helpers import OTHER_FLOW, write_actions  # noqa: E402  (path set by _project)
-import test_reg_actions as registry_actions  # noqa: E402
-import test_reg_malformed_flows as registry_flows  # noqa: E402
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 HEAD, ODS, flow = registry_flows.HEAD, registry_flows.ODS, registry_flows.flow
@@ -170,7 +169,7 @@ def assert_refused(code: int, out: str, err: str, path: Path, error_code: str | 
     codes = set(re.findall(r"\[(TH\d{3})\]", err))
     assert codes, err[:2000]
     if error_code is not None:
-        from runtime.errors import ErrorCode
+        from runtime.core.errors import ErrorCode
 
         assert ErrorCode[error_code].value in codes, (error_code, err[:2000])
 

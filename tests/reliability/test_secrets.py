@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_config
+from runtime.core.config import load_config
 from tests.reliability._project import cli
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))

@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
-from tests.reliability._project import materializer_testflow
+from runtime.core.errors import ErrorCode, TidehouseError
+from tests.materializer._flowkit import canon
 
 pytestmark = [pytest.mark.spark, pytest.mark.reliability]
 
@@ -53,7 +53,6 @@ layers:
     by_kind: {action: t_by_kind, inputs: {orders: ods.orders}, primary_key: [kind]}
 """
 KINDS = ["book", "game", "tool"]
-canon = materializer_testflow().canon
 TS0 = datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp()
 
 
@@ -184,7 +183,6 @@ def _check(project, inp: Input, *, columns: list[str]) -> None:
 
 
 def test_record_shape_changes_mid_stream(spark, project_dir, seed):
-    from materializer import trigger
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -203,7 +201,7 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
 
     def run() -> None:
         try:
-            outcome["report"] = trigger(project, flow_path, spark=spark, stop_event=stop)
+            outcome["report"] = project.trigger(flow_path, spark=spark, stop_event=stop)
         except Exception as exc:  # surfaced by the waits below
             outcome["error"] = exc
 
@@ -230,17 +228,17 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
     assert report.tables["ods.orders"]["quarantined"] == len(inp.malformed) + sum(inp.missing.values()) \
         + inp.negative
 
-    trigger(project, "drift", until_idle=True, spark=spark)  # a final tiering cycle
+    project.trigger("drift", until_idle=True, spark=spark)  # a final tiering cycle
     _check(project, inp, columns=["id", "kind", "amount", "ts"])
 
     # the user evolves the declared schema: the table's data was built by the old plan
     flow_path.write_text(FLOW % (SCHEMA + ", channel string"))
     with pytest.raises(TidehouseError) as refused:
-        trigger(project, flow_path, until_idle=True, spark=spark)
+        project.trigger(flow_path, until_idle=True, spark=spark)
     assert refused.value.code == ErrorCode.PLAN_CHANGED
     assert "ods.orders" in str(refused.value) and "--full-refresh" in (refused.value.hint or "")
     # rebuilt from the same files, the added field is now a column (absent -> null)
-    trigger(project, flow_path, until_idle=True, spark=spark, full_refresh=["ods.orders"])
+    project.trigger(flow_path, until_idle=True, spark=spark, full_refresh=["ods.orders"])
     _check(project, inp, columns=["id", "kind", "amount", "ts", "channel"])
     assert sum(1 for c in store.scan("ods.orders").column("channel").to_pylist() if c) == \
         sum(1 for r in inp.accepted if "channel" in r) > 0

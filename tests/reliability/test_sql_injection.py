@@ -15,7 +15,7 @@ import pytest
 from materializer.analyze import bind_params, spark_args
 from registry.specs import parse_action_text
 from registry.specs.base import identifier
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
 
 HOSTILE = [

@@ -14,7 +14,6 @@ What must hold, whatever the damage:
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import shutil
@@ -23,10 +22,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
-from runtime.storage.log import segment_name
-from tests.conftest import scale
+from tests._support import scale
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 NAME = "ods.t"

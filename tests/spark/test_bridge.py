@@ -13,8 +13,7 @@ import pytest
 from runtime.spark.types import ddl_to_arrow
 from runtime.spark.writer import write_batch
 from runtime.storage.api import TableMeta
-from tests.spark.conftest import read_stream, read_table, sorted_rows, start_writer, wait_for
-from tests.spark.test_units import ALL_TYPES_DDL
+from tests.spark._sparkkit import ALL_TYPES_DDL, read_stream, read_table, sorted_rows, start_writer, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -188,7 +187,7 @@ def test_projection_admission_control_and_starting_offsets(spark, store, root, t
 
 
 def test_write_batch_is_idempotent_and_checks_columns(spark, store, root):
-    from runtime.errors import ErrorCode, TidehouseError
+    from runtime.core.errors import ErrorCode, TidehouseError
 
     store.create_table(TableMeta("ods.w", pa.schema([("k", pa.string()), ("v", pa.int64())])))
     df = spark.createDataFrame([("a", 1), ("b", 2)], "k string, v int")  # int is widened to bigint

@@ -21,8 +21,8 @@ import pytest
 from runtime.spark.datasource import cached_store
 from runtime.spark.writer import foreach_batch_writer
 from runtime.storage.api import TableMeta
-from tests.conftest import REPO, scale
-from tests.spark.conftest import sorted_rows
+from tests._support import REPO, scale
+from tests.spark._sparkkit import sorted_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 

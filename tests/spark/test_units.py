@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.spark.datasource import (
     Ranges,
     SourceOptions,
@@ -32,19 +32,7 @@ from runtime.spark.types import (
 )
 from runtime.spark.writer import origin_from_checkpoint, read_offset_log
 from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta
-
-ALL_TYPES_DDL = (
-    "s string, i8 tinyint, i16 smallint, i32 int, i64 bigint, f float, d double, dec decimal(12,3), "
-    "b boolean, dt date, ts timestamp, ntz timestamp_ntz, bin binary, arr array<bigint>, "
-    "m map<string, double>, st struct<x: int, y: array<string>, z: map<int, date>>"
-)
-ALL_TYPES_ARROW = pa.schema([
-    ("s", pa.string()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
-    ("f", pa.float32()), ("d", pa.float64()), ("dec", pa.decimal128(12, 3)), ("b", pa.bool_()),
-    ("dt", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("ntz", pa.timestamp("us")),
-    ("bin", pa.binary()), ("arr", pa.list_(pa.int64())), ("m", pa.map_(pa.string(), pa.float64())),
-    ("st", pa.struct([("x", pa.int32()), ("y", pa.list_(pa.string())), ("z", pa.map_(pa.int32(), pa.date32()))])),
-])
+from tests.spark._sparkkit import ALL_TYPES_ARROW, ALL_TYPES_DDL
 
 
 def test_ddl_maps_every_type_to_the_documented_arrow_type():

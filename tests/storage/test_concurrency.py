@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.storage import TableMeta, open_store
-from tests.conftest import scale
+from tests._support import scale
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

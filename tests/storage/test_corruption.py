@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
-from tests.conftest import scale
+from tests._support import scale
 
 SCHEMA = pa.schema([("seq", pa.int64()), ("v", pa.string())])
 FRAMES = 6

@@ -16,9 +16,8 @@ import pyarrow as pa
 import pytest
 
 from runtime.storage import TableMeta, open_store
-from tests.conftest import scale
-
-from ._crash_writer import batch as make_batch
+from tests._support import scale
+from tests.storage._crash_writer import batch as make_batch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

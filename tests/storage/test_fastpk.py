@@ -10,8 +10,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.storage import TableMeta, fastpk, open_store
-
-from ._util import read_all
+from tests.storage._util import read_all
 
 SCHEMA = pa.schema([("k", pa.string()), ("day", pa.date32()), ("a", pa.int64()), ("b", pa.float64()),
                     ("c", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("d", pa.decimal128(9, 2))])

@@ -8,10 +8,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TS_TYPE, TableMeta, bucket_of, open_store
-
-from ._util import LOG_SCHEMA, log_meta, read_all, rows
+from tests.storage._util import LOG_SCHEMA, log_meta, read_all, rows
 
 
 def test_append_and_read_dense_offsets(store):

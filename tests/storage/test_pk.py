@@ -8,10 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
-
-from ._util import read_all
+from tests.storage._util import read_all
 
 SCHEMA = pa.schema([("k", pa.string()), ("a", pa.int64()), ("b", pa.float64()), ("c", pa.string())])
 AGGS = {"a": "sum", "b": "max", "c": "last_non_null"}

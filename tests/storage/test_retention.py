@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from runtime.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
-
-from ._util import LOG_SCHEMA, log_meta, read_all, rows
+from tests.storage._util import LOG_SCHEMA, log_meta, read_all, rows
 
 LATER = 3600.0  # older_than = now + LATER: every segment is old enough
 

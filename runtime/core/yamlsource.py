@@ -3,7 +3,7 @@
 PyYAML's ``safe_load`` silently keeps the last of two duplicate keys, turns ``2024-01-01`` into a date,
 ``no`` into ``False`` and ``1:30`` into ``90``. Specs and the project file need none of that, and every later
 error must point at a line and column. This module is part of the core (it imports nothing but
-:mod:`runtime.errors`), so the configuration can use it as well as the registry. So we let PyYAML *compose* the node graph (which keeps marks) and build plain Python
+:mod:`runtime.core.errors`), so the configuration can use it as well as the registry. So we let PyYAML *compose* the node graph (which keeps marks) and build plain Python
 values ourselves:
 
 * duplicate keys are errors (all of them are reported, each naming the first definition);
@@ -33,7 +33,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
-from runtime.errors import ErrorCode, Location, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 MAX_BYTES = 1 << 20  # 1 MiB: far beyond any hand-written flow or action
 MAX_DEPTH = 64
@@ -387,7 +387,7 @@ def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_by
     doc = Document(data=None, file=file)
     builder = _Builder(doc, line_offset)
     doc.data = builder.build(root, ())
-    from runtime.errors import TidehouseErrors
+    from runtime.core.errors import TidehouseErrors
 
     TidehouseErrors.raise_if_any(builder.errors)
     return doc

@@ -5,7 +5,7 @@ the project directory. It holds the registry database, the hot storage, the Iceb
 and the streaming checkpoints. The project directory is the one holding ``tidehouse.yaml`` (searched upwards
 from the current directory), else the current directory.
 
-The project file is read with the strict loader of flows (:mod:`runtime.yamlsource`), so each of its errors
+The project file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`), so each of its errors
 reads ``tidehouse.yaml:LINE:COL: setting.name: message [THxxx]``. An empty file (or comments only) sets
 nothing. A value is never silently replaced: an empty string, a nested or null Spark conf or catalog
 property is an error, not "the default".
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
-from runtime.settings import HOME, SETTINGS, SETTINGS_BY_NAME
-from runtime.uris import local_path
-from runtime.yamlsource import Document, load_yaml, read_text
+from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.settings import HOME, SETTINGS, SETTINGS_BY_NAME
+from runtime.core.uris import local_path
+from runtime.core.yamlsource import Document, load_yaml, read_text
 
 PROJECT_FILE = "tidehouse.yaml"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -187,6 +187,12 @@ class Config:
 _SECRET_KEYS = re.compile(r"(password|secret|token|credential|key)", re.IGNORECASE)
 
 
+def mask_catalog(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Catalog properties with the value of every secret-looking key (``token``, ``credential``,
+    ``s3.secret-access-key``...) and every password inside a URI masked: what ``tidehouse info`` shows."""
+    return _mask(dict(properties))
+
+
 def _mask(value: Any, force: bool = False) -> Any:
     if isinstance(value, dict):
         return {k: ("****" if (force or _SECRET_KEYS.search(k)) and v else _mask(v)) for k, v in value.items()}
@@ -213,7 +219,7 @@ def load_config(home: str | os.PathLike | None = None, project_dir: str | os.Pat
 def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     """The settings a project file sets (parsed values by dotted name) and those that came from ``${ENV}``.
 
-    The file is read with the strict loader of flows (:mod:`runtime.yamlsource`): duplicate keys, YAML 1.1
+    The file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`): duplicate keys, YAML 1.1
     booleans (``yes``/``no``/``on``/``off``), unknown settings and bad values are errors located at their
     line and column and named by their dotted setting. An empty file (or one of comments only) sets nothing.
     """

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.durations import parse_duration
-from runtime.uris import local_path
+from runtime.core.durations import parse_duration
+from runtime.core.uris import local_path
 
 
 class SettingValueError(ValueError):

@@ -1,0 +1,28 @@
+"""Plain-text renderings shared by the CLI and the demo: aligned tables and CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Left-aligned columns, a dashed rule under the headers; ``None`` prints as an empty cell."""
+    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(v)) for w, v in zip(widths, row)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(out)
+
+
+def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(headers)
+    writer.writerows(rows)
+    return buf.getvalue().rstrip("\n")

@@ -1,0 +1,33 @@
+"""What every test package shares, imported as ``from tests._support import ...``: the repository root, the
+reduced/full repetition count, and the real CLI run in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scale(ci: int, full: int) -> int:
+    """How many repetitions a randomized or fault-injection test runs: ``full`` with TIDEHOUSE_SCALE=full."""
+    return full if os.environ.get("TIDEHOUSE_SCALE") == "full" else ci
+
+
+class CliEntry:
+    """Adapts :func:`runtime.cli.main` (which returns an exit code) to CliRunner's command protocol."""
+
+    name = "tidehouse"  # CliRunner.invoke reads the command's name for the program name
+
+    def main(self, args=None, prog_name=None, **_):
+        from runtime.cli import main
+
+        raise SystemExit(main(list(args or [])))
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the real CLI in-process: ``run_cli("flow", "validate", "x.yaml")`` -> (exit code, stdout, stderr)."""
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(CliEntry(), list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr

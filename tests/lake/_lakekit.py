@@ -1,0 +1,32 @@
+"""What the lake tests share: their table schemas and rows, and reading a lake table with plain pyiceberg."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from runtime.lake.catalog import Lake
+
+CLICKS = pa.schema([("user_id", pa.string()), ("item", pa.int64()), ("price", pa.float64()),
+                    ("ts", pa.timestamp("us", tz="UTC"))])
+ACTIVITY = pa.schema([("user_id", pa.string()), ("events", pa.int64()), ("last_item", pa.string())])
+
+
+def clicks(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"user_id": [f"u{i % 7}" for i in range(start, start + n)],
+                     "item": list(range(start, start + n)),
+                     "price": [i / 10 for i in range(start, start + n)],
+                     "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)],
+                                    pa.timestamp("us", tz="UTC"))}, schema=CLICKS)
+
+
+def lake_rows(lake: Lake, name: str, *, user_only: bool = True) -> list[dict]:
+    """The lake table read with plain pyiceberg (a fresh catalog load), as sorted row dicts."""
+    table = lake.catalog.load_table(tuple(name.split(".")))
+    data = table.scan().to_arrow()
+    if user_only:
+        data = data.select([c for c in data.column_names if not c.startswith("__")])
+    return sorted(data.to_pylist(), key=repr)
+
+
+def rows_of(table: pa.Table) -> list[dict]:
+    return sorted(table.to_pylist(), key=repr)
