@@ -32,6 +32,7 @@ from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
 from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
+from materializer.telemetry import batch_scope
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.spark.session import new_session
 from runtime.storage.api import TableMeta
@@ -416,7 +417,8 @@ def _guarded(fn, ctx: QueryContext):
 
     def run(batch_df, batch_id):
         try:
-            fn(batch_df, batch_id)
+            with batch_scope(ctx, batch_id):  # phase seconds into the stats; a log line naming the batch
+                fn(batch_df, batch_id)
         except TidehouseError as exc:
             ctx.stats.error = exc.render()
             ctx.stats.failure = exc

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
+from materializer.telemetry import PhaseClock, timed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import (
@@ -53,6 +54,8 @@ class TableStats:
     last_batch_time: float | None = None
     last_batch_seconds: float | None = None
     last_origin_ts: float | None = None
+    last_batch_id: int | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # read/sql/write, summed (telemetry.py)
     error: str | None = None
     failure: TidehouseError | None = field(default=None, repr=False)  # the error a batch raised, code kept
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -74,6 +77,7 @@ class QueryContext:
         self.pool = pool
         self.args = spark_args(table.params)
         self.seen_violators: set[str] = set()  # recompute: violators this run counted already
+        self.clock = PhaseClock()  # seconds per phase of the running micro-batch
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -95,12 +99,14 @@ def local_df(session, data: pa.Table, ddl: str):
     return session.createDataFrame(conform_to(data, ddl), schema=struct_of(ddl))
 
 
+@timed("read")
 def bind_lookups(ctx: QueryContext, session, inputs: list[Input]) -> None:
     """Bind primary-key (and, for recompute, log) inputs as their current content."""
     for inp in inputs:
         local_df(session, ctx.store.scan(inp.ref), inp.ddl).createOrReplaceTempView(inp.name)
 
 
+@timed("read")
 def read_batch(ctx: QueryContext, inp: Input, batch_id: int) -> pa.Table | None:
     """The rows of hot table ``inp`` that micro-batch ``batch_id`` covers, read here in the driver.
 
@@ -122,6 +128,7 @@ def read_batch(ctx: QueryContext, inp: Input, batch_id: int) -> pa.Table | None:
     return pa.concat_tables(parts) if parts else None
 
 
+@timed("sql")
 def run_sql(ctx: QueryContext, session) -> pa.Table:
     return session.sql(ctx.table.sql, args=ctx.args).toArrow()
 
@@ -163,6 +170,7 @@ def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.
                      "source": pa.array([source] * n, pa.string()), "quarantined_at": now})
 
 
+@timed("write")
 def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *,
                      writer: str | None = None) -> None:
     """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer,
@@ -188,6 +196,7 @@ def already_quarantined(ctx: QueryContext) -> set[str]:
     return set(rows.filter(mine).column("raw").to_pylist())
 
 
+@timed("sql")
 def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int, *, writer: str | None = None,
                        whole_result: bool = False) -> tuple[pa.Table, pa.Table]:
     """Split output rows into (kept, violating); quarantine/count the violators, or fail the flow.
@@ -246,6 +255,7 @@ def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int,
     return out.filter(pc.invert(bad)), violators
 
 
+@timed("write")
 def _write(ctx: QueryContext, data: pa.Table, batch_id: int, origin: float | None, writer: str | None = None):
     if data.num_rows == 0:
         return
@@ -303,7 +313,8 @@ def append_batch(ctx: QueryContext) -> Callable:
         started = time.time()
         session = _begin(ctx, batch_df)
         if source is not None:
-            data = batch_df.toArrow()
+            with ctx.clock.phase("read"):  # Spark reads the source files here
+                data = batch_df.toArrow()
             rows_in = data.num_rows
             if CORRUPT in data.column_names:
                 corrupt = pc.is_valid(data.column(CORRUPT))
@@ -345,7 +356,8 @@ def aggregate_batch(ctx: QueryContext) -> Callable:
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
         session = _begin(ctx, batch_df)
-        out = batch_df.toArrow()
+        with ctx.clock.phase("read"):  # Spark runs the streaming aggregation here
+            out = batch_df.toArrow()
         origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
         data = _upserts_and_deletes(ctx, session, out, batch_id)
         _write(ctx, data, batch_id, origin)
@@ -414,7 +426,7 @@ def recompute_batch(ctx: QueryContext) -> Callable:
         session = _begin(ctx, batch_df)
         origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
         written = recompute(ctx, session, batch_id, writer=None, origin=origin)
-        _finish(ctx, started, -1, written, origin)
+        _finish(ctx, started, 0, written, origin)  # it re-reads its inputs' state: no rows "in"
 
     return run
 
@@ -453,7 +465,8 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
     if not parts:
         return 0
     out = pa.concat_tables(parts)
-    ctx.store.write(table.name, out, writer=writer or table.writer_id, seq=int(seq), origin_ts=origin)
+    with ctx.clock.phase("write"):
+        ctx.store.write(table.name, out, writer=writer or table.writer_id, seq=int(seq), origin_ts=origin)
     return out.num_rows
 
 

@@ -1,0 +1,132 @@
+"""Per-micro-batch telemetry of a table's query: where a batch's time goes, and log records naming the batch.
+
+:class:`PhaseClock` adds up the seconds of each phase of the micro-batch running in the calling thread:
+
+* ``read``  — reading the batch's input: Spark evaluating the source or the streaming aggregation
+  (``toArrow``), the driver's read of a hot offset range, scans of lookup and recomputed inputs;
+* ``sql``   — the action's SQL and the expectation checks;
+* ``write`` — writes to the hot table and its quarantine table.
+
+A phase entered inside another pauses the outer one (a quarantine write during the expectation checks counts
+as ``write``, not ``sql``). The batch functions of :mod:`materializer.strategies` mark their phases with
+:func:`timed` and ``ctx.clock.phase(...)``; Spark's own phases of the same batch (planning it, the offset and
+commit logs) come from its progress events (:mod:`materializer.progress`).
+
+:func:`batch_scope` wraps one call of a batch function (the runner's ``_guarded``): it starts the clock,
+then adds the phases to the table's :class:`~materializer.strategies.TableStats` (``phase_seconds``), and logs
+the batch — at DEBUG when it succeeded, at ERROR when it raised — with ``flow``, ``table`` and ``batch_id``
+as record attributes (``logging.format: json`` prints them as fields).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger("materializer.batch")
+
+PHASES = ("read", "sql", "write")  # measured in the batch functions
+
+
+class PhaseClock:
+    """Seconds per phase of the current micro-batch, per thread (a query's batches run one at a time, but a
+    reconcile may run on another thread)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _state(self) -> tuple[dict[str, float], list[list]]:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = ({}, [])
+        return state
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        totals, stack = self._state()
+        now = time.perf_counter()
+        if stack:  # pause the enclosing phase
+            outer = stack[-1]
+            totals[outer[0]] = totals.get(outer[0], 0.0) + now - outer[1]
+        stack.append([name, now])
+        try:
+            yield
+        finally:
+            now = time.perf_counter()
+            _, since = stack.pop()
+            totals[name] = totals.get(name, 0.0) + now - since
+            if stack:  # resume it
+                stack[-1][1] = now
+
+    def take(self) -> dict[str, float]:
+        """The seconds per phase since the last ``take`` in this thread, and start again from zero."""
+        totals, _ = self._state()
+        out = dict(totals)
+        totals.clear()
+        return out
+
+
+def timed(phase: str) -> Callable:
+    """Count a batch helper whose first argument is the query's context as ``phase``."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def run(ctx, *args, **kwargs):
+            clock = getattr(ctx, "clock", None)
+            if clock is None:
+                return fn(ctx, *args, **kwargs)
+            with clock.phase(phase):
+                return fn(ctx, *args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+def batch_fields(ctx, batch_id: int | None = None) -> dict[str, Any]:
+    """The record attributes of a log line about a table's query (and one of its batches)."""
+    fields: dict[str, Any] = {"flow": ctx.flow.flow, "table": ctx.table.name}
+    if batch_id is not None:
+        fields["batch_id"] = int(batch_id)
+    return fields
+
+
+@contextmanager
+def batch_scope(ctx, batch_id: int) -> Iterator[None]:
+    """One call of a table's batch function: its phases go into the table's stats, and it is logged."""
+    stats = ctx.stats
+    ctx.clock.take()  # whatever an interrupted call left behind is not this batch's
+    with stats.lock:
+        before = (stats.rows_in, stats.rows_out, stats.quarantined)
+    began = time.perf_counter()
+    failed: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        seconds = time.perf_counter() - began
+        phases = ctx.clock.take()
+        with stats.lock:
+            for name, value in phases.items():
+                stats.phase_seconds[name] = stats.phase_seconds.get(name, 0.0) + value
+            stats.last_batch_id = int(batch_id)
+            rows_in, rows_out, quarantined = (stats.rows_in - before[0], stats.rows_out - before[1],
+                                              stats.quarantined - before[2])
+        fields = batch_fields(ctx, batch_id)
+        if failed is not None:
+            first = str(failed).splitlines()[0] if str(failed) else ""
+            log.error("batch %d of %s failed after %.3fs: %s: %s", batch_id, ctx.table.name, seconds,
+                      type(failed).__name__, first, extra=fields)
+        elif log.isEnabledFor(logging.DEBUG):
+            fields.update(rows_in=rows_in, rows_out=rows_out, quarantined=quarantined, seconds=round(seconds, 6),
+                          **{f"{name}_s": round(phases.get(name, 0.0), 6) for name in PHASES})
+            log.debug("batch %d of %s: %d rows in, %d out, %d quarantined in %.3fs (read %.3fs, sql %.3fs, "
+                      "write %.3fs)", batch_id, ctx.table.name, rows_in, rows_out, quarantined, seconds,
+                      phases.get("read", 0.0), phases.get("sql", 0.0), phases.get("write", 0.0), extra=fields)
