@@ -1,4 +1,5 @@
-"""What Spark reports per micro-batch, gathered while a flow runs: rows dropped by watermarks.
+"""What Spark reports per micro-batch, gathered while a flow runs: rows dropped by watermarks, and where
+each micro-batch's time went on Spark's side.
 
 A streaming aggregation with a watermark (``windowed_count``, any ``... WATERMARK ts DELAY OF ...`` that the
 ``aggregate`` strategy keeps) drops rows whose event time is behind the watermark the previous micro-batch
@@ -10,6 +11,12 @@ cumulative over the run. The status snapshot shows it as ``late_dropped``.
 Spark counts rows at its state operator: for an aggregation, after the late rows of one group in one
 micro-batch were combined, so several late rows of the same window and key in one micro-batch count once
 (docs/concepts.md, Correctness).
+
+The same events give Spark's share of each micro-batch's time (``durationMs``), summed per table over the run
+(:meth:`ProgressListener.seconds`): ``plan`` (deciding the batch's offsets and planning it: ``latestOffset``,
+``getBatch``, ``queryPlanning``), ``commit`` (writing the offset log and the commit log of the checkpoint:
+``walCommit``, ``commitOffsets``) and ``total`` (the whole trigger, ``triggerExecution``). What runs inside the
+``foreachBatch`` function (read, sql, write) is measured there (:mod:`materializer.telemetry`).
 
 Listeners belong to one session's query manager and only see the queries started in that session: the
 runner calls :meth:`ProgressListener.watch` with the session of each query it starts.
@@ -26,12 +33,20 @@ from pyspark.sql.streaming import StreamingQueryListener
 log = logging.getLogger(__name__)
 
 
+# Spark's progress durations (ms) -> the phase they belong to
+SPARK_PHASES = {"latestOffset": "plan", "getBatch": "plan", "queryPlanning": "plan", "walCommit": "commit",
+                "commitOffsets": "commit", "triggerExecution": "total"}
+
+
 class ProgressListener(StreamingQueryListener):
-    """Late rows dropped per table (query name), summed over every micro-batch of this run."""
+    """Per table (query name), summed over every micro-batch of this run: late rows dropped, micro-batches
+    Spark ran, and Spark's seconds per phase."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._late: dict[str, int] = {}
+        self._batches: dict[str, int] = {}
+        self._seconds: dict[str, dict[str, float]] = {}
         self._sessions: list = []
 
     def watch(self, session) -> None:
@@ -42,6 +57,16 @@ class ProgressListener(StreamingQueryListener):
     def late_dropped(self, table: str) -> int:
         with self._lock:
             return self._late.get(table, 0)
+
+    def batches(self, table: str) -> int:
+        """Micro-batches Spark reported for the table's query (restarts included)."""
+        with self._lock:
+            return self._batches.get(table, 0)
+
+    def seconds(self, table: str) -> dict[str, float]:
+        """Spark's seconds per phase (``plan``, ``commit``, ``total``) over the table's micro-batches."""
+        with self._lock:
+            return {phase: round(value, 6) for phase, value in self._seconds.get(table, {}).items()}
 
     def close(self) -> None:
         """Wait until Spark has delivered every event queued so far, then stop listening."""
@@ -61,10 +86,17 @@ class ProgressListener(StreamingQueryListener):
     # -- StreamingQueryListener ------------------------------------------------------------------------
     def onQueryProgress(self, event) -> None:
         progress = event.progress
+        if not progress.name:
+            return
         dropped = sum(int(op.numRowsDroppedByWatermark or 0) for op in progress.stateOperators)
-        if dropped and progress.name:
-            with self._lock:
+        durations = progress.durationMs or {}
+        with self._lock:
+            if dropped:
                 self._late[progress.name] = self._late.get(progress.name, 0) + dropped
+            self._batches[progress.name] = self._batches.get(progress.name, 0) + 1
+            seconds = self._seconds.setdefault(progress.name, {"plan": 0.0, "commit": 0.0, "total": 0.0})
+            for key, phase in SPARK_PHASES.items():
+                seconds[phase] += float(durations.get(key) or 0) / 1000.0
 
     def onQueryStarted(self, event) -> None:
         pass

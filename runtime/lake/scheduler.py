@@ -57,6 +57,8 @@ class TableStats:
     commits: int = 0
     errors: int = 0
     dropped: int = 0  # fires APScheduler dropped: only while one run is active AND one is queued (no loss)
+    seconds: float = 0.0  # spent in this table's cycles, failed ones included
+    last_seconds: float | None = None  # of the last cycle, failed or not
     last: CycleResult | None = None
     last_error: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -89,21 +91,30 @@ class TieringService:
         stats = self.stats[name]
         with stats.lock:
             stats.runs += 1
+            began = time.perf_counter()
             try:
                 result = tier_table(self.store, self.lake, name)
             except Exception as exc:  # one table's failure never stops the others
+                self._took(stats, began)
                 stats.errors += 1
                 stats.last_error = exc.render() if isinstance(exc, TidehouseError) else f"{type(exc).__name__}: {exc}"
-                log.error("tiering %s failed: %s", name, stats.last_error, exc_info=not isinstance(exc, TidehouseError))
+                log.error("tiering %s failed: %s", name, stats.last_error,
+                          exc_info=not isinstance(exc, TidehouseError), extra={"table": name})
                 if self._on_error:
                     self._on_error(name, exc)
                 return None
+            self._took(stats, began)
             stats.last = result
             stats.last_error = None
             stats.commits += int(result.committed)
         if self._on_cycle:
             self._on_cycle(result)
         return result
+
+    @staticmethod
+    def _took(stats: TableStats, began: float) -> None:
+        stats.last_seconds = time.perf_counter() - began
+        stats.seconds += stats.last_seconds
 
     def run_all_now(self) -> TierReport:
         """One cycle of every table now, in parallel (``tier run``, ``--until-idle``'s final cycle)."""
@@ -155,7 +166,9 @@ class TieringService:
 
     def summary(self) -> dict[str, dict[str, Any]]:
         return {name: {"interval": s.interval, "runs": s.runs, "commits": s.commits, "errors": s.errors,
-                       "dropped": s.dropped, "last_error": s.last_error,
+                       "dropped": s.dropped, "seconds": round(s.seconds, 6),
+                       "last_seconds": None if s.last_seconds is None else round(s.last_seconds, 6),
+                       "last_error": s.last_error,
                        "last": s.last.to_dict() if s.last else None} for name, s in self.stats.items()}
 
 
