@@ -34,6 +34,7 @@ from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
 from materializer.telemetry import batch_scope
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.lake.history import TableHistory
 from runtime.spark.session import new_session
 from runtime.storage.api import TableMeta
 
@@ -80,6 +81,7 @@ class FlowRunner:
         self.plan = plan
         self.spark = spark or project.spark()
         self.store = project.store
+        self.history = TableHistory(self.store, project.lake)  # lake + hot tail: reads behind retention
         self.root = project.config.storage_root
         self.max_rows_per_batch = project.config.get("materializer.max_rows_per_batch")
         self.on_status = on_status
@@ -280,6 +282,7 @@ class FlowRunner:
         and by reconciles, so the run's figures count each row once."""
         if t.name not in self.contexts:
             self.contexts[t.name] = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name],
+                                                 history=self.history,
                                                  pool=t.layer)
         return self.contexts[t.name]
 

@@ -27,6 +27,7 @@ from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from materializer.telemetry import PhaseClock, timed
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.lake.history import TableHistory
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import (
     CHANGE,
@@ -68,8 +69,9 @@ class QueryContext:
     """What a query's batch function needs: the store, the plan, the stats sink."""
 
     def __init__(self, store: TableStore, root: str, plan: FlowPlan, table: TablePlan, stats: TableStats,
-                 pool: str) -> None:
+                 pool: str, history: TableHistory | None = None) -> None:
         self.store = store
+        self.history = history or TableHistory(store, None)  # reads that may need what retention deleted
         self.root = root
         self.flow = plan
         self.table = table
@@ -101,9 +103,13 @@ def local_df(session, data: pa.Table, ddl: str):
 
 @timed("read")
 def bind_lookups(ctx: QueryContext, session, inputs: list[Input]) -> None:
-    """Bind primary-key (and, for recompute, log) inputs as their current content."""
+    """Bind primary-key (and, for recompute, log) inputs as their current content: a primary-key table's
+    state (the hot key-value state holds every key), a log table's every row (the lake below the hot log's
+    first offsets, then the hot log: retention never hides rows from a recompute)."""
     for inp in inputs:
-        local_df(session, ctx.store.scan(inp.ref), inp.ddl).createOrReplaceTempView(inp.name)
+        user = [f.name for f in struct_of(inp.ddl).fields]
+        data = ctx.store.scan(inp.ref) if inp.kind == "primary_key" else ctx.history.rows(inp.ref, columns=user)
+        local_df(session, data, inp.ddl).createOrReplaceTempView(inp.name)
 
 
 @timed("read")
@@ -122,10 +128,18 @@ def read_batch(ctx: QueryContext, inp: Input, batch_id: int) -> pa.Table | None:
     parts = []
     for bucket, end in sorted(ends.items(), key=lambda item: int(item[0])):
         start = int(starts.get(bucket, 0))
-        if int(end) > start:
+        if int(end) > start:  # below the hot log's first offset (retention): from the lake
             parts.extend(pa.Table.from_batches([b]) for b in
-                         ctx.store.read(inp.ref, int(bucket), start, int(end), columns=user))
+                         ctx.history.read(inp.ref, int(bucket), start, int(end), columns=user))
     return pa.concat_tables(parts) if parts else None
+
+
+def behind_retention(ctx: QueryContext, inp: Input, batch_id: int) -> bool:
+    """Whether micro-batch ``batch_id`` starts below the hot log of ``inp`` in some bucket (the query fell
+    behind retention): a primary-key input's changelog there is gone (the lake keeps state, not changes)."""
+    starts, ends = batch_ranges(ctx.table.checkpoint, batch_id).get(inp.ref, ({}, {}))
+    firsts = ctx.store.start_offsets(inp.ref)
+    return any(int(starts.get(b, 0)) < firsts[int(b)] and int(e) > int(starts.get(b, 0)) for b, e in ends.items())
 
 
 @timed("sql")
@@ -191,7 +205,7 @@ def already_quarantined(ctx: QueryContext) -> set[str]:
     row each micro-batch: a violator it finds again is not quarantined again)."""
     if not ctx.table.quarantine or not ctx.store.has_table(ctx.table.quarantine):
         return set()
-    rows = ctx.store.scan(ctx.table.quarantine, columns=["raw", "source"])
+    rows = ctx.history.rows(ctx.table.quarantine, columns=["raw", "source"])
     mine = pc.equal(rows.column("source"), ctx.table.name)
     return set(rows.filter(mine).column("raw").to_pylist())
 
@@ -380,6 +394,11 @@ def changelog_batch(ctx: QueryContext) -> Callable:
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
         session = _begin(ctx, batch_df)
+        if behind_retention(ctx, upstream, batch_id):  # resync: recompute from the input's state, then follow
+            origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+            written = recompute(ctx, session, batch_id, writer=None, origin=origin)
+            _finish(ctx, started, 0, written, origin)
+            return
         data = read_batch(ctx, upstream, batch_id)
         if data is None:
             return

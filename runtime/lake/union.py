@@ -4,14 +4,12 @@ For every table a query names:
 
 * ``layer.t`` — the union read, user columns only:
 
-  - **log table**: the lake rows of the current lake snapshot (which hold exactly the hot offsets below the
-    snapshot's ``tidehouse.offsets``) followed by the hot rows from those offsets to the current end.
-    The hot log is append-only, so reading the lake snapshot first and the hot tail second is consistent
-    even while tiering commits in between (the snapshot is pinned by id).
+  - **log table**: every row, as if retention had never deleted any: the lake below each bucket's first
+    hot offset, then the hot log (:class:`runtime.lake.history.TableHistory`).
   - **primary-key table**: the lake's state at its snapshot, overridden by the hot changelog since the
     snapshot's offsets, collapsed to the last row kind per key: keys whose last change is a delete are
-    removed, upserted keys take their new image (hot wins). That equals the hot current state without
-    reading the whole hot state, and stays correct when old hot segments were deleted by retention.
+    removed, upserted keys take their new image (hot wins). It stays correct when old hot segments were
+    deleted by retention.
   - a table only the lake has (its hot table was dropped) reads the lake; one never tiered reads the hot
     log alone.
 * ``layer.t$lake`` — the lake table only, as stored (including the kept ``__`` columns).
@@ -31,12 +29,10 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-from runtime.lake.apply import collapse_changelog, key_mask
 from runtime.lake.catalog import Lake
-from runtime.lake.state import lake_offsets
+from runtime.lake.history import TableHistory
 from runtime.lake.tiering import read_range
 from runtime.storage.api import SYSTEM_COLUMNS, TableMeta, TableStore
 
@@ -125,21 +121,11 @@ class UnionReader:
         self.lake = lake
         self._hot = set(store.list_tables())
         self._lake = set(lake.list_tables())
+        self.history = TableHistory(store, lake)
 
     @property
     def tables(self) -> set[str]:
         return self._hot | self._lake
-
-    def lake_snapshot(self, name: str, buckets: int):
-        """(lake rows of the current snapshot, offsets it covers) — (None, zeros) if never tiered."""
-        if name not in self._lake:
-            return None, [0] * buckets
-        table = self.lake.load(name)
-        offsets, _ = lake_offsets(table, buckets)
-        snap = table.current_snapshot()
-        if snap is None:
-            return None, offsets
-        return table.scan(snapshot_id=snap.snapshot_id).to_arrow(), offsets
 
     def lake_only(self, name: str) -> pa.Table:
         if name not in self._lake:
@@ -153,23 +139,12 @@ class UnionReader:
         return read_range(self.store, meta, self.store.start_offsets(name), self.store.end_offsets(name))
 
     def union(self, name: str) -> pa.Table:
+        """The table's current content (user columns): its history (lake snapshot + hot tail)."""
         if name not in self._hot:
             data = self.lake_only(name)
             return data.select([c for c in data.column_names if c not in SYSTEM_COLUMNS])
         meta = self.store.get_table(name)
-        schema = _user_schema(meta)
-        lake_rows, offsets = self.lake_snapshot(name, meta.buckets)
-        ends = self.store.end_offsets(name)
-        tail = read_range(self.store, meta, offsets, [max(o, e) for o, e in zip(offsets, ends)])
-        base = _conform(lake_rows, schema) if lake_rows is not None else schema.empty_table()
-        if not meta.is_primary_key:
-            return pa.concat_tables([base, _conform(tail, schema)]) if tail.num_rows else base
-        if tail.num_rows == 0:
-            return base
-        images, keys = collapse_changelog(tail, meta.primary_key)
-        if base.num_rows:
-            base = base.filter(pc.invert(key_mask(base, keys, meta.primary_key)))
-        return pa.concat_tables([base, _conform(images, schema)])
+        return self.history.state(name) if meta.is_primary_key else self.history.rows(name)
 
     def build(self, ref: TableRef) -> pa.Table:
         if ref.view == "lake":
