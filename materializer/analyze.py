@@ -31,6 +31,8 @@ from materializer.plan import (
     quarantine_name,
 )
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import DEFAULT_MERGE_ENGINE, LOG, PRIMARY_KEY, is_system_column
+from runtime.core.sparktypes import parse_columns, parse_type
 
 log = logging.getLogger(__name__)
 PASSTHROUGH_REASON = "; the SQL returns its input unchanged, so each micro-batch's rows are written as they are"
@@ -114,9 +116,11 @@ def spark_args(params: tuple[Param, ...]) -> dict[str, Any]:
             return F.create_map(*parts)
         return F.lit(convert(dtype, value))
 
+    from runtime.spark.types import to_spark_type
+
     out = {}
     for p in params:
-        dtype = struct_of(f"v {p.type}").fields[0].dataType
+        dtype = to_spark_type(parse_type(p.type))
         out[p.name] = literal(dtype, p.value) if isinstance(dtype, (T.ArrayType, T.MapType)) \
             else convert(dtype, p.value)
     return out
@@ -320,21 +324,20 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
         shape = sql_shape(df)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
-        decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs],
-                                    primary_key=primary_key, merge_engine=tspec.merge_engine or "last_row",
-                                    location=tloc)
+        decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs], primary_key=primary_key,
+                                    merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE, location=tloc)
         passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
         expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
         _check_expectations(name, df, expect, tloc)
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
         quarantine = quarantine_name(name) if has_source or any(e.on_violation == "quarantine" for e in expect) \
             else None
-        kind = "primary_key" if primary_key else "log"
+        kind = PRIMARY_KEY if primary_key else LOG
         payload = {
             "name": name, "kind": kind, "strategy": decision.strategy, "sql": action.sql,
             "params": [(p.name, p.type, p.value) for p in params],
             "inputs": [(i.name, i.ref, known[i.ref][2]) for i in inputs],
-            "ddl": out_ddl, "pk": primary_key, "merge": tspec.merge_engine or "last_row",
+            "ddl": out_ddl, "pk": primary_key, "merge": tspec.merge_engine or DEFAULT_MERGE_ENGINE,
             "aggs": sorted((tspec.aggregations or {}).items()), "buckets": int(tspec.buckets or 1),
             "bucket_key": tuple(tspec.bucket_key or ()), "expect": [(e.name, e.condition, e.on_violation)
                                                                     for e in expect],
@@ -348,7 +351,7 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
             action_path=_rel(project, action.path), sql_line=int(getattr(action, "sql_line", 1) or 1),
             sql=action.sql, params=params, inputs=tuple(inputs), ddl=out_ddl, primary_key=primary_key,
             passthrough=passthrough,
-            merge_engine=tspec.merge_engine or "last_row",
+            merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE,
             aggregations=tuple(sorted((tspec.aggregations or {}).items())), buckets=int(tspec.buckets or 1),
             bucket_key=tuple(tspec.bucket_key or ()),
             trigger=float(tspec.trigger if tspec.trigger is not None else flow_trigger),
@@ -415,7 +418,7 @@ def _external(project, table: str, planned: TablePlan | None = None) -> tuple[st
         raise TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"table {table} is produced by another flow that has "
                              "not run yet", hint="trigger the flow that produces it first")
     meta = store.get_table(table)
-    kind = "primary_key" if meta.is_primary_key else "log"
+    kind = PRIMARY_KEY if meta.is_primary_key else LOG
     ddl = arrow_to_ddl(meta.schema)
     return kind, ddl, fingerprint({"external": table, "ddl": ddl}), tuple(meta.primary_key)
 
@@ -445,7 +448,7 @@ def _analyse(session, action, params, inputs, table: str, tloc):
 
 def _check_output(table: str, df, action, primary_key, tspec, tloc, location_of=None) -> None:
     columns = df.columns
-    bad = [c for c in columns if c.startswith("__")]
+    bad = [c for c in columns if is_system_column(c)]
     if bad:
         raise TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"table {table}: output column '{bad[0]}' starts with "
                              "two underscores, which are reserved for system columns", location=tloc,
@@ -465,10 +468,7 @@ def _check_output(table: str, df, action, primary_key, tspec, tloc, location_of=
                                  location=node_location(location_of, f"{table}.{field}") or tloc)
     output = getattr(action, "output", None)
     if output:
-        if isinstance(output, str):
-            expected = [f.name for f in struct_of(output).fields]
-        else:
-            expected = list(output)
+        expected = [c.name for c in parse_columns(output, untyped=True)]  # a contract may name columns only
         if sorted(expected) != sorted(columns):
             raise TidehouseError(ErrorCode.ACTION_SQL_INVALID,
                                  f"action {action.name}: the SQL's output columns ({', '.join(columns)}) do not "

@@ -25,7 +25,7 @@ from typing import Protocol
 import networkx as nx
 
 from registry.specs import LAYERS, ActionSpec, FlowSpec, check_value, did_you_mean
-from registry.specs.sparktypes import describe
+from registry.specs.values import describe
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 

@@ -16,10 +16,11 @@ from registry.specs.flow import (
     TieringSpec,
 )
 from registry.specs.loading import parse_action, parse_action_text, parse_flow, parse_flow_text
-from registry.specs.sparktypes import SparkType, SparkTypeError, check_value, parse_ddl, parse_type
+from registry.specs.values import check_value
+from runtime.core.sparktypes import SparkType, SparkTypeError, parse_columns, parse_type
 
 __all__ = [
     "LAYERS", "ActionHeader", "ActionSpec", "DefaultsSpec", "ExpectSpec", "FlowSpec", "ParamSpec", "SourceSpec",
     "SparkType", "SparkTypeError", "Spec", "TableSpec", "TieringSpec", "check_value", "did_you_mean",
-    "parse_action", "parse_action_text", "parse_ddl", "parse_flow", "parse_flow_text", "parse_type",
+    "parse_action", "parse_action_text", "parse_columns", "parse_flow", "parse_flow_text", "parse_type",
 ]

@@ -29,7 +29,10 @@ from registry.specs.base import (
     custom,
     unique,
 )
-from registry.specs.sparktypes import SparkType, SparkTypeError, check_value, parse_ddl, parse_type
+from registry.specs.values import check_value
+from runtime.core.literals import is_system_column
+from runtime.core.sparktypes import Column as DdlColumn
+from runtime.core.sparktypes import SparkType, SparkTypeError, parse_columns, parse_type
 
 
 def _spark_type(value: Any) -> str:
@@ -56,16 +59,15 @@ def _output(value: Any) -> str | None:
     if not isinstance(value, str):
         raise custom(WRONG_TYPE, "expected Spark DDL like 'user_id string, cnt bigint' or a list of column names")
     try:
-        columns = parse_ddl(value)
+        columns = parse_columns(value, untyped=True)
     except SparkTypeError as exc:
         raise custom(BAD_VALUE, f"not a column list: {exc}") from None
-    seen: set[str] = set()
-    for name, _ in columns:
-        if name.startswith("__"):
-            raise custom(BAD_VALUE, f"output column {name!r}: columns starting with '__' are system columns")
-        if name.lower() in seen:
-            raise custom(BAD_VALUE, f"output column {name!r} is listed twice")
-        seen.add(name.lower())
+    for column in columns:
+        if is_system_column(column.name):
+            raise custom(BAD_VALUE, f"output column {column.name!r}: columns starting with '__' are system columns")
+        if not column.nullable:
+            raise custom(BAD_VALUE, f"output column {column.name!r}: NOT NULL is for source schemas only (a "
+                                    "contract names the columns the SQL returns, and their types)")
     return value.strip()
 
 
@@ -126,15 +128,20 @@ class ActionSpec(ActionHeader):
     sql_line: int = Field(1, description="1-based line of the file where the SQL starts (to map Spark errors).")
 
     @property
+    def output_contract(self) -> tuple[DdlColumn, ...] | None:
+        """The parsed output contract (a column's type is ``None`` where it names the column only), or ``None``
+        when the action declares none."""
+        return None if self.output is None else parse_columns(self.output, untyped=True)
+
+    @property
     def output_columns(self) -> tuple[str, ...] | None:
         """Column names of the output contract, or ``None`` when the action declares none."""
-        if self.output is None:
-            return None
-        return tuple(name for name, _ in parse_ddl(self.output))
+        contract = self.output_contract
+        return None if contract is None else tuple(c.name for c in contract)
 
     @property
     def output_types(self) -> dict[str, SparkType | None]:
-        return dict(parse_ddl(self.output)) if self.output else {}
+        return {c.name: c.type for c in self.output_contract or ()}
 
     def param_values(self, given: dict[str, Any]) -> dict[str, Any]:
         """The values to bind: the flow's values over the defaults."""

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from runtime.core.durations import parse_duration
+from runtime.core.literals import is_system_column
 
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -57,7 +58,7 @@ def custom(kind: str, message: str, **context: Any) -> PydanticCustomError:
 
 def _str(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        from registry.specs.sparktypes import describe
+        from registry.specs.values import describe
 
         raise custom(WRONG_TYPE, f"expected {what}, got {describe(value)}")
     return value
@@ -69,7 +70,7 @@ def identifier(value: Any) -> str:
     if not IDENTIFIER_RE.match(value) or len(value) > MAX_NAME:
         raise custom(BAD_IDENTIFIER, f"{value!r} is not a valid name: use lower-case letters, digits and _, "
                                      f"not starting with a digit (at most {MAX_NAME} characters)")
-    if value.startswith("__"):
+    if is_system_column(value):
         raise custom(BAD_IDENTIFIER, f"{value!r}: names starting with '__' are reserved for system columns")
     return value
 
@@ -79,7 +80,7 @@ def column(value: Any) -> str:
     value = _str(value, "a column name")
     if not COLUMN_RE.match(value) or len(value) > MAX_NAME:
         raise custom(BAD_IDENTIFIER, f"{value!r} is not a valid column name (letters, digits and _)")
-    if value.startswith("__"):
+    if is_system_column(value):
         raise custom(BAD_IDENTIFIER, f"{value!r}: columns starting with '__' are system columns")
     return value
 

@@ -26,12 +26,19 @@ from registry.specs.base import (
     unique,
 )
 from runtime.core.errors import Location
+from runtime.core.literals import (
+    AGGREGATIONS,
+    DEFAULT_MERGE_ENGINE,
+    LAYERS,
+    MERGE_ENGINES,
+    Aggregation,
+    Layer,
+    MergeEngine,
+    is_system_column,
+)
 from runtime.core.refs import REF_RE
+from runtime.core.sparktypes import SparkTypeError, parse_columns
 
-LAYERS = ("ods", "dwd", "dws", "ads")
-Layer = Literal["ods", "dwd", "dws", "ads"]
-MergeEngine = Literal["last_row", "first_row", "aggregate", "partial_update"]
-Aggregation = Literal["sum", "min", "max", "count", "last_non_null"]
 OnViolation = Literal["drop", "quarantine", "fail"]
 
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text")  # Spark file sources: they need a path
@@ -99,18 +106,14 @@ class SourceSpec(Spec):
     @field_validator("schema_")
     @classmethod
     def _schema_parses(cls, value: str | None) -> str | None:
-        from registry.specs.sparktypes import SparkTypeError, parse_ddl
-
         if value is not None:
             try:
-                columns = parse_ddl(value, allow_not_null=True)
+                columns = parse_columns(value)
             except SparkTypeError as exc:
                 raise custom(BAD_VALUE, f"not a Spark DDL schema: {exc}") from None
-            for name, col_type in columns:
-                if col_type is None:
-                    raise custom(BAD_VALUE, f"column {name!r} has no type (write 'name type, ...')")
-                if name.startswith("__"):
-                    raise custom(BAD_VALUE, f"column {name!r}: columns starting with '__' are system columns")
+            for column in columns:
+                if is_system_column(column.name):
+                    raise custom(BAD_VALUE, f"column {column.name!r}: columns starting with '__' are system columns")
         return value
 
     @model_validator(mode="after")
@@ -133,10 +136,12 @@ class TableSpec(Spec):
                                                                             "checked against their Spark types.")
     primary_key: tuple[Column, ...] = Field((), description="Primary key columns; makes this a primary-key table "
                                                             "with a changelog (otherwise a log table).")
-    merge_engine: MergeEngine = Field("last_row", description="How rows with the same key merge: last_row "
-                                      "(default), first_row, aggregate, partial_update.")
+    merge_engine: MergeEngine = Field(DEFAULT_MERGE_ENGINE, description="How rows with the same key merge: "
+                                      f"{DEFAULT_MERGE_ENGINE} (default), "
+                                      f"{', '.join(e for e in MERGE_ENGINES if e != DEFAULT_MERGE_ENGINE)}.")
     aggregations: dict[Column, Aggregation] = Field(default_factory=dict, description="With merge_engine "
-                                                    "aggregate: column -> sum|min|max|count|last_non_null.")
+                                                    f"aggregate: column -> {'|'.join(AGGREGATIONS)}; a column "
+                                                    "not named takes the incoming value.")
     buckets: Annotated[int, Field(strict=True, ge=1, le=1024)] = Field(1, description="Number of buckets (>= 1).")
     bucket_key: tuple[Column, ...] = Field((), description="Columns that choose a row's bucket; default: the "
                                                            "primary key (must be part of it).")

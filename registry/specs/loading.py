@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from registry.specs.action import ActionHeader, ActionSpec
 from registry.specs.base import did_you_mean
 from registry.specs.flow import FlowSpec
-from registry.specs.sparktypes import describe
+from registry.specs.values import describe
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
 

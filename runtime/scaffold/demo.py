@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runtime.core.durations import format_duration
+from runtime.core.literals import LAYERS
 
 FLOW = "ecommerce_activity"
 MARKER = ".tidehouse-demo"  # only a folder holding this file is ever wiped by the demo
-LAYERS = ("ods", "dwd", "dws", "ads")
 
 
 @dataclass

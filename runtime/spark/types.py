@@ -25,18 +25,20 @@ Arrow timestamps of another unit or zone map to Spark ``timestamp``; :func:`conf
 ``TidehouseError(SPARK_TYPE_UNSUPPORTED)`` naming the column.
 
 :func:`parse_ddl` reads the DDL that flows use for source schemas (``"user_id string, ts timestamp"``)
-without starting Spark (``StructType.fromDDL`` needs an active session), so validation stays fast.
+without starting Spark (``StructType.fromDDL`` needs an active session), so validation stays fast: the
+grammar is the core's (:mod:`runtime.core.sparktypes`, shared with the registry); this module only maps
+its tree to pyspark types.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+from collections.abc import Iterable
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.sparktypes import Column, SparkType, SparkTypeError, parse_columns
 
 _SIMPLE_TO_ARROW: dict[type, pa.DataType] = {
     T.StringType: pa.string(),
@@ -159,128 +161,31 @@ def conform(data: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-# -- DDL parsing without a session ------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|([<>(),:]))")
-_NAMED = {
-    "string": T.StringType, "tinyint": T.ByteType, "byte": T.ByteType, "smallint": T.ShortType,
-    "short": T.ShortType, "int": T.IntegerType, "integer": T.IntegerType, "bigint": T.LongType,
-    "long": T.LongType, "float": T.FloatType, "real": T.FloatType, "double": T.DoubleType,
-    "boolean": T.BooleanType, "bool": T.BooleanType, "date": T.DateType, "timestamp": T.TimestampType,
-    "timestamp_ltz": T.TimestampType, "timestamp_ntz": T.TimestampNTZType, "binary": T.BinaryType,
+# -- DDL: the core grammar's tree mapped to Spark types ------------------------------------------------
+_PRIMITIVE_TYPES: dict[str, type] = {
+    "string": T.StringType, "tinyint": T.ByteType, "smallint": T.ShortType, "int": T.IntegerType,
+    "bigint": T.LongType, "float": T.FloatType, "double": T.DoubleType, "boolean": T.BooleanType,
+    "date": T.DateType, "timestamp": T.TimestampType, "timestamp_ntz": T.TimestampNTZType, "binary": T.BinaryType,
+    "varchar": T.StringType, "char": T.StringType,  # Spark reads and writes them as strings
 }
 
 
-class _Parser:
-    def __init__(self, text: str, location: Location | None) -> None:
-        self.text, self.location = text, location
-        self.tokens: list[tuple[str, int]] = list(self._tokenize())
-        self.i = 0
+def to_spark_type(parsed: SparkType) -> T.DataType:
+    """The pyspark type of a type parsed by :mod:`runtime.core.sparktypes`."""
+    if parsed.name in _PRIMITIVE_TYPES:
+        return _PRIMITIVE_TYPES[parsed.name]()
+    if parsed.name == "decimal":
+        return T.DecimalType(*parsed.args)
+    if parsed.name == "array":
+        return T.ArrayType(to_spark_type(parsed.args[0]))
+    if parsed.name == "map":
+        return T.MapType(to_spark_type(parsed.args[0]), to_spark_type(parsed.args[1]))
+    return to_spark_struct(parsed.args)  # struct
 
-    def _tokenize(self) -> Iterator[tuple[str, int]]:
-        pos = 0
-        while pos < len(self.text):
-            if self.text[pos:].strip() == "":
-                return
-            m = _TOKEN.match(self.text, pos)
-            if not m:
-                raise self.error(f"unexpected character {self.text[pos:].lstrip()[:1]!r}", pos)
-            yield m.group(m.lastindex), m.start(m.lastindex)
-            pos = m.end()
 
-    def error(self, message: str, pos: int | None = None) -> TidehouseError:
-        if pos is None:
-            pos = self.tokens[self.i][1] if self.i < len(self.tokens) else len(self.text)
-        return TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"invalid schema {self.text!r} at character {pos + 1}: "
-                              f"{message}", location=self.location,
-                              hint="write a Spark DDL schema such as 'id bigint, name string, ts timestamp'")
-
-    def peek(self) -> str | None:
-        return self.tokens[self.i][0] if self.i < len(self.tokens) else None
-
-    def take(self, expected: str | None = None) -> str:
-        tok = self.peek()
-        if tok is None or (expected is not None and tok.lower() != expected):
-            raise self.error(f"expected {expected or 'more'}, found {tok or 'end of text'}")
-        self.i += 1
-        return tok
-
-    def name(self) -> str:
-        tok = self.take()
-        if tok.startswith("`"):
-            return tok[1:-1].replace("``", "`")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):
-            raise self.error(f"expected a column name, found {tok}")
-        return tok
-
-    def fields(self, closing: str | None) -> T.StructType:
-        out: list[T.StructField] = []
-        while True:
-            if closing is not None and self.peek() == closing and not out:
-                break
-            name = self.name()
-            if closing is not None and self.peek() == ":":
-                self.take(":")
-            dtype = self.dtype(name)
-            nullable = True
-            if self.peek() and self.peek().lower() == "not":
-                self.take("not")
-                self.take("null")
-                nullable = False
-            if self.peek() and self.peek().lower() == "comment":
-                self.take("comment")
-                if not (self.peek() or "").startswith("'"):
-                    raise self.error("expected a quoted comment")
-                self.take()
-            out.append(T.StructField(name, dtype, nullable))
-            if self.peek() == ",":
-                self.take(",")
-                continue
-            break
-        names = [f.name.lower() for f in out]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise self.error(f"duplicate column {dupes[0]!r}")
-        return T.StructType(out)
-
-    def dtype(self, column: str) -> T.DataType:
-        word = self.take().lower()
-        if word in _NAMED:
-            return _NAMED[word]()
-        if word in ("decimal", "dec", "numeric"):
-            precision, scale = 10, 0
-            if self.peek() == "(":
-                self.take("(")
-                precision = int(self.take())
-                if self.peek() == ",":
-                    self.take(",")
-                    scale = int(self.take())
-                self.take(")")
-            if not (1 <= precision <= 38 and 0 <= scale <= precision):
-                raise self.error(f"decimal({precision},{scale}) is out of range for column {column!r}")
-            return T.DecimalType(precision, scale)
-        if word in ("varchar", "char"):
-            self.take("(")
-            self.take()
-            self.take(")")
-            return T.StringType()
-        if word == "array":
-            self.take("<")
-            element = self.dtype(f"{column}[]")
-            self.take(">")
-            return T.ArrayType(element)
-        if word == "map":
-            self.take("<")
-            key = self.dtype(f"{column}.key")
-            self.take(",")
-            value = self.dtype(f"{column}.value")
-            self.take(">")
-            return T.MapType(key, value)
-        if word == "struct":
-            self.take("<")
-            inner = self.fields(">")
-            self.take(">")
-            return inner
-        raise _unsupported(column, word, self.location)
+def to_spark_struct(columns: Iterable[Column]) -> T.StructType:
+    """The pyspark ``StructType`` of parsed columns (``NOT NULL`` kept; comments dropped)."""
+    return T.StructType([T.StructField(c.name, to_spark_type(c.type), c.nullable) for c in columns])
 
 
 def parse_ddl(ddl: str, location: Location | None = None) -> T.StructType:
@@ -289,13 +194,13 @@ def parse_ddl(ddl: str, location: Location | None = None) -> T.StructType:
     Raises ``SPEC_BAD_VALUE`` for syntax errors and ``SPARK_TYPE_UNSUPPORTED`` for unknown types, both
     carrying ``location`` (e.g. the YAML position of the ``schema:`` field).
     """
-    parser = _Parser(ddl, location)
-    if not parser.tokens:
-        raise parser.error("the schema is empty")
-    schema = parser.fields(None)
-    if parser.peek() is not None:
-        raise parser.error(f"unexpected {parser.peek()}")
-    return schema
+    try:
+        return to_spark_struct(parse_columns(ddl))
+    except SparkTypeError as exc:
+        if exc.unknown_type is not None:
+            raise _unsupported(exc.column, exc.unknown_type, location) from None
+        raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"invalid schema: {exc}", location=location,
+                             hint="write a Spark DDL schema such as 'id bigint, name string, ts timestamp'") from None
 
 
 def ddl_to_arrow(ddl: str, location: Location | None = None) -> pa.Schema:

@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import is_system_column
 from runtime.core.uris import local_path
 from runtime.spark.datasource import cached_store
 from runtime.storage.api import CHANGE, TableStore, WriteResult
@@ -56,7 +57,7 @@ def prepare(store: TableStore, table: str, data: pa.Table) -> pa.Table:
     column the table does not have is an error naming it.
     """
     meta = store.get_table(table)
-    extra = [c for c in data.column_names if c not in meta.schema.names and not c.startswith("__")]
+    extra = [c for c in data.column_names if c not in meta.schema.names and not is_system_column(c)]
     if extra:
         raise TidehouseError(ErrorCode.WRITE_INVALID,
                              f"table {table} has no column {extra[0]!r} (columns: {', '.join(meta.schema.names)})",

@@ -5,7 +5,8 @@ batches with dense offsets starting at 0. A log table's log holds its rows. A pr
 current row per key (persistent key-value state) and its log holds the **changelog** (``__change`` is one of
 ``+I``, ``-U``, ``+U``, ``-D``).
 
-System columns (never written by users; added on read):
+System columns (never written by users; added on read; the names and row kinds are defined once, in
+:mod:`runtime.core.literals`):
 
 * ``__offset``  int64            offset of the row in its bucket's log
 * ``__bucket``  int32            bucket number
@@ -26,24 +27,29 @@ import abc
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
-OFFSET = "__offset"
-BUCKET = "__bucket"
-TS = "__ts"
-CHANGE = "__change"
-SYSTEM_COLUMNS = (OFFSET, BUCKET, TS, CHANGE)
+from runtime.core.literals import (  # noqa: F401 - the storage interface names them too
+    BUCKET,
+    CHANGE,
+    DEFAULT_MERGE_ENGINE,
+    DELETE,
+    INSERT,
+    LOG,
+    OFFSET,
+    ROW_KINDS,
+    SYSTEM_COLUMNS,
+    TS,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    MergeEngine,
+    TableKind,
+)
+from runtime.core.literals import StoredAggregation as AggregateFunction
+
 TS_TYPE = pa.timestamp("us", tz="UTC")
-
-INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
-ROW_KINDS = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
-
-TableKind = Literal["log", "primary_key"]
-MergeEngine = Literal["last_row", "first_row", "aggregate", "partial_update"]
-AggregateFunction = Literal["sum", "min", "max", "count", "last_non_null", "last"]
 
 
 @dataclass(frozen=True)
@@ -52,11 +58,11 @@ class TableMeta:
 
     name: str  # "<layer>.<name>", e.g. "dwd.clicks"
     schema: pa.Schema
-    kind: TableKind = "log"
+    kind: TableKind = LOG
     primary_key: tuple[str, ...] = ()
     buckets: int = 1
     bucket_key: tuple[str, ...] = ()  # default: the primary key (PK tables) or round-robin-free hash of all? see bucket_of
-    merge_engine: MergeEngine = "last_row"
+    merge_engine: MergeEngine = DEFAULT_MERGE_ENGINE
     # aggregate merge engine: column -> function; columns not named keep last_row semantics
     aggregations: Mapping[str, AggregateFunction] = field(default_factory=dict)
     schema_id: int = 0
@@ -140,6 +146,11 @@ class TableStore(abc.ABC):
 
     @abc.abstractmethod
     def list_tables(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def incarnation(self, name: str) -> str:
+        """An id of this table's life: a table dropped and created again (``--full-refresh``) has a new one,
+        so a reader holding offsets of the old one can tell instead of reading rows that do not exist."""
 
     @abc.abstractmethod
     def drop_table(self, name: str) -> None: ...

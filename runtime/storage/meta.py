@@ -28,12 +28,18 @@ from typing import Any
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import (
+    LOG,
+    MERGE_ENGINES,
+    PRIMARY_KEY,
+    STORED_AGGREGATIONS,
+    TABLE_KINDS,
+    is_system_column,
+)
 from runtime.storage.api import SYSTEM_COLUMNS, TS_TYPE, TableMeta
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
-_ENGINES = ("last_row", "first_row", "aggregate", "partial_update")
-_AGGS = ("sum", "min", "max", "count", "last_non_null", "last")
 
 
 def normalize_type(t: pa.DataType) -> pa.DataType:
@@ -71,13 +77,13 @@ def validate(meta: TableMeta) -> TableMeta:
     if len(set(names)) != len(names):
         raise bad(f"duplicate column names in {names}")
     for n in names:
-        if n.startswith("__"):
+        if is_system_column(n):
             raise bad(f"column {n!r}: user columns may not start with '__' (reserved for system columns)")
-    if meta.kind not in ("log", "primary_key"):
+    if meta.kind not in TABLE_KINDS:
         raise bad(f"kind must be 'log' or 'primary_key', got {meta.kind!r}")
-    if meta.kind == "primary_key" and not meta.primary_key:
+    if meta.kind == PRIMARY_KEY and not meta.primary_key:
         raise bad("a primary-key table needs primary_key columns", ErrorCode.PRIMARY_KEY_INVALID)
-    if meta.kind == "log" and meta.primary_key:
+    if meta.kind == LOG and meta.primary_key:
         raise bad("a log table has no primary key (use kind='primary_key')", ErrorCode.PRIMARY_KEY_INVALID)
     for col in meta.primary_key:
         if col not in names:
@@ -90,15 +96,15 @@ def validate(meta: TableMeta) -> TableMeta:
                   ErrorCode.PRIMARY_KEY_INVALID)
     if not isinstance(meta.buckets, int) or meta.buckets < 1 or meta.buckets > 4096:
         raise bad(f"buckets must be an integer in 1..4096, got {meta.buckets!r}")
-    if meta.merge_engine not in _ENGINES:
-        raise bad(f"merge engine must be one of {_ENGINES}, got {meta.merge_engine!r}")
+    if meta.merge_engine not in MERGE_ENGINES:
+        raise bad(f"merge engine must be one of {MERGE_ENGINES}, got {meta.merge_engine!r}")
     if meta.aggregations and meta.merge_engine != "aggregate":
         raise bad("aggregations are only allowed with merge_engine='aggregate'")
     for col, fn in meta.aggregations.items():
         if col not in names or col in meta.primary_key:
             raise bad(f"aggregation column {col!r} must be a non-key column of the schema")
-        if fn not in _AGGS:
-            raise bad(f"aggregation {col}: function must be one of {_AGGS}, got {fn!r}")
+        if fn not in STORED_AGGREGATIONS:
+            raise bad(f"aggregation {col}: function must be one of {STORED_AGGREGATIONS}, got {fn!r}")
     return replace(meta, schema=normalize_schema(meta.schema), primary_key=tuple(meta.primary_key),
                    bucket_key=tuple(meta.bucket_key), aggregations=dict(meta.aggregations),
                    properties=dict(meta.properties))

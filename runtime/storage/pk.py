@@ -21,7 +21,8 @@ under every engine; for ``aggregate`` that discards the accumulated values):
 * ``last_row``: the new row replaces the old one (missing nullable columns are null).
 * ``first_row``: the first row of a key is kept; later upserts are ignored.
 * ``aggregate``: per column ``sum``/``min``/``max`` (nulls ignored), ``count`` (number of non-null values
-  received), ``last_non_null``, ``last``; columns without a function take the new value (``last``).
+  received), ``last_non_null``; columns without a function take the new value (``last``, which the store also
+  accepts by name; flows cannot name it, see :mod:`runtime.core.literals`).
 * ``partial_update``: only the columns present in the write are set (to the written value, null included);
   the others keep their value (null for a new key).
 
@@ -56,6 +57,7 @@ import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import IMPLICIT_AGGREGATION
 from runtime.storage.api import CHANGE, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, TableMeta
 from runtime.storage.log import BucketLog
 
@@ -135,7 +137,7 @@ class Merger:
         self.key_in = [list(present).index(c) for c in meta.primary_key]
         aggs = meta.aggregations
         pk = set(meta.primary_key)
-        self.aggs = [(i, aggs.get(n, "last")) for i, n in enumerate(names) if n not in pk]
+        self.aggs = [(i, aggs.get(n, IMPLICIT_AGGREGATION)) for i, n in enumerate(names) if n not in pk]
         self.count_cols = [i for i, n in enumerate(names) if aggs.get(n) == "count"]
         self.identity = self.pos == list(range(self.n))  # the write has every column, in order
 
@@ -166,7 +168,7 @@ class Merger:
         row = list(old) + [None] * (self.n - len(old))
         for i, fn in self.aggs:
             v = new[i]
-            if fn == "last":
+            if fn == IMPLICIT_AGGREGATION:
                 row[i] = v
             elif fn == "sum":
                 row[i] = _sum(row[i], v)
