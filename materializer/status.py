@@ -7,6 +7,14 @@ tiering figures of :func:`runtime.lake.tiering.lake_status` (tiered offsets, lak
 Hot delay of a table = ``commit_ts - origin_ts`` of its newest committed batch: the time from the first
 layer's commit of the oldest source data in that batch to its visibility in this table. ``idle_s`` is how
 long ago that batch was committed.
+
+Where the run's time went: ``batch_seconds`` per phase, summed over the run — ``read``, ``sql`` and ``write``
+measured in the batch functions (:mod:`materializer.telemetry`), ``plan``, ``commit`` and ``total`` from Spark's
+progress events (:mod:`materializer.progress`; ``spark_batches`` counts them). ``tiering`` holds each tiered
+table's cycles, commits, failures and cycle seconds.
+
+Freshness: a table with a target (``freshness:`` in the flow) is ``fresh`` while neither its hot delay nor its
+lake delay exceeds it; ``freshness_missed`` names the delays that do.
 """
 
 from __future__ import annotations
@@ -86,6 +94,31 @@ def lake_figures(store, lake, table: str) -> dict[str, Any]:
     }
 
 
+def freshness(row: dict[str, Any], target: float | None) -> dict[str, Any]:
+    """The freshness verdict of a status row (its ``hot_delay_s`` and ``lake_delay_s``) against ``target``."""
+    if target is None:
+        return {"freshness_s": None, "fresh": None, "freshness_missed": []}
+    missed = [kind for kind in ("hot", "lake") if (row.get(f"{kind}_delay_s") or 0.0) > target]
+    return {"freshness_s": target, "fresh": not missed, "freshness_missed": missed}
+
+
+def batch_seconds(stats, spark_seconds: dict[str, float]) -> dict[str, float]:
+    """Seconds per phase over the run: Spark's (plan, commit, total) and the batch functions' (read, sql, write)."""
+    with stats.lock:
+        ours = dict(stats.phase_seconds)
+    return {"plan": spark_seconds.get("plan", 0.0), "read": round(ours.get("read", 0.0), 6),
+            "sql": round(ours.get("sql", 0.0), 6), "write": round(ours.get("write", 0.0), 6),
+            "commit": spark_seconds.get("commit", 0.0), "total": spark_seconds.get("total", 0.0)}
+
+
+def tiering_figures(service) -> dict[str, dict[str, Any]]:
+    """Per tiered table (quarantine tables too): the tiering service's cycles, commits, failures, seconds."""
+    if service is None:
+        return {}
+    keys = ("interval", "runs", "commits", "errors", "seconds", "last_seconds", "last_error")
+    return {name: {key: figures.get(key) for key in keys} for name, figures in service.summary().items()}
+
+
 def table_figures(store, lake, table: str, quarantine: str | None) -> dict[str, Any]:
     row = {"table": table, **hot_figures(store, table)}
     row["quarantined"] = sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
@@ -114,14 +147,19 @@ def run_snapshot(runner) -> dict[str, Any]:
         row.update({
             "layer": t.layer, "strategy": t.strategy, "state": state,
             "rows_per_s": runner.rates.rate(t.name, row["hot_rows"], now),
-            "batches": stats.batches, "rows_written": stats.rows_out,
+            "batches": stats.batches, "rows_in": stats.rows_in, "rows_written": stats.rows_out,
+            "last_batch_id": stats.last_batch_id,
             "last_batch_time": stats.last_batch_time, "last_batch_seconds": stats.last_batch_seconds,
+            "spark_batches": runner.progress.batches(t.name),
+            "batch_seconds": batch_seconds(stats, runner.progress.seconds(t.name)),
             "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
             "late_dropped": runner.progress.late_dropped(t.name),
         })
+        row.update(freshness(row, getattr(t, "freshness", None)))
         tables.append(row)
     return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
-            "started_at": runner.started, "updated_at": now, "tables": tables}
+            "started_at": runner.started, "updated_at": now, "tables": tables,
+            "tiering": tiering_figures(runner.tiering)}
 
 
 def open_lake(project) -> tuple[Any, str | None]:
@@ -160,8 +198,9 @@ def flow_status(project, name: str) -> dict[str, Any]:
         quarantine = last.get(table, {}).get("quarantine") or _quarantine_of(store, table)
         row = {"table": table, "layer": table.split(".", 1)[0]}
         prev = last.get(table, {})
-        for key in ("strategy", "rows_per_s", "batches", "last_batch_time", "last_batch_seconds", "dropped",
-                    "expectations", "error", "late_dropped"):
+        for key in ("strategy", "rows_per_s", "batches", "rows_in", "rows_written", "last_batch_id", "last_batch_time",
+                    "last_batch_seconds", "spark_batches", "batch_seconds", "dropped", "expectations", "error",
+                    "late_dropped"):
             row[key] = prev.get(key)
         row["state"] = prev.get("state", "never run") if running else (
             "failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
@@ -169,10 +208,12 @@ def flow_status(project, name: str) -> dict[str, Any]:
         row.update(table_figures(store, lake, table, quarantine))
         if lake_error:
             row["lake_error"] = lake_error
+        freshness_of = getattr(version.spec, "freshness_of", None)
+        row.update(freshness(row, freshness_of(table) if freshness_of else None))
         tables.append(row)
     out = {"flow": name, "version": version.version, "running": running,
            "state": snap.get("state") if running else ("stopped" if snap else "never run"),
-           "updated_at": snap.get("updated_at"), "tables": tables}
+           "updated_at": snap.get("updated_at"), "tables": tables, "tiering": snap.get("tiering", {})}
     if "snapshot_error" in snap:
         out["snapshot_error"] = snap["snapshot_error"]
     return out

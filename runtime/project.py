@@ -11,6 +11,7 @@ A flow is named the same way everywhere (:class:`~runtime.core.refs.FlowRef`): a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pyarrow as pa
 
+    from materializer.metrics import MetricsEndpoint
     from materializer.plan import FlowPlan
     from materializer.runner import RunReport
     from registry.service import ActionVersion, FlowVersion, Registry
@@ -56,6 +58,11 @@ class Project:
     def flows_dir(self) -> Path:
         return self.config.project_dir / "flows"
 
+    @property
+    def logs_dir(self) -> Path:
+        """Where Spark's log goes (``spark.log``)."""
+        return self.home / "logs"
+
     # -- parts, opened on first use ----------------------------------------------------------------
     @cached_property
     def registry(self) -> Registry:
@@ -81,10 +88,10 @@ class Project:
         return Lake.open(self.config)
 
     def spark(self):
-        """The process's SparkSession, configured from the project file."""
+        """The process's SparkSession, configured from the project file; its log goes to ``<home>/logs``."""
         from runtime.spark.session import get_spark
 
-        return get_spark(self.config.get("spark.master"), self.config.get("spark.conf"))
+        return get_spark(self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir)
 
     def close(self) -> None:
         for part in ("store", "lake", "registry"):
@@ -171,18 +178,29 @@ class Project:
 
         The flow's run lock is taken before anything else, so a second trigger of a running flow is refused
         at once — before it starts Spark or registers a new version under the running one. ``plan``: run
-        this plan (made by :meth:`plan` with ``register=True``) instead of planning again.
+        this plan (made by :meth:`plan` with ``register=True``) instead of planning again. With the setting
+        ``metrics.port``, the run's status figures are served to Prometheus while it runs.
         """
         from materializer.lock import RunLock
+        from materializer.metrics import FlowCollector
         from materializer.runner import FlowRunner
 
-        lock = RunLock(self.config.run_dir, plan.flow if plan is not None else self.flow_name(flow))
+        name = plan.flow if plan is not None else self.flow_name(flow)
+        lock = RunLock(self.config.run_dir, name)
         lock.acquire()
+        latest: dict[str, dict] = {}
+
+        def keep(snap: dict) -> None:  # the snapshot the metrics serve: the one `flow status` reads
+            latest["snapshot"] = snap
+            if on_status:
+                on_status(snap)
+
         try:
-            plan = plan or self.plan(flow, register=True, spark=spark)
-            runner = FlowRunner(self, plan, spark=spark, on_status=on_status, lock=lock)
-            return runner.run(until_idle=until_idle, duration=duration, full_refresh=full_refresh,
-                              stop_event=stop_event, tiering=tiering)
+            with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
+                plan = plan or self.plan(flow, register=True, spark=spark)
+                runner = FlowRunner(self, plan, spark=spark, on_status=keep, lock=lock)
+                return runner.run(until_idle=until_idle, duration=duration, full_refresh=full_refresh,
+                                  stop_event=stop_event, tiering=tiering)
         finally:
             lock.release()
 
@@ -223,6 +241,18 @@ class Project:
         from runtime.lake.scheduler import TieringService
 
         return TieringService(self, tables, on_cycle=on_cycle, on_error=on_error)
+
+    def metrics_endpoint(self, collector=None, *, tiering: TieringService | None = None,
+                         flow: str | None = None) -> MetricsEndpoint | contextlib.nullcontext:
+        """The Prometheus endpoint (settings ``metrics.port``, ``metrics.host``) serving ``collector``, or a
+        tiering service's figures; a no-op context when ``metrics.port`` is not set. ``stop()`` it, or use it as a
+        context manager."""
+        port = self.config.get("metrics.port")
+        if port is None:
+            return contextlib.nullcontext()
+        from materializer.metrics import MetricsEndpoint, TieringCollector
+
+        return MetricsEndpoint(collector or TieringCollector(tiering, flow), self.config.get("metrics.host"), port)
 
     def tier(self, flow: str | None = None, table: str | None = None) -> TierReport:
         """One tiering cycle of each table now (``tidehouse tier run``): each table's result or error

@@ -6,7 +6,8 @@ submodule from shadowing the group of the same name on this package). Commands c
 text or JSON, and let errors propagate:
 :func:`main` maps a :class:`~runtime.core.errors.TidehouseError` to one clear message and its exit code (2 for
 user errors, 1 for internal ones); any other exception is an internal error. Tracebacks only with
-``--debug``.
+``--debug``. Logging is configured from the project's settings (``logging.level``, ``logging.format``) when a
+command first opens the project (:mod:`runtime.core.logs`), and undone when the command ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import click
 
 from runtime.core.config import redact
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.logs import configure_logging
 
 # Modules that add commands to the groups below.
 COMMAND_MODULES = (
@@ -39,6 +41,7 @@ class State:
         self.home = home
         self.debug = debug
         self._project = None
+        self._undo_logging = None
 
     @property
     def project(self):
@@ -46,7 +49,16 @@ class State:
             from runtime.project import Project
 
             self._project = Project.open(home=self.home)
+            config = self._project.config
+            self._undo_logging = configure_logging(config.get("logging.level"), config.get("logging.format"))
         return self._project
+
+    def close(self) -> None:
+        if self._project is not None:
+            self._project.close()
+        if self._undo_logging is not None:
+            self._undo_logging()
+            self._undo_logging = None
 
 
 pass_state = click.make_pass_decorator(State)
@@ -61,7 +73,7 @@ pass_state = click.make_pass_decorator(State)
 def cli(ctx: click.Context, home: str | None, debug: bool) -> None:
     """Tidehouse: declarative YAML data flows for a streaming lakehouse on PySpark."""
     ctx.obj = State(home, debug)
-    ctx.call_on_close(lambda: ctx.obj._project and ctx.obj._project.close())
+    ctx.call_on_close(ctx.obj.close)
 
 
 @cli.group()

@@ -49,7 +49,10 @@ def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until stopped).")
 @pass_state
 def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
-    """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM."""
+    """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM.
+
+    With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
+    """
     project = state.project
     tables = project.tier_tables(flow)
     if not tables:
@@ -67,9 +70,10 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     click.echo(f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items()))
     deadline = None if duration is None else time.monotonic() + duration
     try:
-        service.start()
-        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            stop.wait(0.2)
+        with project.metrics_endpoint(tiering=service, flow=flow):
+            service.start()
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                stop.wait(0.2)
     finally:
         service.stop()
         for sig, handler in previous.items():

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from runtime.core.durations import parse_duration
-from runtime.core.uris import local_path
+from runtime.core.uris import local_path, scheme_of
 
 
 class SettingValueError(ValueError):
@@ -59,6 +60,52 @@ def _str(value: Any) -> str:
     return value
 
 
+def _port(value: Any) -> int:
+    port = _int(value)
+    if not 1 <= port <= 65535:
+        raise SettingValueError(f"expected a TCP port from 1 to 65535, got {value!r}")
+    return port
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def choice(value: Any) -> str:
+        text = _str(value).strip().lower()
+        if text not in choices:
+            raise SettingValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return choice
+
+
+def _storage_place(value: Any) -> str:
+    """The hot storage's root: a local (or mounted) path, a ``file://`` URI, or ``s3://bucket[/prefix]`` (the
+    object-store hot storage); any other scheme is refused at start-up."""
+    text = _str(value)
+    if scheme_of(text) == "s3":
+        if not urlparse(text).netloc:
+            raise SettingValueError(f"{text!r} names no bucket: write s3://bucket/prefix")
+        return text
+    try:
+        local_path(text)
+    except ValueError as exc:
+        raise SettingValueError(f"{exc} (or an s3://bucket/prefix URI)") from None
+    return text
+
+
+_S3_KEYS = ("endpoint", "region", "access_key", "secret_key", "session_token")
+
+
+def _s3_options(value: Any) -> dict:
+    """The S3 client options of an ``s3://`` storage root; an unknown key is refused at its key."""
+    options = _mapping(value)
+    for key in options:
+        if key not in _S3_KEYS:
+            raise SettingValueError(f"unknown S3 option '{key}' (known: {', '.join(_S3_KEYS)})", at=(key,))
+    if bool(options.get("access_key")) != bool(options.get("secret_key")):
+        raise SettingValueError("access_key and secret_key go together")
+    return options
+
+
 def _local_place(value: Any) -> str:
     """A local (or mounted) path or a ``file://`` URI; any other scheme is refused here, at start-up, rather
     than becoming a local folder named after it."""
@@ -93,7 +140,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("registry.url", None, "SQLAlchemy URL of the registry database; default: SQLite under the home.", _str,
             secret=True),
     Setting("storage.root", None, "Root of the hot storage: a local (or mounted) path or a file:// URI, relative "
-            "paths from the project directory; default: <home>/hot.", _local_place),
+            "paths from the project directory, or s3://bucket/prefix (object-store hot storage: needs "
+            "storage.metastore); default: <home>/hot.", _storage_place),
+    Setting("storage.metastore", None, "SQLAlchemy URL of the hot storage's metastore (commits, offsets, "
+            "fencing), e.g. postgresql+psycopg://user:${PGPASSWORD}@host/db; required with an s3:// "
+            "storage.root, unused with a local one.", _str, secret=True),
+    Setting("storage.s3", {}, "S3 client options of an s3:// storage.root: endpoint (http(s)://host:port), region, "
+            "access_key, secret_key, session_token (use ${ENV} for secrets); default: AWS's own chain "
+            "(environment, profile, instance role).", _s3_options, secret=True),
     Setting("storage.fsync", True, "fsync every hot append before acknowledging it (false trades durability "
             "on power loss for latency).", _bool),
     Setting("storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _int),
@@ -113,6 +167,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("materializer.max_rows_per_batch", 200_000, "At most this many rows of a hot input per micro-batch "
             "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
             "several batches, so driver memory stays bounded.", _int),
+    Setting("metrics.port", None, "Serve Prometheus metrics on this port while flow trigger or tier schedule runs "
+            "(docs/operations.md, Monitoring); default: off.", _port),
+    Setting("metrics.host", "127.0.0.1", "Address the metrics endpoint listens on (0.0.0.0: every interface).", _str),
+    Setting("logging.level", "warning", "Level of Tidehouse's own log records on stderr: debug (a line per "
+            "micro-batch), info, warning or error. Spark's log goes to <home>/logs/spark.log.",
+            _choice("debug", "info", "warning", "error")),
+    Setting("logging.format", "text", "Log records as text lines, or json: one JSON object per line with flow, "
+            "table and batch_id fields.", _choice("text", "json")),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -2,9 +2,11 @@
 
 Defaults are tuned for hot latency on a small machine (2 cores): 2 shuffle partitions, no UI, Python workers
 reused across tasks (a fresh worker costs seconds), a short polling delay for 0-interval triggers, and no
-empty micro-batches. Logs are quiet from the first line: a log4j2 configuration at level ERROR is handed to
-the driver JVM when it starts (``setLogLevel`` would come after the start-up WARN lines). The project file's
-``spark.master`` and ``spark.conf`` override any default.
+empty micro-batches. Logs are quiet from the first line: a log4j2 configuration is handed to the driver JVM
+when it starts (``setLogLevel`` would come after the start-up WARN lines). Given a log folder (the project's
+``<home>/logs``), Spark's WARN and above go to ``spark.log`` there (rolled at 10 MB, 5 kept) and nothing to the
+terminal; without one, the terminal shows ERROR and above. The project file's ``spark.master`` and
+``spark.conf`` override any default (a ``log4j2.configurationFile`` in ``spark.driver.extraJavaOptions`` wins).
 """
 
 from __future__ import annotations
@@ -74,13 +76,39 @@ appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 appender.console.filter.threshold.type = ThresholdFilter
 appender.console.filter.threshold.level = error
 """
+# With a log folder: WARN and above into <folder>/spark.log, nothing on the terminal.
+_LOG4J2_FILE = """\
+status = error
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 5
+"""
+SPARK_LOG = "spark.log"
 
 
-def _log4j_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"tidehouse-log4j2-{os.getuid() if hasattr(os, 'getuid') else 0}.properties"
-    if not path.exists() or path.read_text() != _LOG4J2:
+def _log4j_file(log_dir: str | os.PathLike | None = None) -> Path:
+    """The log4j2 configuration the driver JVM starts with: Spark's log into ``log_dir/spark.log``, else ERROR
+    and above on the terminal."""
+    if log_dir is not None:
+        folder = Path(log_dir).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        path, text = folder / "log4j2.properties", _LOG4J2_FILE.format(log=(folder / SPARK_LOG).as_posix())
+    else:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        path, text = Path(tempfile.gettempdir()) / f"tidehouse-log4j2-{uid}.properties", _LOG4J2
+    if not path.exists() or path.read_text() != text:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(_LOG4J2)
+        tmp.write_text(text)
         os.replace(tmp, path)
     return path
 
@@ -102,29 +130,31 @@ def local_checkpoint_conf() -> dict[str, str]:
     return {}
 
 
-def session_conf(master: str, conf: Mapping[str, Any] | None = None) -> dict[str, str]:
+def session_conf(master: str, conf: Mapping[str, Any] | None = None,
+                 log_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """The full configuration ``get_spark`` starts Spark with: defaults, :func:`local_checkpoint_conf`
     (checkpoints are always on a local or mounted disk: ``checkpoints.root`` refuses other schemes), then the
-    project's ``conf``."""
+    project's ``conf``; Spark's log goes to ``log_dir`` if given."""
     merged = {**DEFAULT_CONF, **local_checkpoint_conf(),
               **{str(k): str(v) for k, v in (conf or {}).items()}}
     if not master.startswith("local"):  # a cluster: executors must reach the driver by its real address
         for key in ("spark.driver.host", "spark.driver.bindAddress"):
             if key not in (conf or {}):
                 merged.pop(key, None)
-    quiet = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    quiet = f"-Dlog4j2.configurationFile=file:{_log4j_file(log_dir)}"
     user_opts = merged.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in user_opts:
         merged["spark.driver.extraJavaOptions"] = f"{user_opts} {quiet}".strip()
     return merged
 
 
-def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse"):
+def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse",
+              log_dir: str | os.PathLike | None = None):
     """Return the process's SparkSession, creating it on first use.
 
     ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise), logs
-    are quiet, and the ``tidehouse`` data source is registered. A session that already runs is returned as
-    it is (Spark has one per process).
+    are quiet (into ``log_dir/spark.log`` when given), and the ``tidehouse`` data source is registered. A
+    session that already runs is returned as it is (Spark has one per process).
     """
     with _LOCK:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -136,13 +166,14 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, a
             from pyspark.sql import SparkSession
 
             builder = SparkSession.builder.master(master).appName(app_name)
-            for key, value in session_conf(master, conf).items():
+            for key, value in session_conf(master, conf, log_dir).items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
         except Exception as exc:  # Java missing, bad master URL, port clash...
             raise TidehouseError(ErrorCode.SPARK_START, f"could not start Spark: {exc}",
                                  hint="check that Java 17 is installed and spark.master is right") from exc
-        spark.sparkContext.setLogLevel("ERROR")
+        if log_dir is None:  # with a log file, WARN lines belong in it
+            spark.sparkContext.setLogLevel("ERROR")
         _register_sources(spark)
         return spark
 
@@ -167,7 +198,8 @@ def register_source(session) -> None:
     query built there fails with ``DATA_SOURCE_NOT_FOUND``). So the source goes into the session's own
     registry directly.
     """
-    from runtime.spark.datasource import NAME, TidehouseDataSource
+    from runtime.spark.datasource import TidehouseDataSource
+    from runtime.spark.options import NAME
 
     jsession = getattr(session, "_jsparkSession", None)
     if jsession is None:  # Spark Connect: registration is per session on the server

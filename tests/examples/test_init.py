@@ -68,7 +68,7 @@ def test_project_file_shows_every_setting_at_its_default(tmp_path):
             group = line[2:-1]
         elif re.match(r"^#   [a-z_]+: ", line) and "# e.g." not in line:
             nested.setdefault(group, {}).update(yaml.safe_load(line[4:]))
-    assert set(nested) == {"spark", "storage", "lake", "tiering", "materializer"}
+    assert set(nested) == {"spark", "storage", "lake", "tiering", "materializer", "metrics", "logging"}
     (tmp_path / "tidehouse.yaml").write_text(yaml.safe_dump(nested))
     from runtime.core.config import load_config
 
