@@ -78,7 +78,8 @@ class Project:
         from runtime.storage import open_store
 
         return open_store(self.config.storage_root, fsync=self.config.get("storage.fsync"),
-                          segment_bytes=self.config.get("storage.segment_bytes"))
+                          segment_bytes=self.config.get("storage.segment_bytes"),
+                          metastore=self.config.get("storage.metastore"), s3=self.config.get("storage.s3"))
 
     @cached_property
     def lake(self) -> Lake:

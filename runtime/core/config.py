@@ -23,7 +23,7 @@ from typing import Any
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.settings import HOME, SETTINGS, SETTINGS_BY_NAME
-from runtime.core.uris import local_path
+from runtime.core.uris import local_path, scheme_of
 from runtime.core.yamlsource import Document, load_yaml, read_text
 
 PROJECT_FILE = "tidehouse.yaml"
@@ -136,8 +136,11 @@ class Config:
     # -- locations --------------------------------------------------------------------------------
     @property
     def storage_root(self) -> str:
-        """The hot storage's root as a local path (relative settings resolve against the project directory)."""
+        """The hot storage's root: a local path (relative settings resolve against the project directory), or
+        an ``s3://`` URI as given (the object-store hot storage)."""
         root = self.get("storage.root")  # the parser refuses "" and unsupported schemes
+        if root is not None and scheme_of(root) == "s3":
+            return root
         return str(self.home / "hot") if root is None else str(local_path(root, base=self.project_dir))
 
     @property

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from runtime.storage.api import (  # noqa: F401
     BUCKET,
     CHANGE,
@@ -17,18 +20,45 @@ from runtime.storage.api import (  # noqa: F401
 )
 
 
-def open_store(root: str, *, fsync: bool = True, segment_bytes: int = 64 * 1024 * 1024) -> TableStore:
-    """The table store for a storage root: a local (or mounted) path or a ``file://`` URI.
+def open_store(root: str, *, fsync: bool = True, segment_bytes: int = 64 * 1024 * 1024,
+               metastore: str | None = None, s3: Mapping[str, Any] | None = None,
+               bootstrap: Callable[[str, int], tuple[Any, int] | None] | None = None) -> TableStore:
+    """The table store for a storage root, chosen by its scheme.
+
+    * a local (or mounted) path or a ``file://`` URI: the embedded :class:`~runtime.storage.local.LocalTableStore`
+      (``metastore``/``s3`` are refused: nothing would use them);
+    * ``s3://bucket/prefix``: :class:`~runtime.storage.objectstore.ObjectTableStore`, with the SQLAlchemy URL
+      ``metastore`` (required) and the S3 options ``s3`` (endpoint, region, access_key, secret_key,
+      session_token); ``bootstrap(table, bucket) -> (rows, offset) | None`` gives primary-key snapshots.
 
     Any other scheme is refused (``STORAGE_IO``) rather than becoming a local folder named after it."""
     from runtime.core.errors import ErrorCode, Location, TidehouseError
-    from runtime.core.uris import local_path
+    from runtime.core.uris import local_path, scheme_of
+
+    text = str(root)
+    if scheme_of(text) == "s3":
+        from runtime.storage.objectstore import ObjectTableStore
+
+        if not metastore:
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID, f"hot storage root {text}: storage.metastore is required for an "
+                "object-store root", location=Location(path="storage.metastore"),
+                hint="set storage.metastore to a SQLAlchemy URL every host can reach, e.g. "
+                     "postgresql+psycopg://user:${PGPASSWORD}@host/db (a SQLite file on this disk would be a "
+                     "metastore that other hosts cannot see)")
+        return ObjectTableStore.from_uri(text, s3=dict(s3 or {}), metastore=metastore, fsync=fsync,
+                                         bootstrap=bootstrap)
+    try:
+        path = local_path(text)
+    except ValueError as exc:
+        raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage root: {exc}", location=Location(path=text),
+                             hint="storage.root (and the tidehouse source's 'root' option) takes a local path, "
+                                  "a file:// URI or an s3:// URI") from None
+    for name, value in (("storage.metastore", metastore), ("storage.s3", s3)):
+        if value:
+            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"{name} is set, but the hot storage root {text} is "
+                                 "local: only an object-store root (s3://) uses it", location=Location(path=name),
+                                 hint=f"remove {name}, or point storage.root at s3://bucket/prefix")
     from runtime.storage.local import LocalTableStore
 
-    try:
-        path = local_path(str(root))
-    except ValueError as exc:
-        raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage root: {exc}", location=Location(path=str(root)),
-                             hint="storage.root (and the tidehouse source's 'root' option) takes a local path or "
-                                  "a file:// URI") from None
     return LocalTableStore(path, fsync=fsync, segment_bytes=segment_bytes)

@@ -13,8 +13,10 @@ from runtime.storage import open_store
 
 
 @pytest.mark.parametrize("setting, value", [
-    ("storage", "root: s3://bucket/prefix"),
     ("storage", "root: s3a://bucket/prefix"),
+    ("storage", "root: s3:///no-bucket"),
+    ("storage", "root: gs://bucket/prefix"),
+    ("checkpoints", "root: s3://bucket/ckpt"),
     ("checkpoints", "root: s3a://bucket/ckpt"),
     ("checkpoints", "root: hdfs://namenode/ckpt"),
     ("storage", "root: file://otherhost/data"),
@@ -41,7 +43,43 @@ def test_local_places_accept_paths_and_file_uris_relative_to_the_project(tmp_pat
     assert config.checkpoint_root == str(tmp_path / "ck")
 
 
-@pytest.mark.parametrize("root", ["s3://bucket/prefix", "gs://b/p", "s3a://x"])
+def test_an_s3_storage_root_loads_with_its_metastore_and_s3_options_masked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TH_TEST_SECRET", "s3cr3t-value")
+    (tmp_path / "tidehouse.yaml").write_text(
+        "storage:\n  root: s3://bucket/prefix\n  metastore: postgresql+psycopg://th:pw123@db.example/th\n"
+        "  s3: {endpoint: 'http://127.0.0.1:8333', access_key: AKIDEXAMPLE, secret_key: '${TH_TEST_SECRET}'}\n")
+    config = load_config()
+    assert config.storage_root == "s3://bucket/prefix"  # kept as a URI, not made a local path
+    shown = repr(config.masked())
+    assert "s3cr3t-value" not in shown and "pw123" not in shown and "AKIDEXAMPLE" not in shown
+    assert config.masked()["storage.metastore"] == "postgresql+psycopg://th:****@db.example/th"
+
+
+def test_an_unknown_s3_option_is_refused_at_its_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tidehouse.yaml").write_text("storage:\n  root: s3://b/p\n  s3:\n    endpiont: http://x:1\n")
+    with pytest.raises(TidehouseError) as info:
+        load_config()
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+    assert (info.value.location.line, info.value.location.path) == (4, "storage.s3.endpiont")
+
+
+def test_an_s3_root_without_a_metastore_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TidehouseError) as info:
+        open_store("s3://bucket/prefix")
+    assert info.value.code is ErrorCode.CONFIG_INVALID and info.value.location.path == "storage.metastore"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_metastore_with_a_local_root_is_refused(tmp_path):
+    with pytest.raises(TidehouseError) as info:
+        open_store(str(tmp_path / "hot"), metastore="sqlite:///x.db")
+    assert info.value.code is ErrorCode.CONFIG_INVALID and info.value.location.path == "storage.metastore"
+
+
+@pytest.mark.parametrize("root", ["gs://b/p", "s3a://x", "hdfs://nn/p"])
 def test_opening_a_store_on_an_unsupported_scheme_fails_without_creating_a_local_folder(tmp_path, monkeypatch,
                                                                                       root):
     monkeypatch.chdir(tmp_path)

@@ -1,0 +1,416 @@
+"""The metastore of the object-store hot storage: tables, bucket heads, committed frames, writer seqs.
+
+A SQL database through SQLAlchemy Core (PostgreSQL for a team, SQLite for one machine). Every commit of a
+write is **one transaction** that locks the bucket rows it touches (``SELECT … FOR UPDATE`` on PostgreSQL;
+SQLite's ``BEGIN IMMEDIATE`` takes the database write lock), checks the writer's seq (idempotency), a
+primary-key bucket's fencing epoch and expected end offset, inserts the frame rows (assigning offsets) and
+advances the bucket's end offset. Rows are keyed by the storage root (``store``), so one database can hold the
+metadata of several roots. See docs/architecture.md, "Hot storage on an object store".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from runtime.core.errors import ErrorCode, Location, TidehouseError
+
+_META = sa.MetaData()
+TABLES = sa.Table(
+    "th_tables", _META,
+    sa.Column("incarnation", sa.String(32), primary_key=True),
+    sa.Column("store", sa.String(1024), nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("doc", sa.Text, nullable=False),
+    sa.UniqueConstraint("store", "name", name="th_tables_store_name"),
+)
+BUCKETS = sa.Table(
+    "th_buckets", _META,
+    sa.Column("incarnation", sa.String(32), primary_key=True),
+    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("end_offset", sa.BigInteger, nullable=False),
+    sa.Column("start_offset", sa.BigInteger, nullable=False),  # the retention watermark
+    sa.Column("epoch", sa.BigInteger, nullable=False),  # fencing of primary-key writers
+    sa.Column("owner", sa.String(64)),
+)
+FRAMES = sa.Table(
+    "th_frames", _META,
+    sa.Column("incarnation", sa.String(32), primary_key=True),
+    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("base_offset", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("object", sa.String(1024), nullable=False),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("length", sa.BigInteger, nullable=False),
+    sa.Column("crc", sa.BigInteger, nullable=False),
+    sa.Column("commit_us", sa.BigInteger, nullable=False),
+    sa.Column("origin_us", sa.BigInteger),
+    sa.Column("writer", sa.Text, nullable=False),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("schema_id", sa.Integer, nullable=False),
+)
+sa.Index("th_frames_object", FRAMES.c.incarnation, FRAMES.c.object)
+WRITERS = sa.Table(
+    "th_writers", _META,
+    sa.Column("incarnation", sa.String(32), primary_key=True),
+    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("writer", sa.String(1024), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Head:
+    bucket: int
+    end_offset: int
+    start_offset: int
+    epoch: int
+    owner: str | None
+
+
+@dataclass(frozen=True)
+class Frame:
+    bucket: int
+    base_offset: int
+    rows: int
+    object: str
+    position: int
+    length: int
+    crc: int
+    commit_us: int
+    origin_us: int | None
+    writer: str
+    seq: int
+    schema_id: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.rows
+
+
+@dataclass(frozen=True)
+class NewFrame:
+    """A bucket's part of a write, as the commit records it (rows == 0: only the writer's seq is recorded)."""
+
+    rows: int
+    position: int = 0
+    length: int = 0
+    crc: int = 0
+
+
+class Fenced(Exception):
+    """A primary-key bucket's epoch moved on: a newer writer owns it."""
+
+    def __init__(self, bucket: int, epoch: int, owner: str | None) -> None:
+        super().__init__(bucket, epoch, owner)
+        self.bucket, self.epoch, self.owner = bucket, epoch, owner
+
+
+class Stale(Exception):
+    """A primary-key bucket's end offset is not the one its changelog was computed at."""
+
+    def __init__(self, bucket: int, end_offset: int) -> None:
+        super().__init__(bucket, end_offset)
+        self.bucket, self.end_offset = bucket, end_offset
+
+
+_ENGINES: dict[tuple[str, bool], Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password hidden (for messages)."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is reported by the caller
+        return "<unparsable URL>"
+
+
+def engine_for(url: str, *, durable: bool = True) -> Engine:
+    """One engine per URL in a process (SQLite: WAL, a busy timeout, ``BEGIN IMMEDIATE`` transactions)."""
+    key = (url, durable)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is not None:
+            return engine
+        try:
+            parsed = sa.make_url(url)
+        except Exception as exc:  # noqa: BLE001 - ArgumentError and friends
+            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage.metastore: {exc}",
+                                 location=Location(path="storage.metastore"),
+                                 hint="a SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host/db or "
+                                      "sqlite:////path/metastore.db") from None
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False})
+            sync = "FULL" if durable else "NORMAL"
+
+            @event.listens_for(engine, "connect")
+            def _connect(dbapi_conn, _record) -> None:
+                dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={sync}")
+                cur.execute("PRAGMA busy_timeout=60000")
+                cur.close()
+
+            @event.listens_for(engine, "begin")
+            def _begin(conn) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            engine = sa.create_engine(parsed, pool_pre_ping=True)
+        _ENGINES[key] = engine
+        return engine
+
+
+class Metastore:
+    """The metadata of one storage root (``store``) in a SQL database."""
+
+    def __init__(self, url: str, store: str, *, durable: bool = True) -> None:
+        self.url = url
+        self.store = store
+        self.engine = engine_for(url, durable=durable)
+        with self._errors("creating the metastore tables"):
+            try:
+                _META.create_all(self.engine, checkfirst=True)
+            except sa.exc.IntegrityError:  # another process created them at the same moment
+                _META.create_all(self.engine, checkfirst=True)
+            except sa.exc.ProgrammingError:
+                _META.create_all(self.engine, checkfirst=True)
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.SQLAlchemyError as exc:
+            raise TidehouseError(ErrorCode.STORAGE_IO, f"metastore {shown_url(self.url)}: {what} failed: "
+                                 f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                                 location=Location(path="storage.metastore"),
+                                 hint="check that the database is reachable (storage.metastore); nothing "
+                                      "uncommitted is visible, and a retried write is applied once") from exc
+
+    @contextlib.contextmanager
+    def tx(self, what: str) -> Iterator[Connection]:
+        with self._errors(what), self.engine.begin() as conn:
+            yield conn
+
+    def read(self, what: str) -> contextlib.AbstractContextManager[Connection]:
+        return self.tx(what)
+
+    # -- tables ---------------------------------------------------------------------------------------
+    def table(self, name: str) -> tuple[str, int, dict[str, Any]] | None:
+        """(incarnation, version, definition document) of a table, or None."""
+        with self._errors(f"reading table {name}"), self.engine.connect() as conn:
+            row = conn.execute(sa.select(TABLES.c.incarnation, TABLES.c.version, TABLES.c.doc)
+                               .where(TABLES.c.store == self.store, TABLES.c.name == name)).first()
+        return None if row is None else (row.incarnation, row.version, json.loads(row.doc))
+
+    def table_names(self) -> list[str]:
+        with self._errors("listing tables"), self.engine.connect() as conn:
+            return sorted(conn.execute(sa.select(TABLES.c.name).where(TABLES.c.store == self.store)).scalars())
+
+    def incarnations(self) -> dict[str, str]:
+        """incarnation -> table name, for every live table of this store."""
+        with self._errors("listing tables"), self.engine.connect() as conn:
+            rows = conn.execute(sa.select(TABLES.c.incarnation, TABLES.c.name).where(TABLES.c.store == self.store))
+            return {r.incarnation: r.name for r in rows}
+
+    def create(self, name: str, buckets: int, doc: Mapping[str, Any]) -> str | None:
+        """Create a table; its incarnation, or None if one of that name exists (created meanwhile)."""
+        inc = uuid.uuid4().hex
+        try:
+            with self.tx(f"creating table {name}") as conn:
+                conn.execute(TABLES.insert().values(incarnation=inc, store=self.store, name=name, version=1,
+                                                    doc=json.dumps(doc)))
+                conn.execute(BUCKETS.insert(), [{"incarnation": inc, "bucket": b, "end_offset": 0, "start_offset": 0,
+                                                     "epoch": 0, "owner": None} for b in range(buckets)])
+        except TidehouseError as exc:
+            if isinstance(exc.__cause__, sa.exc.IntegrityError):
+                return None
+            raise
+        return inc
+
+    def update_doc(self, incarnation: str, version: int, doc: Mapping[str, Any]) -> bool:
+        """Replace a table's document if its version is still ``version`` (compare-and-set)."""
+        with self.tx("evolving a table") as conn:
+            done = conn.execute(TABLES.update().where(TABLES.c.incarnation == incarnation,
+                                                      TABLES.c.version == version)
+                                .values(version=version + 1, doc=json.dumps(doc)))
+            return done.rowcount == 1
+
+    def drop(self, name: str) -> str | None:
+        """Delete a table's rows (one transaction); its incarnation, or None if there was none."""
+        with self.tx(f"dropping table {name}") as conn:
+            inc = conn.execute(sa.select(TABLES.c.incarnation).where(TABLES.c.store == self.store,
+                                                                    TABLES.c.name == name)).scalar()
+            if inc is None:
+                return None
+            for t in (FRAMES, WRITERS, BUCKETS, TABLES):
+                conn.execute(t.delete().where(t.c.incarnation == inc))
+            return inc
+
+    # -- bucket heads, seqs, frames ------------------------------------------------------------------
+    def heads(self, incarnation: str) -> list[Head]:
+        with self._errors("reading bucket offsets"), self.engine.connect() as conn:
+            rows = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation)
+                                .order_by(BUCKETS.c.bucket)).all()
+        return [Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner) for r in rows]
+
+    def head(self, incarnation: str, bucket: int) -> Head | None:
+        with self._errors("reading bucket offsets"), self.engine.connect() as conn:
+            r = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation,
+                                                      BUCKETS.c.bucket == bucket)).first()
+        return None if r is None else Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner)
+
+    def seqs(self, incarnation: str, writer: str) -> dict[int, int]:
+        """bucket -> the writer's last committed seq there."""
+        with self._errors("reading writer seqs"), self.engine.connect() as conn:
+            rows = conn.execute(sa.select(WRITERS.c.bucket, WRITERS.c.seq)
+                                .where(WRITERS.c.incarnation == incarnation, WRITERS.c.writer == writer))
+            return {r.bucket: r.seq for r in rows}
+
+    def frames(self, incarnation: str, bucket: int, start: int, end: int) -> list[Frame]:
+        """The frames overlapping ``[start, end)``, in offset order."""
+        with self._errors("listing frames"), self.engine.connect() as conn:
+            rows = conn.execute(sa.select(FRAMES).where(
+                FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
+                FRAMES.c.base_offset < end, FRAMES.c.base_offset + FRAMES.c.rows > start)
+                .order_by(FRAMES.c.base_offset)).all()
+        return [_frame(r) for r in rows]
+
+    def frame_at(self, incarnation: str, bucket: int, offset: int | None) -> Frame | None:
+        """The frame holding ``offset`` (None: the last frame)."""
+        q = sa.select(FRAMES).where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket)
+        if offset is not None:
+            q = q.where(FRAMES.c.base_offset <= offset, FRAMES.c.base_offset + FRAMES.c.rows > offset)
+        q = q.order_by(FRAMES.c.base_offset.desc()).limit(1)
+        with self._errors("reading a frame"), self.engine.connect() as conn:
+            r = conn.execute(q).first()
+        return None if r is None else _frame(r)
+
+    def objects(self, incarnation: str) -> set[str]:
+        with self._errors("listing referenced objects"), self.engine.connect() as conn:
+            return set(conn.execute(sa.select(FRAMES.c.object).where(FRAMES.c.incarnation == incarnation)
+                                    .distinct()).scalars())
+
+    # -- commits ---------------------------------------------------------------------------------------
+    def acquire(self, incarnation: str, bucket: int, owner: str) -> int:
+        """Take a bucket for writing: a new epoch (fencing every earlier owner); returns it."""
+        with self.tx("acquiring a bucket") as conn:
+            r = conn.execute(sa.select(BUCKETS.c.epoch).where(BUCKETS.c.incarnation == incarnation,
+                                                             BUCKETS.c.bucket == bucket).with_for_update()).first()
+            if r is None:
+                raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "the table was dropped meanwhile")
+            epoch = r.epoch + 1
+            conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                         .values(epoch=epoch, owner=owner))
+            return epoch
+
+    def commit(self, incarnation: str, *, writer: str, seq: int, obj: str, parts: Mapping[int, NewFrame],
+               commit_us: int, origin_us: int | None, schema_id: int, epochs: Mapping[int, int],
+               expected: Mapping[int, int]) -> dict[int, tuple[int, int] | None]:
+        """Commit one write's parts (bucket -> NewFrame) atomically; per bucket its offset range, or None
+        where ``(writer, seq)`` was already committed (a replay). Raises :class:`Fenced` / :class:`Stale`
+        (nothing committed) when a primary-key bucket's epoch or end offset is not the expected one."""
+        buckets = sorted(parts)
+        with self.tx(f"committing seq {seq} of writer {writer}") as conn:
+            heads = {r.bucket: r for r in conn.execute(
+                sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket.in_(buckets))
+                .order_by(BUCKETS.c.bucket).with_for_update())}
+            if len(heads) != len(buckets):
+                raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "the table was dropped meanwhile")
+            last = {r.bucket: r.seq for r in conn.execute(
+                sa.select(WRITERS.c.bucket, WRITERS.c.seq).where(
+                    WRITERS.c.incarnation == incarnation, WRITERS.c.writer == writer,
+                    WRITERS.c.bucket.in_(buckets)))}
+            out: dict[int, tuple[int, int] | None] = {}
+            frames, moved = [], []
+            for b in buckets:
+                if b in last and seq <= last[b]:
+                    out[b] = None
+                    continue
+                h = heads[b]
+                if b in epochs and h.epoch != epochs[b]:
+                    raise Fenced(b, h.epoch, h.owner)
+                if b in expected and h.end_offset != expected[b]:
+                    raise Stale(b, h.end_offset)
+                part = parts[b]
+                base = h.end_offset
+                if part.rows:
+                    frames.append({"incarnation": incarnation, "bucket": b, "base_offset": base, "rows": part.rows,
+                                       "object": obj, "position": part.position, "length": part.length, "crc": part.crc,
+                                       "commit_us": commit_us, "origin_us": origin_us, "writer": writer, "seq": seq,
+                                       "schema_id": schema_id})
+                    moved.append({"b_inc": incarnation, "b_bucket": b, "b_end": base + part.rows})
+                if b in last:
+                    conn.execute(WRITERS.update().where(WRITERS.c.incarnation == incarnation,
+                                                        WRITERS.c.bucket == b, WRITERS.c.writer == writer)
+                                 .values(seq=seq))
+                else:
+                    conn.execute(WRITERS.insert().values(incarnation=incarnation, bucket=b, writer=writer, seq=seq))
+                out[b] = (base, base + part.rows)
+            if frames:
+                conn.execute(FRAMES.insert(), frames)
+                conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == sa.bindparam("b_inc"),
+                                                    BUCKETS.c.bucket == sa.bindparam("b_bucket"))
+                             .values(end_offset=sa.bindparam("b_end")), moved)
+            return out
+
+    def trim(self, incarnation: str, bucket: int, offset: int, older_than_us: int) -> tuple[int, list[str]]:
+        """Delete the longest prefix of a bucket's frames ending at or before ``offset`` and committed before
+        ``older_than_us``; raise the bucket's watermark. Returns (frames deleted, objects no frame references
+        any more)."""
+        with self.tx("deleting frames (retention)") as conn:
+            head = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation,
+                                                         BUCKETS.c.bucket == bucket).with_for_update()).first()
+            if head is None:
+                return 0, []
+            rows = conn.execute(sa.select(FRAMES.c.base_offset, FRAMES.c.rows, FRAMES.c.commit_us, FRAMES.c.object)
+                                .where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
+                                       FRAMES.c.base_offset < offset)
+                                .order_by(FRAMES.c.base_offset)).all()
+            doomed = []
+            for r in rows:
+                if r.base_offset + r.rows > offset or r.commit_us >= older_than_us:
+                    break
+                doomed.append(r)
+            if not doomed:
+                return 0, []
+            cut = doomed[-1].base_offset + doomed[-1].rows
+            conn.execute(FRAMES.delete().where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
+                                               FRAMES.c.base_offset < cut))
+            conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                         .values(start_offset=sa.func.max(BUCKETS.c.start_offset, cut)
+                                 if conn.dialect.name == "sqlite" else sa.func.greatest(BUCKETS.c.start_offset, cut)))
+            candidates = sorted({r.object for r in doomed})
+            still = set()
+            for i in range(0, len(candidates), 500):
+                chunk = candidates[i:i + 500]
+                still |= set(conn.execute(sa.select(FRAMES.c.object).where(
+                    FRAMES.c.incarnation == incarnation, FRAMES.c.object.in_(chunk)).distinct()).scalars())
+            return len(doomed), [o for o in candidates if o not in still]
+
+
+def _frame(r: Any) -> Frame:
+    return Frame(r.bucket, r.base_offset, r.rows, r.object, r.position, r.length, r.crc, r.commit_us, r.origin_us,
+                 r.writer, r.seq, r.schema_id)
+
+
+def dispose_engines(urls: Sequence[str] | None = None) -> None:
+    """Close pooled connections (tests that stop a database server)."""
+    with _ENGINES_LOCK:
+        for key in list(_ENGINES):
+            if urls is None or key[0] in urls:
+                _ENGINES.pop(key).dispose()

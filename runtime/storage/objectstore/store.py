@@ -1,0 +1,582 @@
+"""The hot storage on an object store: :class:`ObjectTableStore` (see the package docstring)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.storage import meta as metamod
+from runtime.storage.api import (
+    BUCKET,
+    CHANGE,
+    OFFSET,
+    TS,
+    TS_TYPE,
+    BatchInfo,
+    TableMeta,
+    TableStore,
+    WriteResult,
+    bucket_of,
+)
+from runtime.storage.local import LocalTableStore, _one_batch
+from runtime.storage.objectstore import blobs
+from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale
+from runtime.storage.objectstore.state import BucketState, merge
+from runtime.storage.pk import rows_to_table, to_py
+
+# validation and casting of writes, and the column list of reads, are the local store's (they use nothing
+# of the instance): one definition of what a write may contain
+_prepare = LocalTableStore._prepare
+_columns = LocalTableStore._columns
+
+Bootstrap = Callable[[str, int], "tuple[pa.Table, int] | None"]
+_ATTEMPTS = 4  # a primary-key write whose state turned out stale is recomputed this many times at most
+
+
+@dataclass(frozen=True)
+class _Table:
+    meta: TableMeta
+    incarnation: str
+    version: int
+
+
+class ObjectTableStore(TableStore):
+    """Hot tables as immutable data objects on a pyarrow filesystem, committed through a SQL metastore.
+
+    ``filesystem`` + ``base`` say where the objects go (``bucket/prefix`` on S3, a folder on a
+    ``LocalFileSystem``); ``metastore`` is a SQLAlchemy URL (default, only on a local filesystem:
+    ``sqlite:///<base>/metastore.db``); ``store_id`` keys this root's rows in the metastore (default: the root
+    URI). ``bootstrap(table, bucket) -> (rows, offset) | None`` gives a snapshot of a primary-key bucket to
+    rebuild its state from (else: the changelog from offset 0). ``delete_before`` returns the number of frames
+    it deleted (a frame is the unit of retention here; segments exist only on local disk).
+    """
+
+    def __init__(self, filesystem: pafs.FileSystem, base: str, *, metastore: str | None = None,
+                 store_id: str | None = None, fsync: bool = True, bootstrap: Bootstrap | None = None,
+                 cache_bytes: int = 256 << 20, gc_interval: float = 3600.0, gc_grace: float = 3600.0) -> None:
+        self.fs = filesystem
+        self.base = base.rstrip("/")
+        local = filesystem.type_name == "local"
+        if metastore is None:
+            if not local:
+                raise TidehouseError(
+                    ErrorCode.CONFIG_INVALID, f"hot storage {self.base}: storage.metastore is required for an "
+                    "object-store root", location=Location(path="storage.metastore"),
+                    hint="set storage.metastore to a SQLAlchemy URL every host can reach, e.g. "
+                         "postgresql+psycopg://user:${PGPASSWORD}@host/db (a local SQLite file would be a "
+                         "metastore other hosts cannot see)")
+            metastore = f"sqlite:///{self.base}/metastore.db"
+        self.root = store_id or (f"file://{self.base}" if local else f"s3://{self.base}")
+        self.metastore = Metastore(metastore, self.root, durable=fsync)
+        self.blobs = blobs.Blobs(filesystem, cache_bytes=cache_bytes)
+        self.bootstrap = bootstrap
+        self.owner = uuid.uuid4().hex  # fencing identity of this instance
+        self.gc_interval, self.gc_grace = gc_interval, gc_grace
+        self._last_gc: dict[str, float] = {}
+        self._epochs: dict[tuple[str, int], int] = {}
+        self._states: dict[tuple[str, int], BucketState] = {}
+        self._locks: dict[tuple[str, int], threading.Lock] = {}
+        self._verified: set[tuple[str, int]] = set()
+        self._mutex = threading.RLock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        if local:
+            filesystem.create_dir(self.base, recursive=True)
+        else:
+            self._check_bucket()
+
+    @classmethod
+    def from_uri(cls, root: str, *, s3: dict | None = None, **kwargs) -> ObjectTableStore:
+        fs, base = blobs.filesystem_for(root, s3)
+        return cls(fs, base, store_id=root.rstrip("/"), **kwargs)
+
+    def _check_bucket(self) -> None:
+        bucket = self.base.split("/", 1)[0]
+        try:
+            info = self.fs.get_file_info(bucket)
+        except (OSError, pa.ArrowException) as exc:
+            raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage s3://{self.base}: cannot reach bucket "
+                                 f"{bucket!r}: {exc}", location=Location(path="storage.root"),
+                                 hint="check storage.s3 (endpoint, credentials)") from exc
+        if info.type == pafs.FileType.NotFound:
+            raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage s3://{self.base}: bucket {bucket!r} does "
+                                 "not exist", location=Location(path="storage.root"),
+                                 hint="create the bucket first (the store never creates buckets)")
+
+    # -- catalog ------------------------------------------------------------------------------------
+    def _table(self, name: str) -> _Table:
+        got = self.metastore.table(name) if isinstance(name, str) else None
+        if got is None:
+            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}",
+                                 location=Location(path=str(name)))
+        inc, version, doc = got
+        return _Table(metamod.from_json(doc), inc, version)
+
+    def create_table(self, meta: TableMeta, *, exist_ok: bool = True) -> TableMeta:
+        wanted = metamod.validate(meta)
+        for _ in range(20):
+            got = self.metastore.table(wanted.name)
+            if got is None:
+                created = replace(wanted, schema_id=0)
+                if self.metastore.create(wanted.name, wanted.buckets, metamod.to_json(created, [])) is not None:
+                    return created
+                continue  # created by someone else meanwhile: look again
+            if not exist_ok:
+                raise TidehouseError(ErrorCode.TABLE_EXISTS, f"table {wanted.name} already exists",
+                                     location=Location(path=wanted.name))
+            inc, version, doc = got
+            current = metamod.from_json(doc)
+            evolved = metamod.evolve(current, wanted)
+            if evolved is None:
+                return current
+            if self.metastore.update_doc(inc, version, metamod.to_json(evolved, doc["schemas"])):
+                return evolved
+        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"table {wanted.name} keeps changing under "
+                             "create_table", location=Location(path=wanted.name))
+
+    def get_table(self, name: str) -> TableMeta:
+        return self._table(name).meta
+
+    def incarnation(self, name: str) -> str:
+        return self._table(name).incarnation
+
+    def list_tables(self) -> list[str]:
+        return self.metastore.table_names()
+
+    def has_table(self, name: str) -> bool:
+        return isinstance(name, str) and self.metastore.table(name) is not None
+
+    def drop_table(self, name: str) -> None:
+        inc = self.metastore.drop(name)
+        if inc is None:
+            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}",
+                                 location=Location(path=str(name)))
+        self._forget(inc)
+        with contextlib.suppress(TidehouseError):  # leftovers are garbage: collect_garbage deletes them
+            self._delete_tree(blobs.object_dir(self.base, name, inc).rsplit("/", 1)[0])
+
+    def _forget(self, inc: str) -> None:
+        with self._mutex:
+            for d in (self._states, self._epochs, self._locks):
+                for key in [k for k in d if k[0] == inc]:
+                    del d[key]
+
+    def _delete_tree(self, path: str) -> None:
+        try:
+            self.fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException) as exc:
+            raise blobs.io_error("deleting", path, exc) from exc
+
+    # -- writes -------------------------------------------------------------------------------------
+    def write(self, name: str, data: pa.Table | pa.RecordBatch, *, writer: str, seq: int,
+              origin_ts: float | None = None) -> WriteResult:
+        table = self._table(name)
+        meta = table.meta
+        prepared, kinds = _prepare(None, meta, data)
+        if prepared.num_rows == 0:
+            return WriteResult({})
+        groups = self._split(meta, prepared, kinds)
+        with self._write_locks(table, sorted(groups) if meta.is_primary_key else []):
+            for _ in range(_ATTEMPTS):
+                try:
+                    return self._write_once(table, groups, writer, seq, origin_ts)
+                except Stale:
+                    continue  # the state was behind the bucket (another writer of this instance's epoch)
+        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"write to {name} (writer {writer}, seq {seq}): the "
+                             f"buckets kept moving under {_ATTEMPTS} attempts", location=Location(path=name),
+                             hint="one writer per primary-key bucket at a time; retry with the same seq")
+
+    @staticmethod
+    def _split(meta: TableMeta, prepared: pa.Table, kinds: list[str] | None) -> dict[int, tuple]:
+        if meta.buckets == 1:
+            return {0: (prepared, kinds)}
+        bucket_arr = bucket_of(prepared, meta.effective_bucket_key, meta.buckets).to_numpy()
+        order = np.argsort(bucket_arr, kind="stable")
+        sorted_b = bucket_arr[order]
+        cuts = np.flatnonzero(np.diff(sorted_b)) + 1
+        out = {}
+        for s, idx in zip(np.r_[0, cuts], np.split(order, cuts)):
+            out[int(sorted_b[s])] = (prepared.take(pa.array(idx)),
+                                     None if kinds is None else [kinds[i] for i in idx])
+        return out
+
+    @contextlib.contextmanager
+    def _write_locks(self, table: _Table, buckets: list[int]) -> Iterator[None]:
+        with self._mutex:
+            locks = [self._locks.setdefault((table.incarnation, b), threading.Lock()) for b in buckets]
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+    def _write_once(self, table: _Table, groups: dict[int, tuple], writer: str, seq: int,
+                    origin_ts: float | None) -> WriteResult:
+        meta, inc = table.meta, table.incarnation
+        done = self.metastore.seqs(inc, writer)
+        todo = {b: g for b, g in groups.items() if b not in done or seq > done[b]}
+        if not todo:
+            return WriteResult({}, skipped=True)
+        merges, epochs, expected, batches = {}, {}, {}, {}
+        for b, (part, kinds) in sorted(todo.items()):
+            if meta.is_primary_key:
+                state = self._writer_state(table, b)
+                epochs[b], expected[b] = self._epochs[(inc, b)], state.applied
+                merges[b] = merge(meta, state, part, kinds)
+                changelog = merges[b].changelog
+                if changelog.num_rows:
+                    batches[b] = _one_batch(changelog)
+            else:
+                batches[b] = _one_batch(part)
+        obj, parts = "", {b: NewFrame(0) for b in todo}
+        if batches:
+            obj = blobs.new_object_name(self.base, meta.name, inc)
+            order = sorted(batches)
+            buf, placed = blobs.encode([batches[b] for b in order])
+            for b, p in zip(order, placed):
+                parts[b] = NewFrame(batches[b].num_rows, p.position, p.length, p.crc)
+                self._verified.add((obj, p.position))
+            self.blobs.put(obj, buf)  # crash after this line: an orphan object, never visible
+        try:
+            ranges = self.metastore.commit(
+                inc, writer=writer, seq=seq, obj=obj, parts=parts, commit_us=time.time_ns() // 1000,
+                origin_us=None if origin_ts is None else int(origin_ts * 1e6), schema_id=meta.schema_id,
+                epochs=epochs, expected=expected)
+        except (Fenced, Stale) as exc:
+            if obj:
+                self._discard(obj)
+            if isinstance(exc, Stale):
+                raise
+            raise TidehouseError(
+                ErrorCode.STORAGE_LOCKED,
+                f"write to {meta.name} bucket {exc.bucket} (writer {writer}, seq {seq}): this store was fenced "
+                f"by a newer writer of the bucket (epoch {exc.epoch}, owner {exc.owner}); nothing was written",
+                location=Location(path=meta.name), params={"bucket": exc.bucket, "epoch": exc.epoch},
+                hint="one writer per primary-key bucket: the newest one wins; stop the other writer, or open a "
+                     "new store to take the bucket over") from None
+        except BaseException:
+            if obj:  # the commit may or may not have happened: the object stays (collected if orphaned)
+                self.blobs.forget(obj)
+            raise
+        out, skipped = {}, 0
+        for b, rng in ranges.items():
+            if rng is None:
+                skipped += 1
+                continue
+            out[b] = rng
+            if b in merges:
+                m = merges[b]
+                self._states[(inc, b)].apply(m.puts, m.deletes, rng[1])
+        if obj and not out:
+            self._discard(obj)
+        return WriteResult(out, skipped=skipped == len(groups) or (skipped == len(ranges) and not out))
+
+    def _discard(self, obj: str) -> None:
+        """An object whose commit did not happen: delete it now (else garbage collection does)."""
+        with contextlib.suppress(TidehouseError):
+            self.blobs.delete([obj])
+
+    def last_seq(self, name: str, writer: str) -> int | None:
+        seqs = self.metastore.seqs(self._table(name).incarnation, writer)
+        return max(seqs.values()) if seqs else None
+
+    # -- primary-key state --------------------------------------------------------------------------
+    def _writer_state(self, table: _Table, bucket: int) -> BucketState:
+        key = (table.incarnation, bucket)
+        if key not in self._epochs:  # take the bucket first, then load: nothing the old owner commits is missed
+            self._epochs[key] = self.metastore.acquire(table.incarnation, bucket, self.owner)
+        return self._state(table, bucket)
+
+    def _state(self, table: _Table, bucket: int, end: int | None = None) -> BucketState:
+        """The bucket's state, loaded if missing and caught up with the changelog to its end offset."""
+        key = (table.incarnation, bucket)
+        with self._mutex:
+            state = self._states.get(key)
+            if state is None:
+                state = self._states[key] = self._load(table, bucket)
+        with state.lock:
+            if end is None:
+                end = self._head(table, bucket).end_offset
+            if state.applied < end:
+                for frame, batch in self._frames(table, bucket, state.applied, end):
+                    lo = max(state.applied - frame.base_offset, 0)
+                    state.replay(table.meta, batch.slice(lo) if lo else batch, frame.end_offset)
+                state.applied = max(state.applied, end)
+        return state
+
+    def _load(self, table: _Table, bucket: int) -> BucketState:
+        got = self.bootstrap(table.meta.name, bucket) if self.bootstrap is not None else None
+        state = BucketState(applied=0)
+        if got is not None:
+            rows, offset = got
+            state.load(table.meta, rows)
+            state.applied = int(offset)
+        head = self._head(table, bucket)
+        if state.applied < head.start_offset:
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{table.meta.name} bucket {bucket}: its primary-key state cannot be rebuilt: the changelog "
+                f"from offset {state.applied} is needed, but retention deleted it up to {head.start_offset}"
+                + ("" if got is not None else " and no snapshot is configured"),
+                location=Location(path=table.meta.name),
+                hint="give the store a bootstrap (the lake snapshot) that covers the deleted offsets")
+        return state
+
+    # -- reads --------------------------------------------------------------------------------------
+    def _head(self, table: _Table, bucket: int):
+        if not isinstance(bucket, int) or not 0 <= bucket < table.meta.buckets:
+            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{table.meta.name} has no bucket {bucket!r} "
+                                 f"(buckets: {table.meta.buckets})", location=Location(path=table.meta.name))
+        head = self.metastore.head(table.incarnation, bucket)
+        if head is None:
+            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"hot table {table.meta.name} was dropped meanwhile",
+                                 location=Location(path=table.meta.name))
+        return head
+
+    def end_offsets(self, name: str) -> list[int]:
+        return [h.end_offset for h in self.metastore.heads(self._table(name).incarnation)]
+
+    def start_offsets(self, name: str) -> list[int]:
+        return [h.start_offset for h in self.metastore.heads(self._table(name).incarnation)]
+
+    def read(self, name: str, bucket: int, start: int, end: int | None = None, *,
+             columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        table = self._table(name)
+        cols = _columns(None, table.meta, columns)
+        head = self._head(table, bucket)
+        stop = head.end_offset if end is None else end
+        if start < 0 or start > head.end_offset:
+            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{name} bucket {bucket}: start offset {start} is outside "
+                                 f"[{head.start_offset}, {head.end_offset}]", location=Location(path=name))
+        if start < head.start_offset:
+            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{name} bucket {bucket}: offset {start} was deleted by "
+                                 f"retention (earliest kept offset {head.start_offset})", location=Location(path=name))
+        return self._read_iter(table, bucket, start, stop, cols)
+
+    def _read_iter(self, table: _Table, bucket: int, start: int, stop: int,
+                   cols: list[str]) -> Iterator[pa.RecordBatch]:
+        meta = table.meta
+        types = {f.name: f.type for f in meta.schema}
+        out_schema = pa.schema([meta.schema.field(c) for c in cols]
+                               + [pa.field(OFFSET, pa.int64(), False), pa.field(BUCKET, pa.int32(), False),
+                                  pa.field(TS, TS_TYPE, False)]
+                               + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else []))
+        for f, batch in self._frames(table, bucket, start, stop):
+            lo, hi = max(start - f.base_offset, 0), min(stop - f.base_offset, f.rows)
+            if lo >= hi:
+                continue
+            if lo or hi < f.rows:
+                batch = batch.slice(lo, hi - lo)
+            n = hi - lo
+            have = batch.schema.names
+            arrays = [batch.column(c) if c in have else pa.nulls(n, types[c]) for c in cols]
+            arrays.append(pa.array(np.arange(f.base_offset + lo, f.base_offset + hi, dtype=np.int64)))
+            arrays.append(pa.array(np.full(n, bucket, dtype=np.int32)))
+            arrays.append(pa.array(np.full(n, f.commit_us, dtype=np.int64)).view(TS_TYPE))
+            if meta.is_primary_key:
+                arrays.append(batch.column(CHANGE))
+            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+    def _frames(self, table: _Table, bucket: int, start: int, stop: int) -> Iterator[tuple[Frame, pa.RecordBatch]]:
+        """The committed frames overlapping ``[start, stop)`` with their decoded batches (objects fetched
+        several at a time, in order)."""
+        if stop <= start:
+            return
+        frames = self.metastore.frames(table.incarnation, bucket, start, stop)
+        if not frames:
+            return
+        objects = list(dict.fromkeys(f.object for f in frames))
+        if len(objects) == 1:
+            fetched = iter([self._fetch(table, bucket, objects[0])])
+        else:
+            with self._mutex:
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="tidehouse-get")
+            fetched = self._pool.map(lambda o: self._fetch(table, bucket, o), objects)
+        bufs: dict[str, pa.Buffer] = {}
+        for f in frames:
+            while f.object not in bufs:
+                buf = next(fetched)
+                bufs[objects[len(bufs)]] = buf
+            yield f, self._decode(table, f, bufs[f.object])
+
+    def _fetch(self, table: _Table, bucket: int, obj: str) -> pa.Buffer:
+        try:
+            return self.blobs.get(obj)
+        except FileNotFoundError:
+            head = self.metastore.head(table.incarnation, bucket)
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE if head is not None and head.start_offset > 0 else ErrorCode.STORAGE_CORRUPT,
+                f"{table.meta.name} bucket {bucket}: data object {obj} is gone (deleted by retention while being "
+                "read, or lost)", location=Location(file=obj),
+                hint="read again from the earliest kept offset (start_offsets)") from None
+
+    def _decode(self, table: _Table, f: Frame, buf: pa.Buffer) -> pa.RecordBatch:
+        part = blobs.Part(f.position, f.length, f.crc)
+        key = (f.object, f.position)
+        if key not in self._verified:
+            if not blobs.part_ok(buf, part):
+                raise TidehouseError(
+                    ErrorCode.STORAGE_CORRUPT,
+                    f"{table.meta.name} bucket {f.bucket}: the frame at offset {f.base_offset} ({f.rows} rows) in "
+                    f"data object {f.object} is damaged (CRC or length mismatch)", location=Location(file=f.object),
+                    params={"object": f.object, "offset": f.base_offset},
+                    hint="restore the object from a backup, or drop and rebuild the table; nothing partial was "
+                         "returned")
+            self._verified.add(key)
+        try:
+            return blobs.decode(buf, part)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{table.meta.name} bucket {f.bucket}: frame at offset "
+                                 f"{f.base_offset} in {f.object} does not decode: {exc}",
+                                 location=Location(file=f.object)) from exc
+
+    def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
+        table = self._table(name)
+        meta = table.meta
+        cols = _columns(None, meta, columns)
+        heads = self.metastore.heads(table.incarnation)
+        if not meta.is_primary_key:
+            parts = []
+            for h in heads:
+                if h.start_offset > 0:
+                    raise TidehouseError(
+                        ErrorCode.STORAGE_RANGE,
+                        f"{name} bucket {h.bucket}: offsets 0..{h.start_offset - 1} were deleted by retention, so "
+                        "the hot table alone no longer holds every row", location=Location(path=name),
+                        hint="read the lake snapshot plus the hot tail after its offsets (a union read), or "
+                             "raise storage.retention")
+                for batch in self._read_iter(table, h.bucket, 0, h.end_offset, cols):
+                    parts.append(pa.Table.from_batches([batch]).select(cols))
+            schema = pa.schema([meta.schema.field(c) for c in cols])
+            return pa.concat_tables(parts) if parts else schema.empty_table()
+        rows = []
+        n = len(meta.schema)
+        for h in heads:
+            state = self._state(table, h.bucket, h.end_offset)
+            with state.lock:
+                rows.extend(state.scan_rows(n))
+        return rows_to_table(meta.schema, rows).select(cols)
+
+    def lookup(self, name: str, keys: pa.Table) -> pa.Table:
+        table = self._table(name)
+        meta = table.meta
+        loc = Location(path=name)
+        if not meta.is_primary_key:
+            raise TidehouseError(ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table",
+                                 location=loc)
+        if isinstance(keys, pa.RecordBatch):
+            keys = pa.Table.from_batches([keys])
+        missing = [c for c in meta.primary_key if c not in keys.column_names]
+        if missing:
+            raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing",
+                                 location=loc)
+        key_cols = []
+        for c in meta.primary_key:
+            col, t = keys.column(c), meta.schema.field(c).type
+            try:
+                key_cols.append(col.cast(t, safe=not pa.types.is_timestamp(t)) if col.type != t else col)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key column {c!r} of type "
+                                     f"{col.type} does not match {t}", location=loc) from exc
+        key_table = pa.Table.from_arrays(key_cols, names=list(meta.primary_key))
+        buckets = bucket_of(key_table, meta.effective_bucket_key, meta.buckets).to_numpy()
+        tuples = list(zip(*[to_py(c) for c in key_cols]))
+        rows, n = [], len(meta.schema)
+        heads = {h.bucket: h for h in self.metastore.heads(table.incarnation)}
+        for b in sorted({int(x) for x in buckets}):
+            state = self._state(table, b, heads[b].end_offset)
+            with state.lock:
+                rows.extend(state.lookup_rows([t for t, bb in zip(tuples, buckets) if bb == b], n))
+        return rows_to_table(meta.schema, rows)
+
+    def batch_info(self, name: str, bucket: int) -> BatchInfo | None:
+        table = self._table(name)
+        self._head(table, bucket)
+        return _info(self.metastore.frame_at(table.incarnation, bucket, None))
+
+    def offset_times(self, name: str, bucket: int, offset: int) -> BatchInfo | None:
+        table = self._table(name)
+        self._head(table, bucket)
+        return _info(self.metastore.frame_at(table.incarnation, bucket, offset))
+
+    # -- housekeeping -------------------------------------------------------------------------------
+    def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
+        table = self._table(name)
+        self._head(table, bucket)
+        deleted, orphans = self.metastore.trim(table.incarnation, bucket, offset, int(older_than * 1e6))
+        self.blobs.delete(orphans)  # a crash before this: the objects are orphans, collected later
+        now = time.monotonic()
+        if now - self._last_gc.get(name, -float("inf")) >= self.gc_interval:
+            self._last_gc[name] = now
+            self.collect_garbage(name)
+        return deleted
+
+    def collect_garbage(self, name: str | None = None, *, grace: float | None = None) -> int:
+        """Delete data objects no committed frame references, last modified more than ``grace`` seconds ago
+        (default ``gc_grace``), of one table (or of every table under the root, including dropped ones).
+        Returns how many objects were deleted."""
+        grace = self.gc_grace if grace is None else grace
+        live = self.metastore.incarnations()
+        if name is not None:
+            layer, tname = name.split(".", 1)
+            where = f"{self.base}/{layer}/{tname}"
+        else:
+            where = self.base
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(where, recursive=True, allow_not_found=True))
+        except (OSError, pa.ArrowException) as exc:
+            raise blobs.io_error("listing", where, exc) from exc
+        cutoff = time.time() - grace
+        referenced: dict[str, set[str]] = {}
+        doomed = []
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.path.endswith(blobs.SUFFIX):
+                continue
+            parts = info.path[len(self.base) + 1:].split("/")
+            if len(parts) != 5 or parts[3] != "data":
+                continue
+            mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+            if mtime > cutoff:
+                continue
+            inc = parts[2]
+            if inc in live:
+                if inc not in referenced:
+                    referenced[inc] = self.metastore.objects(inc)
+                if info.path in referenced[inc]:
+                    continue
+            doomed.append(info.path)
+        self.blobs.delete(doomed)
+        return len(doomed)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._states.clear()
+            self._epochs.clear()
+            self.blobs.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+
+    def __enter__(self) -> ObjectTableStore:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _info(f: Frame | None) -> BatchInfo | None:
+    if f is None:
+        return None
+    return BatchInfo(bucket=f.bucket, base_offset=f.base_offset, rows=f.rows, commit_ts=f.commit_us / 1e6,
+                     origin_ts=None if f.origin_us is None else f.origin_us / 1e6, writer=f.writer, seq=f.seq)
