@@ -359,6 +359,7 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
             expect=expect, quarantine=quarantine, fingerprint=fp,
             checkpoint=str(Path(ckpt_root) / flow_name / name / fp[:12]),
             exceptions=shape_mod.batch_exceptions(decision.strategy, shape, [(i.ref, i.kind) for i in inputs]),
+            freshness=spec.freshness_of(name),  # not in the payload above: it does not change the content
         )
         known[name] = (kind, out_ddl, fp, primary_key)
         tables.append(plan)

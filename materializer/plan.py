@@ -112,6 +112,9 @@ class TablePlan:
     # where the table may differ from its SQL's batch result by design; not in the fingerprint (it follows
     # from the strategy and the SQL, which are)
     exceptions: tuple[BatchException, ...] = ()
+    # the freshness target in seconds (None: none): what status and metrics check, not how the table is built,
+    # so never in the fingerprint (changing it must not make the table "changed")
+    freshness: float | None = None
 
     @property
     def writer_id(self) -> str:
@@ -176,7 +179,8 @@ class FlowPlan:
                                                           f" ({p.type})" for p in t.params))
                 lines.append(f"    schema: {t.ddl}")
                 lines.append(f"    trigger {format_duration(t.trigger)}, tiering every "
-                             f"{format_duration(t.tiering_interval)}, fingerprint {t.fingerprint[:12]}")
+                             f"{format_duration(t.tiering_interval)}, fingerprint {t.fingerprint[:12]}"
+                             + (f", freshness {format_duration(t.freshness)}" if t.freshness is not None else ""))
                 if t.expect:
                     lines.append("    expect: " + "; ".join(f"{e.name}: {e.condition} ({e.on_violation})"
                                                            for e in t.expect))

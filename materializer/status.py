@@ -155,7 +155,7 @@ def run_snapshot(runner) -> dict[str, Any]:
             "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
             "late_dropped": runner.progress.late_dropped(t.name),
         })
-        row.update(freshness(row, getattr(t, "freshness", None)))
+        row.update(freshness(row, t.freshness))
         tables.append(row)
     return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
             "started_at": runner.started, "updated_at": now, "tables": tables,
@@ -208,8 +208,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
         row.update(table_figures(store, lake, table, quarantine))
         if lake_error:
             row["lake_error"] = lake_error
-        freshness_of = getattr(version.spec, "freshness_of", None)
-        row.update(freshness(row, freshness_of(table) if freshness_of else None))
+        row.update(freshness(row, version.spec.freshness_of(table)))
         tables.append(row)
     out = {"flow": name, "version": version.version, "running": running,
            "state": snap.get("state") if running else ("stopped" if snap else "never run"),

@@ -25,6 +25,7 @@ from registry.specs.base import (
     custom,
     unique,
 )
+from runtime.core.durations import format_duration
 from runtime.core.errors import Location
 from runtime.core.literals import (
     AGGREGATIONS,
@@ -149,6 +150,10 @@ class TableSpec(Spec):
                                                        "flow's trigger.")
     tiering: TieringSpec | None = Field(None, description="Lake freshness of this table; default: the flow's, else "
                                                           "the project setting tiering.interval.")
+    freshness: Duration | None = Field(None, description="Freshness target ('1m'): flow status and the metrics flag "
+                                                         "the table while its hot delay or its lake delay exceeds "
+                                                         "it; default: the flow's (none). Not below the tiering "
+                                                         "interval.")
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
     description: Text = Field("", description="What the table holds, for docs and `flow plan`.")
 
@@ -230,6 +235,8 @@ class FlowSpec(Spec):
     trigger: Duration = Field(1.0, description="Default micro-batch interval of every query ('500ms', '1s').")
     tiering: TieringSpec | None = Field(None, description="Default lake freshness of every table; default: the "
                                                           "project setting tiering.interval (30 s).")
+    freshness: Duration | None = Field(None, description="Default freshness target of every table (see the table "
+                                                         "key); default: none.")
     sources: dict[Identifier, SourceSpec] = Field(default_factory=dict, description="External inputs, read by "
                                                                                     "ODS tables.")
     layers: Annotated[dict[Layer, dict[Identifier, TableSpec]], BeforeValidator(_layers)] = Field(
@@ -243,6 +250,22 @@ class FlowSpec(Spec):
     def _has_tables(self) -> FlowSpec:
         if not any(self.layers.values()):
             raise custom(BAD_VALUE, "the flow has no tables: add one under layers.ods", at=("layers",))
+        return self
+
+    @model_validator(mode="after")
+    def _freshness_reachable(self) -> FlowSpec:
+        """A freshness target below the tiering interval is missed every cycle (the lake copy lags by up to the
+        interval). Checked where the flow sets both; against the project setting tiering.interval, a table would
+        simply be flagged by the status."""
+        for layer, tables in self.layers.items():
+            for name, table in tables.items():
+                target, interval = self.freshness_of(f"{layer}.{name}"), self.tiering_of(f"{layer}.{name}")
+                if target is not None and interval is not None and target < interval:
+                    at = ("layers", layer, name, "freshness") if table.freshness is not None else ("freshness",)
+                    raise custom(BAD_VALUE, f"freshness {format_duration(target)} of {layer}.{name} is below its "
+                                 f"tiering interval {format_duration(interval)}: its lake copy lags by up to the "
+                                 "interval, so it would miss the target every cycle (raise freshness or shorten "
+                                 "tiering)", at=at)
         return self
 
     @model_validator(mode="after")
@@ -283,6 +306,11 @@ class FlowSpec(Spec):
         setting ``tiering.interval``, which callers pass)."""
         own = self.table(qualified).tiering or self.tiering
         return own.interval if own is not None else default
+
+    def freshness_of(self, qualified: str) -> float | None:
+        """The freshness target of a table in seconds: its own, else the flow's, else None (no target)."""
+        own = self.table(qualified).freshness
+        return own if own is not None else self.freshness
 
     def location_of(self, yaml_path: str) -> Location:
         """Source position of a node (``layers.dwd.clicks.action``) for errors found later (plan, Spark)."""

@@ -138,22 +138,33 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
 @pass_state
 def status_cmd(state, name: str, as_json: bool) -> None:
     """Per table: query state, rows/s, hot end offsets, quarantined rows, late rows dropped by a watermark (in
-    the last run), hot and lake delay, lake snapshot."""
+    the last run), hot and lake delay, lake snapshot, and the freshness target (MISSED while the hot or the
+    lake delay exceeds it). --json adds batch seconds by phase and tiering figures."""
     status = state.project.status(name)
     if as_json:
         echo_json(status)
         return
     click.echo(f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}")
     headers = ["table", "state", "rows/s", "hot offsets", "quarantined", "late dropped", "hot delay s",
-               "tiered offsets", "lake snapshot", "lake delay s"]
+               "tiered offsets", "lake snapshot", "lake delay s", "freshness"]
     rows = [[r["table"], r.get("state"), _fmt(r.get("rows_per_s")), _offsets(r.get("hot_end_offsets")),
              r.get("quarantined", 0), _fmt(r.get("late_dropped")), _fmt(r.get("hot_delay_s"), 2),
              _offsets(r.get("tiered_offsets")),
-             r.get("lake_snapshot_id") or "-", _fmt(r.get("lake_delay_s"))] for r in status["tables"]]
+             r.get("lake_snapshot_id") or "-", _fmt(r.get("lake_delay_s")), _freshness(r)] for r in status["tables"]]
     click.echo(table_text(headers, rows))
+    for r in status["tables"]:
+        if r.get("fresh") is False:
+            delays = ", ".join(f"{kind} delay {_fmt(r.get(f'{kind}_delay_s'), 2)}s" for kind in r["freshness_missed"])
+            click.echo(f"{r['table']}: misses its freshness target of {_fmt(r['freshness_s'])}s ({delays})")
     errors = [r for r in status["tables"] if r.get("error")]
     for r in errors:
         click.echo(f"{r['table']}: {r['error']}", err=True)
+
+
+def _freshness(row: dict) -> str:
+    if row.get("freshness_s") is None:
+        return "-"
+    return f"{_fmt(row['freshness_s'])}s " + ("ok" if row.get("fresh") else "MISSED")
 
 
 def _offsets(value) -> str:
