@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from materializer import shape as shape_mod
-from materializer.dag import FlowGraph, node_location, source_node
 from materializer.plan import (
     QUARANTINE_DDL,
     Expectation,
@@ -30,6 +29,7 @@ from materializer.plan import (
     fingerprint,
     quarantine_name,
 )
+from registry.graph import FlowGraph, node_location, source_node
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import DEFAULT_MERGE_ENGINE, LOG, PRIMARY_KEY, is_system_column
 from runtime.core.sparktypes import parse_columns, parse_type

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from registry.graph import FlowGraph
 from runtime.core.durations import format_duration
 
 QUARANTINE_SUFFIX = "__quarantine"
@@ -129,7 +130,7 @@ class FlowPlan:
     sources: tuple[SourcePlan, ...]
     tables: tuple[TablePlan, ...]  # topological order
     generations: tuple[tuple[str, ...], ...]  # table names by topological generation
-    edges: tuple[tuple[str, str, str], ...] = field(default=())  # (upstream, table, relation)
+    edges: tuple[tuple[str, str, str], ...]  # (upstream, table, relation): the flow graph the plan was made of
 
     def table(self, name: str) -> TablePlan:
         for plan in self.tables:
@@ -142,6 +143,10 @@ class FlowPlan:
             if src.name == name:
                 return src
         raise KeyError(name)
+
+    def graph(self) -> FlowGraph:
+        """The flow's DAG, from the plan's own edges: the graph the plan was built from, not a new one."""
+        return FlowGraph.from_edges([t.name for t in self.tables], self.edges, sources=[s.name for s in self.sources])
 
     # -- rendering --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from materializer.analyze import struct_of
-from materializer.dag import FlowGraph
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
@@ -105,10 +104,7 @@ class FlowRunner:
         tables = list(tables)
         if not tables:
             return []
-        graph = FlowGraph.build([s.name for s in self.plan.sources],
-                                {t.name: {i.name: (i.ref.split(":", 1)[1] if i.kind == "source" else i.ref)
-                                          for i in t.inputs} for t in self.plan.tables})
-        doomed = graph.descendants(tables)
+        doomed = self.plan.graph().descendants(tables)
         for name in doomed:
             t = self.plan.table(name)
             for hot in (name, t.quarantine):

@@ -22,8 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import networkx as nx
-
+from registry.graph import FlowGraph
 from registry.specs import LAYERS, ActionSpec, FlowSpec, check_value, did_you_mean
 from registry.specs.values import describe
 from runtime.core.errors import ErrorCode, Location, TidehouseError
@@ -122,7 +121,7 @@ def validate_flow_spec(
                 location=loc.at("layers", layer, name, key=True),
                 hint="a table is produced by one flow only: rename one of them, or read it from the other flow"))
 
-    errors += _cycles(flow, other_flows, loc)
+    errors += _cycles(flow, other_flows)
     errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))
     return FlowCheck(errors, resolved)
 
@@ -272,43 +271,16 @@ def _check_columns(table, base: tuple, action: ActionSpec, loc, errors) -> None:
                 location=loc.at(*base, "aggregations", col, key=True), hint=did_you_mean(col, columns)))
 
 
-def _edges(flow: FlowSpec) -> Iterable[tuple[str, str, str]]:
-    """``(read_table, table, input_name)`` for every input that reads a table."""
-    for qualified, table in flow.tables():
-        if qualified.startswith("ods."):
-            continue
-        for input_name, ref in table.inputs.items():
-            if "." in ref:
-                yield ref, qualified, input_name
+def _inputs(flow: FlowSpec) -> dict[str, dict[str, str]]:
+    return {qualified: dict(table.inputs) for qualified, table in flow.tables()}
 
 
-def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec], loc) -> list[TidehouseError]:
-    graph = nx.DiGraph()
-    for name, other in other_flows.items():
-        if name != flow.flow:
-            graph.add_edges_from((a, b) for a, b, _ in _edges(other))
-    inputs_of: dict[tuple[str, str], str] = {}
-    for a, b, input_name in _edges(flow):
-        graph.add_edge(a, b)
-        inputs_of[(a, b)] = input_name
-    own = {q for q, _ in flow.tables()}
-    errors = []
-    for component in sorted(nx.strongly_connected_components(graph), key=lambda c: sorted(c)):
-        start = min(component)
-        if len(component) == 1 and not graph.has_edge(start, start):
-            continue
-        if not component & own:
-            continue
-        start = min(component & own)
-        cycle = nx.find_cycle(graph.subgraph(component), source=start)
-        nodes = [cycle[0][0]] + [edge[1] for edge in cycle]
-        # point at the first edge of the cycle that this flow's file declares
-        a, b = next(((x, y) for x, y in cycle if (x, y) in inputs_of), cycle[0])
-        layer, name = b.split(".")
-        errors.append(TidehouseError(ErrorCode.FLOW_CYCLE, "cycle: " + " --> ".join(nodes),
-                                     location=loc.at("layers", layer, name, "inputs", inputs_of.get((a, b), "")),
-                                     hint="a table cannot depend on itself, directly or through other tables"))
-    return errors
+def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec]) -> list[TidehouseError]:
+    """Cycles through this flow's tables, also through tables of the other flows (the flow graph's check)."""
+    context = {q: inputs for name, other in other_flows.items() if name != flow.flow
+               for q, inputs in _inputs(other).items()}
+    graph = FlowGraph.build(flow.sources, _inputs(flow), context=context, check=False)
+    return graph.cycle_errors(flow.location_of)
 
 
 __all__ = ["ActionCatalog", "FlowCheck", "Resolution", "SpecChecks", "describe", "validate_flow_spec"]

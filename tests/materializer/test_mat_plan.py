@@ -32,6 +32,9 @@ def test_plan_strategies_and_deterministic_json(spark, project_dir):
     }
     assert plan.generations == (("ods.clicks",), ("dwd.clicks",), ("dws.user_activity",),
                                 ("ads.low_users", "ads.top_users"))
+    # the plan gives back the graph it was made of (what --full-refresh drops downstream)
+    assert plan.graph().table_generations() == [list(g) for g in plan.generations]
+    assert plan.graph().descendants(["dws.user_activity"]) == ["dws.user_activity", "ads.low_users", "ads.top_users"]
     assert {t.name for t in plan.tables if t.passthrough} == {"ods.clicks"}  # t_ingest: SELECT * FROM raw
     assert "written as they are" in plan.table("ods.clicks").reason
     dwd = plan.table("dwd.clicks")

@@ -1,9 +1,9 @@
-"""The flow DAG: stable ids, deterministic order, cycles named."""
+"""The flow DAG (registry/graph.py): stable ids, deterministic order, cycles named, one graph for validation and plans."""
 
 import pytest
 
-from materializer.dag import FlowGraph
-from runtime.core.errors import ErrorCode, TidehouseError
+from registry.graph import FlowGraph
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 TABLES = {
     "ods.clicks": {"raw": "clicks"},
@@ -48,3 +48,26 @@ def test_edges_carry_relation_names():
     dag = FlowGraph.build(["clicks"], TABLES)
     assert ("source:clicks", "ods.clicks", "raw") in dag.edges()
     assert dag.upstream("ads.top") == ["dws.items", "dws.users"]
+
+
+def test_a_graph_rebuilt_from_its_edges_is_the_same_graph():
+    """What a plan keeps (its edges) gives back the graph it was built from (FlowPlan.graph())."""
+    dag = FlowGraph.build(["clicks"], TABLES)
+    again = FlowGraph.from_edges(TABLES, dag.edges(), sources=["clicks"])
+    assert again.generations() == dag.generations() and again.edges() == dag.edges()
+    assert {n: again.kind(n) for n in again.order()} == {n: dag.kind(n) for n in dag.order()}
+    assert again.descendants(["dwd.clicks"]) == dag.descendants(["dwd.clicks"])
+
+
+def test_cycles_through_other_flows_are_found_and_located_at_this_flows_input():
+    def location_of(path):
+        return Location("one.yaml", path=path)
+
+    own = {"ods.a": {"raw": "s"}, "dwd.x": {"left": "ods.a", "right": "dwd.y"}}
+    other = {"dwd.y": {"events": "dwd.x"}}
+    dag = FlowGraph.build(["s"], own, context=other, check=False)
+    (error,) = dag.cycle_errors(location_of)
+    assert error.code == ErrorCode.FLOW_CYCLE and error.message == "cycle: dwd.x --> dwd.y --> dwd.x"
+    assert error.location.path == "layers.dwd.x.inputs.right"
+    assert ("dwd.x", "dwd.y", "events") not in dag.edges()  # the other flow's edge is not this flow's
+    assert FlowGraph.build(["s"], own, check=False).cycle_errors() == []
