@@ -281,7 +281,7 @@ class Project:
             "lake_catalog": {"name": config.get("lake.catalog_name"), **mask_catalog(config.lake_catalog_properties)},
             "settings": settings,
         }
-        return _redacted(report)  # ${ENV} values may sit inside a URI or a path: hide them everywhere
+        return redact(report)  # ${ENV} values may sit inside a URI or a path: hide them everywhere
 
     # -- helpers -----------------------------------------------------------------------------------
     def _checks(self, quick: bool):
@@ -354,11 +354,3 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[dist] = "not installed"
     return out
-
-
-def _redacted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    return redact(value) if isinstance(value, str) else value

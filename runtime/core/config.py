@@ -33,15 +33,25 @@ _LOADED_SECRETS: set[str] = set()
 _MIN_SECRET_LEN = 4  # shorter values (a port, "true") are not worth garbling every message for
 
 
-def redact(text: str) -> str:
-    """``text`` with every value this process read from ``${ENV}`` in the project file replaced by ``****``.
+MASK = "****"  # what every hidden secret reads as
 
-    The CLI passes every error message, traceback (``--debug``) and ``tidehouse info`` line through it.
+
+def redact(value: Any) -> Any:
+    """``value`` (a string, or mappings and lists of them) with every value this process read from ``${ENV}``
+    in the project file replaced by ``****``, wherever it sits (inside a URI or a path too).
+
+    The CLI passes every error message, traceback (``--debug``) and the ``tidehouse info`` report through it.
     """
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    if not isinstance(value, str):
+        return value
     for secret in sorted(_LOADED_SECRETS, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, "****")
-    return text
+        if secret in value:
+            value = value.replace(secret, MASK)
+    return value
 
 
 def find_project_dir(start: Path | None = None) -> Path:
@@ -197,12 +207,14 @@ def mask_catalog(properties: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _mask(value: Any, force: bool = False) -> Any:
+    """Secrets by their shape: the value of a secret-looking key, a password inside a URL (everything with
+    ``force``). :func:`redact` hides them by their value; the two are all the masking there is."""
     if isinstance(value, dict):
-        return {k: ("****" if (force or _SECRET_KEYS.search(k)) and v else _mask(v)) for k, v in value.items()}
+        return {k: (MASK if (force or _SECRET_KEYS.search(k)) and v else _mask(v)) for k, v in value.items()}
     if isinstance(value, str):
         if force:
-            return "****"
-        return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1****@", value)  # password inside a URL
+            return MASK
+        return re.sub(r"(://[^:/@]+:)[^@]+@", rf"\1{MASK}@", value)  # password inside a URL
     return value
 
 
