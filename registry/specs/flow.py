@@ -38,9 +38,11 @@ from runtime.core.literals import (
     is_system_column,
 )
 from runtime.core.refs import REF_RE
+from runtime.core.settings import default
 from runtime.core.sparktypes import SparkTypeError, parse_columns
 
 OnViolation = Literal["drop", "quarantine", "fail"]
+_TIERING = format_duration(default("tiering.interval"))  # in descriptions (the docs are generated from them)
 
 FILE_FORMATS = ("json", "csv", "parquet", "orc", "text")  # Spark file sources: they need a path
 SCHEMA_REQUIRED = ("json", "csv")  # streaming file sources cannot infer these schemas
@@ -234,7 +236,7 @@ class FlowSpec(Spec):
     description: Text = Field("", description="What the flow computes.")
     trigger: Duration = Field(1.0, description="Default micro-batch interval of every query ('500ms', '1s').")
     tiering: TieringSpec | None = Field(None, description="Default lake freshness of every table; default: the "
-                                                          "project setting tiering.interval (30 s).")
+                                                          f"project setting tiering.interval ({_TIERING}).")
     freshness: Duration | None = Field(None, description="Default freshness target of every table (see the table "
                                                          "key); default: none.")
     sources: dict[Identifier, SourceSpec] = Field(default_factory=dict, description="External inputs, read by "

@@ -179,6 +179,12 @@ SETTINGS: tuple[Setting, ...] = (
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
+
+def default(name: str) -> Any:
+    """The default of a setting. A function of a lower layer whose parameter mirrors a setting takes its default
+    from here (``segment_bytes: int = default("storage.segment_bytes")``): a default is written once, above."""
+    return SETTINGS_BY_NAME[name].default
+
 # `home:` in the project file: where everything is stored, after --home and $TIDEHOUSE_HOME (not a setting
 # of the running project: `tidehouse info` shows the home it resolved to).
 HOME = Setting("home", None, "Home directory, relative to the project directory; --home and $TIDEHOUSE_HOME "

@@ -31,6 +31,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.table import Table
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.settings import default
 from runtime.lake.schema import lake_schema, missing_columns, partition_spec
 from runtime.storage.api import TableMeta
 
@@ -60,8 +61,10 @@ class Lake:
     """The Iceberg side of Tidehouse: one pyiceberg catalog plus where tiering keeps its local state."""
 
     def __init__(self, catalog: Catalog, *, run_dir: Path, properties: dict[str, Any] | None = None,
-                 max_snapshots: int = 100, compact_min_files: int = 32, retention_s: float = 24 * 3600.0,
-                 compact_target_bytes: int = 128 * 1024 * 1024) -> None:
+                 max_snapshots: int = default("tiering.max_snapshots"),
+                 compact_min_files: int = default("tiering.compact_min_files"),
+                 retention_s: float = default("storage.retention"),
+                 compact_target_bytes: int = default("tiering.compact_target_bytes")) -> None:
         self.catalog = catalog
         self.run_dir = Path(run_dir)
         self.properties = dict(properties or {})

@@ -37,6 +37,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from runtime.core.errors import TidehouseError
+from runtime.core.settings import default
 from runtime.lake.apply import LakeTransaction, overwrite_producer, write_files
 from runtime.lake.state import OFFSETS_PROPERTY, lake_offsets, offsets_json
 from runtime.storage.api import OFFSET, TableMeta, TableStore
@@ -144,7 +145,7 @@ def compaction_groups(tasks, min_files: int, target_bytes: int) -> tuple[list[li
     return [g for g in groups if len(g) > 1], fullest
 
 
-def compact(table: Table, meta: TableMeta, min_files: int, target_bytes: int = 128 * 1024 * 1024,
+def compact(table: Table, meta: TableMeta, min_files: int, target_bytes: int = default("tiering.compact_target_bytes"),
             memo: dict | None = None) -> int:
     """Rewrite each tier of similar-sized small files that reached ``min_files`` (see :func:`compaction_groups`)
     as ONE overwrite snapshot; return how many files were removed.

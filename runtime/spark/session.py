@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.settings import default
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {
@@ -148,7 +149,7 @@ def session_conf(master: str, conf: Mapping[str, Any] | None = None,
     return merged
 
 
-def get_spark(master: str = "local[*]", conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse",
+def get_spark(master: str = default("spark.master"), conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse",
               log_dir: str | os.PathLike | None = None):
     """Return the process's SparkSession, creating it on first use.
 

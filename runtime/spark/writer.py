@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import is_system_column
+from runtime.core.settings import default
 from runtime.core.uris import local_path
 from runtime.spark.datasource import cached_store
 from runtime.storage.api import CHANGE, TableStore, WriteResult
@@ -95,7 +96,7 @@ def write_batch(store: TableStore, table: str, df_or_arrow: Any, writer_id: str,
 
 
 def foreach_batch_writer(root: str, table: str, writer_id: str, *, checkpoint: str | None = None,
-                         fsync: bool = True, on_write: Callable[[int, WriteResult], None] | None = None):
+                         fsync: bool = default("storage.fsync"), on_write: Callable[[int, WriteResult], None] | None = None):
     """``fn(df, batch_id)`` for ``writeStream.foreachBatch``: writes each micro-batch to ``table``.
 
     With ``checkpoint`` (the query's checkpoint location) every write carries the origin time of its input

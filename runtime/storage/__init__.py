@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runtime.core.settings import default
 from runtime.storage.api import (  # noqa: F401
     BUCKET,
     CHANGE,
@@ -20,8 +21,8 @@ from runtime.storage.api import (  # noqa: F401
 )
 
 
-def open_store(root: str, *, fsync: bool = True, segment_bytes: int = 64 * 1024 * 1024,
-               metastore: str | None = None, s3: Mapping[str, Any] | None = None,
+def open_store(root: str, *, fsync: bool = default("storage.fsync"),
+               segment_bytes: int = default("storage.segment_bytes"), metastore: str | None = None, s3: Mapping[str, Any] | None = None,
                bootstrap: Callable[[str, int], tuple[Any, int] | None] | None = None) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.settings import default
 from runtime.storage import fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
@@ -106,7 +107,8 @@ def _io_errors(what: str, file: Path | None, hint: str | None = None) -> Iterato
 class LocalTableStore(TableStore):
     """Hot tables under a local directory; safe for several processes sharing ``root``."""
 
-    def __init__(self, root: str | os.PathLike, *, fsync: bool = True, segment_bytes: int = 64 * 1024 * 1024,
+    def __init__(self, root: str | os.PathLike, *, fsync: bool = default("storage.fsync"),
+                 segment_bytes: int = default("storage.segment_bytes"),
                  lock_timeout: float = 30.0) -> None:
         self.root = Path(root)
         self.fsync = fsync

@@ -39,6 +39,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.settings import default
 from runtime.storage import frames as _frames
 from runtime.storage.frames import (
     ENTRY_SIZE,
@@ -68,7 +69,8 @@ def _seqs_crc(seqs: dict[str, int]) -> int:
 class BucketLog:
     """The log of one bucket. Thread-safe; several processes may hold one for the same folder."""
 
-    def __init__(self, path: Path, bucket: int, *, fsync: bool = True, segment_bytes: int = 64 << 20,
+    def __init__(self, path: Path, bucket: int, *, fsync: bool = default("storage.fsync"),
+                 segment_bytes: int = default("storage.segment_bytes"),
                  table: str = "") -> None:
         self.path = path
         self.bucket = bucket

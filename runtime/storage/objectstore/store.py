@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.settings import default
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
     BUCKET,
@@ -62,7 +63,7 @@ class ObjectTableStore(TableStore):
     """
 
     def __init__(self, filesystem: pafs.FileSystem, base: str, *, metastore: str | None = None,
-                 store_id: str | None = None, fsync: bool = True, bootstrap: Bootstrap | None = None,
+                 store_id: str | None = None, fsync: bool = default("storage.fsync"), bootstrap: Bootstrap | None = None,
                  cache_bytes: int = 256 << 20, gc_interval: float = 3600.0, gc_grace: float = 3600.0) -> None:
         self.fs = filesystem
         self.base = base.rstrip("/")
