@@ -1,0 +1,153 @@
+"""The object-store hot storage's own protocol (docs/architecture.md, "Hot storage on an object store"):
+orphans of a crash between put and commit, garbage collection, fencing of a zombie, primary-key state rebuilt
+from a bootstrap snapshot + the changelog (or refused), and the metastore's errors. These run on a pyarrow
+``LocalFileSystem`` with the default SQLite metastore next to the data (no server); the shared behaviour runs
+on SeaweedFS + PostgreSQL in ``tests/storage/contract``."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.storage import TableMeta
+from runtime.storage.objectstore import ObjectTableStore
+from runtime.storage.objectstore import metastore as metastore_mod
+from tests.storage._util import log_meta, read_all, rows
+
+SCHEMA = pa.schema([("k", pa.string()), ("a", pa.int64())])
+
+
+def _store(tmp_path, **kw) -> ObjectTableStore:
+    return ObjectTableStore(pafs.LocalFileSystem(), str(tmp_path / "obj"), fsync=False, **kw)
+
+
+def _objects(tmp_path) -> list:
+    return sorted((tmp_path / "obj").rglob("*.thd"))
+
+
+def _pk(name: str = "dws.p", buckets: int = 1) -> TableMeta:
+    return TableMeta(name, SCHEMA, kind="primary_key", primary_key=("k",), buckets=buckets,
+                     merge_engine="aggregate", aggregations={"a": "sum"})
+
+
+def test_the_default_metastore_is_sqlite_next_to_the_data(tmp_path):
+    store = _store(tmp_path)
+    assert (tmp_path / "obj" / "metastore.db").is_file()
+    store.create_table(log_meta(buckets=2))
+    assert store.write("ods.events", rows(0, 10), writer="w", seq=1).rows == 10
+    assert len(_objects(tmp_path)) == 1  # one object per write, whatever the number of buckets
+
+
+def test_a_crash_between_put_and_commit_leaves_an_invisible_orphan_that_gc_collects(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    store.create_table(log_meta())
+    store.write("ods.events", rows(0, 3), writer="w", seq=1)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed after the put")
+
+    monkeypatch.setattr(store.metastore, "commit", crash)
+    with pytest.raises(KeyboardInterrupt):
+        store.write("ods.events", rows(3, 3), writer="w", seq=2)
+    monkeypatch.undo()
+    assert len(_objects(tmp_path)) == 2  # the orphan is on storage ...
+    other = _store(tmp_path)
+    assert other.end_offsets("ods.events") == [3]  # ... and invisible
+    assert other.last_seq("ods.events", "w") == 1
+    assert other.write("ods.events", rows(3, 3), writer="w", seq=2).ranges == {0: (3, 6)}  # the retry, once
+    assert read_all(other, "ods.events").column("id").to_pylist() == list(range(6))
+    assert other.collect_garbage(grace=3600) == 0  # too young: it could be a write about to commit
+    assert other.collect_garbage(grace=0) == 1
+    assert len(_objects(tmp_path)) == 2
+    assert read_all(_store(tmp_path), "ods.events").column("id").to_pylist() == list(range(6))
+
+
+def test_a_failed_commit_deletes_its_object_and_a_fenced_zombie_stays_fenced(tmp_path):
+    old, new = _store(tmp_path), _store(tmp_path)
+    old.create_table(_pk())
+    old.write("dws.p", pa.table({"k": ["a"], "a": [1]}), writer="old", seq=1)
+    new.write("dws.p", pa.table({"k": ["a"], "a": [10]}), writer="new", seq=1)  # takes the bucket over
+    before = _objects(tmp_path)
+    for seq in (2, 3):
+        with pytest.raises(TidehouseError) as err:
+            old.write("dws.p", pa.table({"k": ["a"], "a": [100]}), writer="old", seq=seq)
+        assert err.value.code is ErrorCode.STORAGE_LOCKED and err.value.params["bucket"] == 0
+    assert _objects(tmp_path) == before  # the fenced attempts' objects were deleted
+    new.write("dws.p", pa.table({"k": ["a"], "a": [5]}), writer="new", seq=2)
+    assert _store(tmp_path).scan("dws.p").to_pylist() == [{"k": "a", "a": 16}]
+
+
+def test_pk_state_is_rebuilt_from_a_bootstrap_snapshot_after_retention(tmp_path):
+    store = _store(tmp_path)
+    store.create_table(_pk(buckets=2))
+    for seq in range(1, 6):
+        store.write("dws.p", pa.table({"k": ["a", "b", "c", "d"], "a": [seq] * 4}), writer="w", seq=seq)
+    expected = sorted(store.scan("dws.p").to_pylist(), key=lambda r: r["k"])
+    ends = store.end_offsets("dws.p")
+    snapshots = {b: (pa.Table.from_pylist([r for r in expected if _bucket(store, r["k"]) == b], SCHEMA), ends[b])
+                 for b in range(2)}
+    for b in range(2):  # the lake covers everything: retention may delete every frame
+        assert store.delete_before("dws.p", b, ends[b], older_than=time.time() + 3600) > 0
+    with pytest.raises(TidehouseError) as err:  # no snapshot: never a partial state
+        _store(tmp_path).scan("dws.p")
+    assert err.value.code is ErrorCode.STORAGE_RANGE
+    calls = []
+
+    def bootstrap(table, bucket):
+        calls.append((table, bucket))
+        return snapshots[bucket]
+
+    fresh = _store(tmp_path, bootstrap=bootstrap)
+    assert sorted(fresh.scan("dws.p").to_pylist(), key=lambda r: r["k"]) == expected
+    fresh.write("dws.p", pa.table({"k": ["a", "e"], "a": [100, 1]}), writer="w", seq=6)  # continues after it
+    got = {r["k"]: r["a"] for r in _store(tmp_path, bootstrap=bootstrap).scan("dws.p").to_pylist()}
+    assert got == {"a": 115, "b": 15, "c": 15, "d": 15, "e": 1}
+    assert sorted(set(calls)) == [("dws.p", 0), ("dws.p", 1)]
+
+
+def test_a_snapshot_older_than_the_kept_changelog_is_refused(tmp_path):
+    store = _store(tmp_path)
+    store.create_table(_pk())
+    for seq in range(1, 4):
+        store.write("dws.p", pa.table({"k": [f"k{seq}"], "a": [seq]}), writer="w", seq=seq)
+    store.delete_before("dws.p", 0, 2, older_than=time.time() + 3600)
+    stale = _store(tmp_path, bootstrap=lambda t, b: (SCHEMA.empty_table(), 1))
+    with pytest.raises(TidehouseError) as err:
+        stale.lookup("dws.p", pa.table({"k": ["k1"]}))
+    assert err.value.code is ErrorCode.STORAGE_RANGE
+
+
+def test_a_reader_follows_a_writer_in_another_instance(tmp_path):
+    writer, reader = _store(tmp_path), _store(tmp_path)
+    writer.create_table(_pk())
+    writer.write("dws.p", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
+    assert reader.lookup("dws.p", pa.table({"k": ["a"]})).to_pylist() == [{"k": "a", "a": 1}]
+    writer.write("dws.p", pa.table({"k": ["a", "b"], "a": [2, 3]}), writer="w", seq=2)
+    assert sorted(reader.scan("dws.p").to_pylist(), key=lambda r: r["k"]) == [{"k": "a", "a": 3}, {"k": "b", "a": 3}]
+
+
+def test_an_unreachable_metastore_is_storage_io_naming_the_setting(tmp_path):
+    url = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    try:
+        with pytest.raises(TidehouseError) as err:
+            ObjectTableStore(pafs.LocalFileSystem(), str(tmp_path / "obj"), metastore=url)
+    finally:
+        metastore_mod.dispose_engines([url])
+    assert err.value.code is ErrorCode.STORAGE_IO and err.value.location.path == "storage.metastore"
+
+
+def test_an_object_store_without_a_metastore_is_refused(tmp_path):
+    remote_like = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())  # not the local filesystem
+    with pytest.raises(TidehouseError) as err:
+        ObjectTableStore(remote_like, "bucket/prefix")
+    assert err.value.code is ErrorCode.CONFIG_INVALID and err.value.location.path == "storage.metastore"
+
+
+def _bucket(store, key: str) -> int:
+    from runtime.storage import bucket_of
+
+    return int(bucket_of(pa.table({"k": [key]}), ["k"], 2).to_pylist()[0])
