@@ -28,6 +28,7 @@ from materializer.plan import (
     TablePlan,
     fingerprint,
     quarantine_name,
+    table_fingerprint,
 )
 from registry.graph import FlowGraph, node_location, source_node
 from runtime.core.errors import ErrorCode, Location, TidehouseError
@@ -333,17 +334,6 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
         quarantine = quarantine_name(name) if has_source or any(e.on_violation == "quarantine" for e in expect) \
             else None
         kind = PRIMARY_KEY if primary_key else LOG
-        payload = {
-            "name": name, "kind": kind, "strategy": decision.strategy, "sql": action.sql,
-            "params": [(p.name, p.type, p.value) for p in params],
-            "inputs": [(i.name, i.ref, known[i.ref][2]) for i in inputs],
-            "ddl": out_ddl, "pk": primary_key, "merge": tspec.merge_engine or DEFAULT_MERGE_ENGINE,
-            "aggs": sorted((tspec.aggregations or {}).items()), "buckets": int(tspec.buckets or 1),
-            "bucket_key": tuple(tspec.bucket_key or ()), "expect": [(e.name, e.condition, e.on_violation)
-                                                                    for e in expect],
-        }
-        fp = fingerprint(payload)
-        flow_name = spec.flow
         plan = TablePlan(
             name=name, layer=name.split(".", 1)[0], kind=kind, strategy=decision.strategy,
             reason=decision.reason + (PASSTHROUGH_REASON if passthrough else ""),
@@ -356,11 +346,12 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
             bucket_key=tuple(tspec.bucket_key or ()),
             trigger=float(tspec.trigger if tspec.trigger is not None else flow_trigger),
             tiering_interval=float(spec.tiering_of(name, default_tiering)),
-            expect=expect, quarantine=quarantine, fingerprint=fp,
-            checkpoint=str(Path(ckpt_root) / flow_name / name / fp[:12]),
+            expect=expect, quarantine=quarantine, fingerprint="", checkpoint="",
             exceptions=shape_mod.batch_exceptions(decision.strategy, shape, [(i.ref, i.kind) for i in inputs]),
-            freshness=spec.freshness_of(name),  # not in the payload above: it does not change the content
+            freshness=spec.freshness_of(name),
         )
+        fp = table_fingerprint(plan, {i.ref: known[i.ref][2] for i in inputs})
+        plan = replace(plan, fingerprint=fp, checkpoint=str(Path(ckpt_root) / spec.flow / name / fp[:12]))
         known[name] = (kind, out_ddl, fp, primary_key)
         tables.append(plan)
     generations = tuple(tuple(g) for g in graph.table_generations())

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, Literal
 
 from registry.graph import FlowGraph
@@ -110,11 +111,9 @@ class TablePlan:
     fingerprint: str
     checkpoint: str
     passthrough: bool = False  # the SQL returns its one input unchanged: micro-batches skip running it
-    # where the table may differ from its SQL's batch result by design; not in the fingerprint (it follows
-    # from the strategy and the SQL, which are)
+    # where the table may differ from its SQL's batch result by design
     exceptions: tuple[BatchException, ...] = ()
-    # the freshness target in seconds (None: none): what status and metrics check, not how the table is built,
-    # so never in the fingerprint (changing it must not make the table "changed")
+    # the freshness target in seconds (None: none): what status and metrics check, not how the table is built
     freshness: float | None = None
 
     @property
@@ -221,6 +220,57 @@ def fingerprint(payload: Any) -> str:
     """sha256 of a canonical JSON rendering."""
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# The fingerprint of a table is derived from its TablePlan: every field is in, except these, which do not
+# change what the table holds. The fingerprint names the table's checkpoint and hot-storage writer id, so a
+# change of it makes a running deployment rebuild the table: a new field is in (and changes every
+# fingerprint) unless it is added here, on purpose, with the reason.
+NOT_FINGERPRINTED: dict[str, str] = {
+    "layer": "part of the name, which is in",
+    "reason": "prose about the strategy, which is in",
+    "action": "the action's name and version: its SQL and parameters are in (the same SQL computes the same)",
+    "action_path": "where the action file is",
+    "sql_line": "where the SQL starts in the action file",
+    "trigger": "how often micro-batches run, not what they compute",
+    "tiering_interval": "how far the lake lags, not what the table holds",
+    "quarantine": "follows from the inputs and the expectations, which are in",
+    "fingerprint": "itself",
+    "checkpoint": "named after the fingerprint",
+    "passthrough": "a shortcut that writes the same rows as running the SQL (which is in)",
+    "exceptions": "follow from the strategy and the SQL, which are in",
+    "freshness": "a target that status and metrics check, not how the table is built",
+}
+# keys under which fingerprints have always carried these fields (renaming a key changes every fingerprint)
+_FINGERPRINT_KEYS = {"primary_key": "pk", "merge_engine": "merge", "aggregations": "aggs"}
+
+
+def table_fingerprint(plan: TablePlan, upstream: Mapping[str, str]) -> str:
+    """The fingerprint of a table: sha256 of its plan's fields minus :data:`NOT_FINGERPRINTED`.
+
+    A field holding plan parts (parameters, expectations) is in by the values of their fields, in order. An
+    input is in by its name, its ref and ``upstream[ref]``, the fingerprint of what it reads (a source, or the
+    upstream table's own fingerprint, which covers that table's kind, schema and keys): a change upstream
+    changes every table downstream.
+    """
+    payload: dict[str, Any] = {}
+    for f in fields(TablePlan):
+        if f.name in NOT_FINGERPRINTED:
+            continue
+        value = getattr(plan, f.name)
+        if f.name == "inputs":
+            value = [(i.name, i.ref, upstream[i.ref]) for i in value]
+        payload[_FINGERPRINT_KEYS.get(f.name, f.name)] = _plain(value)
+    return fingerprint(payload)
+
+
+def _plain(value: Any) -> Any:
+    """Plan parts as lists of their field values (what the JSON of a fingerprint holds)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return [_plain(getattr(value, f.name)) for f in fields(value)]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def quarantine_name(table: str) -> str:

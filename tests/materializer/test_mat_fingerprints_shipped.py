@@ -1,0 +1,64 @@
+"""The fingerprints of the shipped flows' tables and sources, pinned.
+
+A fingerprint names a table's checkpoint and hot-storage writer id: if it changes, every deployment of the
+flow must rebuild the table (``--full-refresh``). These values were computed by the release before the
+fingerprint was derived from the plan's fields (commit 23ec339); the derivation keeps them. A change to a
+shipped action's SQL or a flow's table changes its fingerprint on purpose: update the pin then, and say so
+in the release notes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+REPO = Path(__file__).resolve().parents[2]
+
+PINNED = {
+    "ecommerce_activity": {
+        "source:events": "251b142ccf230df9b7af60f12fc7be63b21747486e52acaf5bf52ade53f17691",
+        "ods.events": "8aba5c31cab5e86a71ad5c064e3c754a2f78963bf240d9ec1f6516fa8d06bce6",
+        "dwd.events": "3a617aac4b604d512eb14f49acc92314a80ce138274b7f3c986b7fbe80dff969",
+        "dws.user_activity": "46e6d2678403e829579fded561a5814da7549f77eaa50f81cc63123445f17694",
+        "ads.conversion": "fa6fbe515925d7a204fb0b58df29d6f9dcff5fe8950c3717d4b477e16dd1bd24",
+        "ads.top_users": "75ea8492731d7996f867b54bb8707377d152bb32c72655ab10d8492ff877a871",
+    },
+    "order_attribution": {
+        "source:orders": "67c7b9cc6f1ffd894300747302e1237656d092409c74647e4e05d019fc430055",
+        "source:touches": "d4ace1ada1886ea8201f26bbb8603b19c340b588215dcd3b1a9f92ffdbab2b8f",
+        "ods.orders": "ed7744b6bce58cd0ca56c5d029617c0fe0cfd1e8eb9720ad4cb0b1fa22f9bef5",
+        "ods.touches": "204f45479e068af9fc49087cf3bb955b23a03120b3f2e17d26f31e587701bcb0",
+        "dwd.orders": "0ca7664f8de2ddfb87a8d52c09a91cbdf4a8570ecde9c656a7a12616d8d9df60",
+        "dws.first_touch": "7b17336e3354ee16b5cc8cd7161f3946801c118a45476723f3b96cdcfa491f04",
+        "dws.attributed_orders": "ceb4c59fa8cdacb8726e944576e0fd0ec2e7ee469b2b0d54e93b81c3e790e376",
+        "ads.revenue_by_channel": "cca24b4f8c734098f340faee07e3a2e82b08a945dae75ce024a7de590cf4edf3",
+    },
+    "shop_trends": {  # reads dwd.events of ecommerce_activity
+        "dws.item_funnel": "659abce0ac2c401c485a5d54723a96e70b8fd791a773b8df196fec32f41b5e7a",
+        "dws.events_per_minute": "465a8bf8533e42b3e7597d4279f063dcd4852dea2fc91e8d7056f59cb94604f2",
+        "ads.top_items": "70daee0d820678cf154d8689518fdeb0c09888d69ca0cead21e5637f9a70b93a",
+    },
+}
+
+
+def test_shipped_flows_keep_their_fingerprints(spark, project_dir):
+    from materializer.analyze import build_plan
+    from runtime.project import Project
+
+    shutil.rmtree(project_dir / "actions")
+    shutil.copytree(REPO / "actions", project_dir / "actions")
+    project = Project.open()
+    got, upstream = {}, {}
+    try:
+        for flow in PINNED:
+            shutil.copy(REPO / "flows" / f"{flow}.yaml", project_dir / "flows")
+            resolved = project._resolve(project_dir / "flows" / f"{flow}.yaml", register=True)
+            plan = build_plan(project, resolved, spark, upstream=upstream)
+            upstream.update({t.name: t for t in plan.tables})
+            got[flow] = {**{s.ref: s.fingerprint for s in plan.sources}, **{t.name: t.fingerprint for t in plan.tables}}
+    finally:
+        project.close()
+    assert got == PINNED
