@@ -1,18 +1,12 @@
-"""One bucket's log: segments of frames, the per-bucket index, the cross-process lock, recovery and reads.
+"""One bucket's log: appending frames, reading them, retention — on the view of :mod:`.logview` (segments,
+index, refresh and recovery).
 
-Folder ``<table>/bucket-<n>/``: ``lock`` (``fcntl.flock`` target), ``index`` (see :mod:`.frames`),
-segments ``<base_offset:020d>.log`` and, once retention deleted segments, ``seqs.json`` (the last ``seq`` of
-every writer as of that deletion: idempotency must not depend on frames that are gone). Retention also
-replaces the index by the entries of the kept segments (atomic rename); every process notices the new inode
-and reloads, and unmaps the deleted segments, so neither disk nor memory grows with the bucket's history. Offsets are dense per bucket; a segment rolls (a new file named by the
-next offset) once the active one reaches ``segment_bytes``.
+Offsets are dense per bucket; a segment rolls (a new file named by the next offset) once the active one
+reaches ``segment_bytes``.
 
-Writers take the lock (a thread mutex plus ``flock``), then *refresh*: read new index entries, verify and index
-frames written after the index (a writer that died between the two), and on the first lock in a process also
-re-verify the CRC of the last indexed frame. A frame that is not whole is a **torn tail** when nothing valid
-follows it (it is truncated, with any later empty segment) and **corruption** when a whole frame follows it
-(``STORAGE_CORRUPT`` naming the file and byte offset; nothing is truncated). The writer then writes the frame
-with one ``pwritev``, ``fdatasync``\\ s it (unless ``fsync=False``) and appends the index entry.
+Writers take the lock (a thread mutex plus ``flock``), then refresh the view (repairing a torn tail, see
+:mod:`.logview`), then write the frame with one ``pwritev``, ``fdatasync``\\ s it (unless ``fsync=False``)
+and append the index entry.
 
 Readers never lock. They read new index entries (an entry is written only after its frame is whole and
 synced) and verify any whole frames past the index; an incomplete frame at the tail is simply not visible
@@ -29,10 +23,8 @@ import itertools
 import json
 import mmap
 import os
-import re
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,111 +34,29 @@ from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.settings import default
 from runtime.storage import frames as _frames
 from runtime.storage.frames import (
-    ENTRY_SIZE,
     HEADER_SIZE,
     NO_ORIGIN,
     Entry,
     encode_frame,
     frame_crc_ok,
     parse_header,
-    read_frame_at,
-    valid_frame_after,
     writer_hash,
     writer_of,
 )
+from runtime.storage.logview import LogView, segment_name, seqs_crc
 
-_SEGMENT = re.compile(r"^(\d{20})\.log$")
-
-
-def segment_name(base: int) -> str:
-    return f"{base:020d}.log"
+__all__ = ["BucketLog", "segment_name"]
 
 
-def _seqs_crc(seqs: dict[str, int]) -> int:
-    return zlib.crc32(json.dumps(seqs, sort_keys=True).encode())
-
-
-class BucketLog:
+class BucketLog(LogView):
     """The log of one bucket. Thread-safe; several processes may hold one for the same folder."""
 
     def __init__(self, path: Path, bucket: int, *, fsync: bool = default("storage.fsync"),
-                 segment_bytes: int = default("storage.segment_bytes"),
-                 table: str = "") -> None:
-        self.path = path
-        self.bucket = bucket
-        self.table = table
-        self.fsync = fsync
+                 segment_bytes: int = default("storage.segment_bytes"), table: str = "") -> None:
+        super().__init__(path, bucket, fsync=fsync, table=table)
         self.segment_bytes = segment_bytes
         self._mutex = threading.RLock()
-        self._reset()
         self._lock_fd: int | None = None
-        self._recovered = False
-        self._maps: dict[int, tuple[int, mmap.mmap, pa.Buffer]] = {}
-
-    def _reset(self) -> None:
-        self._entries: list[Entry] = []
-        self._bases: list[int] = []
-        self._n_indexed = 0
-        self._index_ino: int | None = None  # the index file we read (a new inode = replaced: start over)
-        self._base_seqs = self._load_seqs()
-        self._seqs: dict[int, int] = dict(self._base_seqs)
-        self._verified: set[int] = set()
-        self._segs: dict[int, int] = {}
-        self._first_kept = 0
-
-    # -- paths and state ------------------------------------------------------------------------------
-    @property
-    def index_path(self) -> Path:
-        return self.path / "index"
-
-    @property
-    def seqs_path(self) -> Path:
-        """Last ``seq`` per writer (hash) of every frame retention deleted; written before the segments go."""
-        return self.path / "seqs.json"
-
-    def _load_seqs(self) -> dict[int, int]:
-        try:
-            raw = self.seqs_path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        try:
-            doc = json.loads(raw)
-            seqs = doc["seqs"]
-            if _seqs_crc(seqs) != doc["crc"]:
-                raise ValueError("checksum mismatch")
-            return {int(h): int(s) for h, s in seqs.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            file = str(self.seqs_path)
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{self.table} bucket {self.bucket}: damaged "
-                                 f"writer sequence file {file}: {exc}", location=Location(file=file),
-                                 hint="restore it from a backup (it is replaced atomically, so this is damage); "
-                                      "without it a replayed old write could be applied twice") from exc
-
-    def segment_path(self, base: int) -> Path:
-        return self.path / segment_name(base)
-
-    @property
-    def end_offset(self) -> int:
-        return self._entries[-1].end_offset if self._entries else self._first_kept
-
-    @property
-    def first_offset(self) -> int:
-        """The earliest offset still readable (segments before it were deleted by retention)."""
-        return self._first_kept
-
-    def last_seq(self, writer: str) -> int | None:
-        return self._seqs.get(writer_hash(writer))
-
-    def entries(self) -> list[Entry]:
-        return list(self._entries)
-
-    def _corrupt(self, seg: int, pos: int, what: str) -> TidehouseError:
-        file = str(self.segment_path(seg))
-        return TidehouseError(
-            ErrorCode.STORAGE_CORRUPT,
-            f"{self.table} bucket {self.bucket}: {what} at byte {pos} of {file}, followed by valid data",
-            location=Location(file=file), params={"file": file, "position": pos},
-            hint="restore the file from a backup or drop and rebuild the table; nothing was truncated")
 
     # -- locking --------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -167,229 +77,6 @@ class BucketLog:
         """Bring the view up to date with what other processes committed (no lock, no repair)."""
         with self._mutex:
             self._refresh(repair=False)
-
-    # -- refresh / recovery ---------------------------------------------------------------------------
-    def _list_segments(self) -> dict[int, int]:
-        segs: dict[int, int] = {}
-        try:
-            with os.scandir(self.path) as it:
-                for de in it:
-                    m = _SEGMENT.match(de.name)
-                    if m:
-                        segs[int(m.group(1))] = de.stat().st_size
-        except FileNotFoundError:
-            pass
-        return dict(sorted(segs.items()))
-
-    def _refresh(self, repair: bool) -> None:
-        self._segs = self._list_segments()
-        for seg in [s for s in self._maps if s not in self._segs]:  # deleted by retention elsewhere:
-            self._drop_map(seg)  # unmap, or the disk space is never given back
-        self._read_index(repair)
-        if repair and not self._recovered:
-            self._verify_last(repair)
-            self._recovered = True
-        self._scan_tail(repair)
-        if self._segs:
-            self._first_kept = max(self._first_kept, next(iter(self._segs)))
-        elif not self._entries:
-            self._first_kept = 0
-
-    def _read_index(self, repair: bool) -> None:
-        try:
-            st = os.stat(self.index_path)
-            size, ino = st.st_size, st.st_ino
-        except FileNotFoundError:
-            size, ino = 0, None
-        if self._index_ino is not None and ino != self._index_ino:  # compacted by retention, or deleted
-            self._reset()
-            self._segs = self._list_segments()
-        self._index_ino = ino
-        n_full = size // ENTRY_SIZE
-        if n_full < self._n_indexed:  # the index was rebuilt by a writer: start over
-            self._reset()
-            self._segs = self._list_segments()
-        if n_full > self._n_indexed:
-            with open(self.index_path, "rb") as fh:
-                fh.seek(self._n_indexed * ENTRY_SIZE)
-                raw = fh.read((n_full - self._n_indexed) * ENTRY_SIZE)
-            first_seg = next(iter(self._segs), None)
-            for k in range(len(raw) // ENTRY_SIZE):
-                i = self._n_indexed
-                e = Entry.unpack(raw[k * ENTRY_SIZE:(k + 1) * ENTRY_SIZE])
-                if e is not None and i < len(self._entries):
-                    if self._entries[i] != e:  # our tail view disagrees with the index: reload
-                        self._reset()
-                        self._segs = self._list_segments()
-                        return self._read_index(repair)
-                    self._n_indexed += 1
-                    continue
-                if e is None or not self._entry_fits(e, first_seg):
-                    if repair:
-                        self._truncate_index(i)
-                    break
-                self._add(e)
-                self._n_indexed += 1
-        if repair and size != self._n_indexed * ENTRY_SIZE and self._n_indexed == len(self._entries):
-            self._truncate_index(self._n_indexed)
-
-    def _entry_fits(self, e: Entry, first_seg: int | None) -> bool:
-        prev = self._entries[-1] if self._entries else None
-        if prev is not None and e.base_offset != prev.end_offset:
-            return False
-        if prev is not None and e.segment == prev.segment:
-            if e.position != prev.end_position:
-                return False
-        elif e.position != 0 or e.segment != e.base_offset:
-            return False
-        size = self._segs.get(e.segment)
-        if size is None:  # deleted by retention (older than every kept segment) or missing
-            return first_seg is not None and e.segment < first_seg
-        return e.end_position <= size
-
-    def _add(self, e: Entry) -> None:
-        self._entries.append(e)
-        self._bases.append(e.base_offset)
-        prev = self._seqs.get(e.writer_hash)
-        if prev is None or e.seq > prev:
-            self._seqs[e.writer_hash] = e.seq
-
-    def _truncate_index(self, n: int) -> None:
-        with open(self.index_path, "ab") as fh:
-            fh.truncate(n * ENTRY_SIZE)
-        self._n_indexed = min(self._n_indexed, n)
-
-    def _drop_last(self) -> None:
-        self._entries.pop()
-        self._bases.pop()
-        self._seqs = dict(self._base_seqs)
-        for e in self._entries:
-            if e.seq > self._seqs.get(e.writer_hash, -(1 << 63)):
-                self._seqs[e.writer_hash] = e.seq
-        self._n_indexed = min(self._n_indexed, len(self._entries))
-
-    def _verify_last(self, repair: bool) -> None:
-        """First lock in this process: the last indexed frame must still be whole (else it is the torn tail)."""
-        if not self._entries:
-            return
-        e = self._entries[-1]
-        if e.segment not in self._segs:
-            return
-        fd = os.open(self.segment_path(e.segment), os.O_RDONLY)
-        try:
-            got = read_frame_at(fd, e.position, self._segs[e.segment])
-        finally:
-            os.close(fd)
-        if got is not None and got[0].base_offset == e.base_offset:
-            self._verified.add(e.base_offset)
-            return
-        self._invalid_at(e.segment, e.position, repair, "index entry points at a damaged frame")
-        self._drop_last()
-        self._truncate_index(len(self._entries))
-
-    def _scan_tail(self, repair: bool) -> None:
-        """Index (writer) or just see (reader) whole frames written after the last indexed one."""
-        if not self._segs:
-            return
-        if self._entries:
-            seg, pos, expected = self._entries[-1].segment, self._entries[-1].end_position, self.end_offset
-        else:
-            seg = next(iter(self._segs))
-            pos, expected = 0, seg
-        index_fd = None
-        try:
-            while True:
-                size = self._segs.get(seg, 0)
-                if pos >= size:
-                    later = [s for s in self._segs if s > seg]
-                    if not later:
-                        return
-                    nxt = later[0]
-                    if nxt != expected:
-                        if any(self._segment_has_valid(s) for s in self._segs if s >= nxt):
-                            raise self._corrupt(nxt, 0, f"segment named {nxt} where offset {expected} was expected")
-                        if repair:  # a misnamed segment with nothing whole in it: a torn roll
-                            for later in [s for s in self._segs if s >= nxt]:
-                                os.unlink(self.segment_path(later))
-                                del self._segs[later]
-                        return
-                    seg, pos = nxt, 0
-                    continue
-                fd = os.open(self.segment_path(seg), os.O_RDONLY)
-                try:
-                    got = read_frame_at(fd, pos, size)
-                finally:
-                    os.close(fd)
-                if got is None or got[0].base_offset != expected:
-                    if got is None and self._recheck_size(seg, size):
-                        continue  # the file grew while we looked: a writer is appending; look again
-                    self._invalid_at(seg, pos, repair, "incomplete or damaged frame")
-                    return
-                h = got[0]
-                e = Entry(h.base_offset, seg, pos, h.frame_len, h.rows, h.commit_ts, h.origin_ts,
-                          writer_hash(writer_of(got[1], h)), h.seq)
-                self._add(e)
-                self._verified.add(e.base_offset)
-                if repair:
-                    if index_fd is None:
-                        index_fd = os.open(self.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                    os.write(index_fd, e.pack())
-                    self._n_indexed += 1
-                pos, expected = e.end_position, e.end_offset
-        finally:
-            if index_fd is not None:
-                os.close(index_fd)
-
-    def _recheck_size(self, seg: int, size: int) -> bool:
-        try:
-            now = os.stat(self.segment_path(seg)).st_size
-        except FileNotFoundError:
-            return False
-        if now != size:
-            self._segs[seg] = now
-            return True
-        return False
-
-    def _invalid_at(self, seg: int, pos: int, repair: bool, what: str) -> None:
-        """A frame at (seg, pos) is not whole: raise if valid data follows, else treat it as a torn tail."""
-        if self._valid_data_after(seg, pos):
-            path = self.segment_path(seg)
-            fd = os.open(path, os.O_RDONLY)
-            try:  # a concurrent writer may have completed it meanwhile
-                again = read_frame_at(fd, pos, os.fstat(fd).st_size)
-            finally:
-                os.close(fd)
-            if again is None:
-                raise self._corrupt(seg, pos, what)
-            return
-        if not repair:
-            return
-        path = self.segment_path(seg)
-        with open(path, "r+b") as fh:
-            fh.truncate(pos)
-            if self.fsync:
-                os.fsync(fh.fileno())
-        self._segs[seg] = pos
-        for later in [s for s in self._segs if s > seg]:
-            os.unlink(self.segment_path(later))
-            del self._segs[later]
-
-    def _valid_data_after(self, seg: int, pos: int) -> bool:
-        fd = os.open(self.segment_path(seg), os.O_RDONLY)
-        try:
-            if valid_frame_after(fd, pos, os.fstat(fd).st_size) is not None:
-                return True
-        finally:
-            os.close(fd)
-        return any(self._segment_has_valid(later) for later in self._segs if later > seg)
-
-    def _segment_has_valid(self, seg: int) -> bool:
-        fd = os.open(self.segment_path(seg), os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            return read_frame_at(fd, 0, size) is not None or valid_frame_after(fd, 0, size) is not None
-        finally:
-            os.close(fd)
 
     # -- append ---------------------------------------------------------------------------------------
     def append(self, payload: pa.Buffer, *, rows: int, schema_id: int, writer: str, seq: int,
@@ -603,15 +290,9 @@ class BucketLog:
         from runtime.storage.meta import write_atomic
 
         seqs = {str(h): s for h, s in sorted(self._seqs.items())}
-        doc = {"format": 1, "seqs": seqs, "crc": _seqs_crc(seqs)}
+        doc = {"format": 1, "seqs": seqs, "crc": seqs_crc(seqs)}
         write_atomic(self.seqs_path, json.dumps(doc).encode())
         self._base_seqs = dict(self._seqs)
-
-    def _drop_map(self, seg: int) -> None:
-        cached = self._maps.pop(seg, None)
-        if cached is not None:
-            del cached
-        # the mmap itself is released when the last buffer slice referencing it is gone
 
     def close(self) -> None:
         with self._mutex:
