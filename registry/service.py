@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
 from registry.store import SqlStore, StoredVersion, VersionStore
@@ -189,11 +190,15 @@ class Registry:
         stored = self.store.put("action", spec.name, content_hash(text), text, spec.path)
         return self._action_version(stored, spec=spec if stored.created else None)
 
-    def _action_spec(self, stored: StoredVersion) -> ActionSpec:
-        key = ("action", stored.name, stored.version)
+    def _parsed(self, kind: str, stored: StoredVersion, parse) -> Any:
+        """The spec of a stored version, parsed once (versions are immutable)."""
+        key = (kind, stored.name, stored.version)
         if key not in self._specs:
-            self._specs[key] = parse_action_text(stored.text, stored.path or f"<action {stored.name}@{stored.version}>")
+            self._specs[key] = parse(stored.text, stored.path or f"<{kind} {stored.name}@{stored.version}>")
         return self._specs[key]
+
+    def _action_spec(self, stored: StoredVersion) -> ActionSpec:
+        return self._parsed("action", stored, parse_action_text)
 
     def _action_version(self, stored: StoredVersion, spec: ActionSpec | None = None) -> ActionVersion:
         if spec is not None:
@@ -245,10 +250,7 @@ class Registry:
 
     # -- flows -------------------------------------------------------------------------------------
     def _flow_spec(self, stored: StoredVersion) -> FlowSpec:
-        key = ("flow", stored.name, stored.version)
-        if key not in self._specs:
-            self._specs[key] = parse_flow_text(stored.text, stored.path or f"<flow {stored.name}@{stored.version}>")
-        return self._specs[key]
+        return self._parsed("flow", stored, parse_flow_text)
 
     def _flow_version(self, stored: StoredVersion, spec: FlowSpec | None = None) -> FlowVersion:
         return FlowVersion(name=stored.name, version=stored.version, spec=spec or self._flow_spec(stored),

@@ -208,31 +208,43 @@ def _hint_choices(what: str, names: Iterable[str]) -> str:
     return f"{what}: {', '.join(names)}" if names else f"the flow declares no {what}"
 
 
-def _check_inputs(table, base: tuple, action: ActionSpec, loc, errors) -> None:
-    wanted, given = list(action.inputs), list(table.inputs)
-    missing = [n for n in wanted if n not in given]
+def _check_bindings(section: str, noun: str, given, declared, required, base: tuple, action: ActionSpec, loc,
+                    errors, *, codes: tuple[ErrorCode, ErrorCode], unbound_is: str, placeholder) -> None:
+    """A table's bindings under ``section`` (``inputs``, ``params``) against what its action declares: a name the
+    action does not declare (at its key, with the closest unbound or declared name), and a required name the
+    table does not bind (at the section, with what to add)."""
+    unknown_code, missing_code = codes
+    unbound = [n for n in required if n not in given]
     for name in given:
-        if name not in wanted:
+        if name not in declared:
             errors.append(TidehouseError(
-                ErrorCode.INPUT_EXTRA, f"action '{action.name}' has no input '{name}'",
-                location=loc.at(*base, "inputs", name, key=True),
-                hint=did_you_mean(name, missing) or _hint_choices("its inputs", wanted)))
-    for name in missing:
+                unknown_code, f"action '{action.name}' has no {noun} '{name}'",
+                location=loc.at(*base, section, name, key=True),
+                hint=did_you_mean(name, unbound) or did_you_mean(name, declared)
+                or _hint_choices(f"its {noun}s", declared)))
+    for name in unbound:
         errors.append(TidehouseError(
-            ErrorCode.INPUT_MISSING, f"input '{name}' of action '{action.name}' is not bound",
-            location=loc.at(*base, "inputs", shown=base + ("inputs", name)),
-            hint=f"add inputs: {{{name}: <{'source' if base[1] == 'ods' else 'layer.table'}>}}"))
+            missing_code, f"{noun} '{name}' of action '{action.name}' is {unbound_is}",
+            location=loc.at(*base, section, shown=base + (section, name)),
+            hint=f"add {section}: {{{name}: <{placeholder(name)}>}}"))
+
+
+def _check_inputs(table, base: tuple, action: ActionSpec, loc, errors) -> None:
+    read = "source" if base[1] == "ods" else "layer.table"
+    _check_bindings("inputs", "input", list(table.inputs), list(action.inputs), list(action.inputs), base, action,
+                    loc, errors, codes=(ErrorCode.INPUT_EXTRA, ErrorCode.INPUT_MISSING), unbound_is="not bound",
+                    placeholder=lambda _: read)
 
 
 def _check_params(table, base: tuple, action: ActionSpec, loc, errors) -> None:
     declared = action.params
+    _check_bindings("params", "parameter", list(table.params), list(declared),
+                    [n for n, spec in declared.items() if spec.required], base, action, loc, errors,
+                    codes=(ErrorCode.PARAM_UNKNOWN, ErrorCode.PARAM_MISSING), unbound_is="required",
+                    placeholder=lambda name: declared[name].type)
     for name, value in table.params.items():
         spec = declared.get(name)
         if spec is None:
-            errors.append(TidehouseError(
-                ErrorCode.PARAM_UNKNOWN, f"action '{action.name}' has no parameter '{name}'",
-                location=loc.at(*base, "params", name, key=True),
-                hint=did_you_mean(name, declared) or _hint_choices("its parameters", declared)))
             continue
         if value is None:
             errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"expected a {spec.type} value, got null",
@@ -241,12 +253,6 @@ def _check_params(table, base: tuple, action: ActionSpec, loc, errors) -> None:
         for sub, message in check_value(value, spec.spark_type):
             errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"parameter '{name}' ({spec.type}): {message}",
                                          location=loc.at(*base, "params", name, *sub)))
-    for name, spec in declared.items():
-        if spec.required and name not in table.params:
-            errors.append(TidehouseError(
-                ErrorCode.PARAM_MISSING, f"parameter '{name}' of action '{action.name}' is required",
-                location=loc.at(*base, "params", shown=base + ("params", name)),
-                hint=f"add params: {{{name}: <{spec.type}>}}"))
 
 
 def _check_columns(table, base: tuple, action: ActionSpec, loc, errors) -> None:
