@@ -7,11 +7,18 @@ Primary-key upserts: rows/s of ``write`` (half new keys, half updates; fsync on)
 (``last_row``, ``first_row``), for updates arriving as a ``-U``/``+U`` changelog, and for the row loop
 (``aggregate``). Every figure is given per wall second and per CPU second of this process.
 
-Run: ``.venv/bin/python -m benchmarks.storage [--rows-per-batch N] [--batches N] [--pk-rows N]``.
+S3 (``--s3``, the default): the object-store hot storage on a SeaweedFS started for the run (``weed mini``,
+loopback) with its metastore on a PostgreSQL started for the run, next to raw pyarrow ``S3FileSystem`` puts and
+gets of the same bytes (each batch as one Arrow IPC stream object) against the same server in the same run:
+append and read rows/s of the same batches, and per-append latency p50/p99 of small appends.
+
+Run: ``.venv/bin/python -m benchmarks.storage [--rows-per-batch N] [--batches N] [--pk-rows N] [--no-s3]
+[--s3-appends N] [--s3-append-rows N]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import time
@@ -21,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks._report import argument_parser, markdown_table, write_section
+from benchmarks.stats import percentile
 from runtime.storage import TableMeta, open_store
 
 
@@ -85,11 +93,104 @@ def pk_upserts(store, name: str, rng: np.random.Generator, rows: int, per: int, 
     return timed(run)
 
 
+def _ipc_bytes(batch: pa.RecordBatch) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tuple[list[list], str]:
+    """Rows of the S3 table and a note: Tidehouse on SeaweedFS + PostgreSQL vs raw pyarrow S3 puts/gets."""
+    from runtime.storage.objectstore import ObjectTableStore
+    from tests.services import Postgres, SeaweedFS
+
+    total = sum(b.num_rows for b in batches)
+    with SeaweedFS.running() as weed, Postgres.running() as pg:
+        fs = weed.filesystem()
+        metastore = pg.create_database("bench")
+        root = weed.root("bench")
+
+        def raw_put(prefix: str, bs: list[pa.RecordBatch]) -> list[float]:
+            lat = []
+            for i, b in enumerate(bs):
+                t = time.perf_counter()
+                with fs.open_output_stream(f"{weed.bucket}/raw-{prefix}/{i:08d}.arrow") as out:
+                    out.write(_ipc_bytes(b))
+                lat.append(time.perf_counter() - t)
+            return lat
+
+        def raw_get(prefix: str, n: int) -> int:
+            got = 0
+            for i in range(n):
+                with fs.open_input_stream(f"{weed.bucket}/raw-{prefix}/{i:08d}.arrow") as src:
+                    got += pa.ipc.open_stream(src.read_buffer()).read_all().num_rows
+            return got
+
+        cold_raw = timed(lambda: raw_put("cold", batches[:1]))[0]  # the first put of a connection
+        store = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore, fsync=True)
+        store.create_table(TableMeta("ods.bench", batches[0].schema))  # (opening checked the bucket: warm)
+        store.create_table(TableMeta("ods.small", small[0].schema))
+        # interleaved, so that the server's state (volume growth, caches) affects both alike
+        raw_lat, th_lat, small_raw, small_th = [], [], [], []
+        for k in range(0, len(batches), 10):
+            raw_lat += raw_put(f"big{k}", batches[k:k + 10])
+            th_lat += _th_put(store, "ods.bench", batches[k:k + 10], k)
+        for k in range(0, len(small), 50):
+            small_raw += raw_put(f"small{k}", small[k:k + 50])
+            small_th += _th_put(store, "ods.small", small[k:k + 50], k)
+
+        def raw_read_all() -> int:
+            return sum(raw_get(f"big{k}", len(batches[k:k + 10])) for k in range(0, len(batches), 10))
+
+        def th_read_all() -> int:
+            view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)  # cold cache
+            n = sum(b.num_rows for b in view.read("ods.bench", 0, 0))
+            view.close()
+            return n
+
+        raw_r = min(timed(raw_read_all)[0] for _ in range(3))
+        th_runs = [timed(th_read_all) for _ in range(3)]
+        th_r = min(r[0] for r in th_runs)
+        assert th_runs[0][2] == total and raw_read_all() == total
+        store.close()
+
+    def lat_row(label, th, raw):
+        p50, p99, r50, r99 = (percentile(th, 50), percentile(th, 99), percentile(raw, 50), percentile(raw, 99))
+        return [label, "", "", f"{p50 * 1e3:.1f} / {p99 * 1e3:.1f}", f"{r50 * 1e3:.1f} / {r99 * 1e3:.1f}",
+                r50 / p50, r99 / p99]
+
+    small_rows = sum(b.num_rows for b in small)
+    rows = [
+        ["S3 append", total / sum(th_lat), total / sum(raw_lat), "", "", sum(raw_lat) / sum(th_lat), ""],
+        ["S3 read, all columns (fresh store: cold cache)", total / th_r, total / raw_r, "", "", raw_r / th_r, ""],
+        lat_row(f"S3 per-append latency, {batches[0].num_rows:,} rows", th_lat, raw_lat),
+        lat_row(f"S3 per-append latency, {small[0].num_rows:,} rows", small_th, small_raw),
+        ["S3 small appends", small_rows / sum(small_th), small_rows / sum(small_raw), "", "",
+         sum(small_raw) / sum(small_th), ""],
+    ]
+    note = (f"First put on a new S3 connection (not in the figures): {cold_raw * 1e3:,.0f} ms.")
+    return rows, note
+
+
+def _th_put(store, name: str, bs: list[pa.RecordBatch], first_seq: int) -> list[float]:
+    lat = []
+    for i, b in enumerate(bs):
+        t = time.perf_counter()
+        store.write(name, b, writer="bench", seq=first_seq + i)
+        lat.append(time.perf_counter() - t)
+    return lat
+
+
 def main() -> None:
     ap = argument_parser("benchmarks.storage", __doc__)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--pk-rows", type=int, default=200_000)
+    ap.add_argument("--s3", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure the object-store hot storage on SeaweedFS (default: on)")
+    ap.add_argument("--s3-appends", type=int, default=200, help="small appends for the S3 latency figures")
+    ap.add_argument("--s3-append-rows", type=int, default=1_000, help="rows per small S3 append")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     rng = np.random.default_rng(7)
@@ -140,6 +241,10 @@ def main() -> None:
     probe = [pa.table({"id": pa.array(rng.integers(0, args.pk_rows // 2, 1000), pa.int64())}) for _ in range(20)]
     open_w, _, _ = timed(lambda: other.lookup("dws.last_row_0", probe[0]))
     look_w, look_c, _ = timed(lambda: [other.lookup("dws.last_row_0", keys) for keys in probe])
+    s3_rows, s3_note = [], ""
+    if args.s3:
+        small = [make_batch(rng, args.s3_append_rows, i * args.s3_append_rows) for i in range(args.s3_appends)]
+        s3_rows, s3_note = s3_figures(batches, small)
     load_after = os.getloadavg()[0]
 
     def log_row(label, wall, cpu, raw_wall, raw_cpu):
@@ -169,6 +274,19 @@ def main() -> None:
             "are the ones to compare with the targets.\n\n"
             + markdown_table(["operation", "rows/s", "rows/s (CPU)", "MB/s", "raw rows/s", "ratio vs raw",
                               "ratio vs raw (CPU)"], rows))
+    if s3_rows:
+        body += ("\n\n### S3: the object-store hot storage on SeaweedFS\n\n"
+                 "`storage.root: s3://…` on a SeaweedFS (`weed mini`, loopback, started by the run) with the "
+                 "metastore on a PostgreSQL (started by the run); raw = pyarrow `S3FileSystem` put / get of each "
+                 "batch as one Arrow IPC stream object, against the same server in the same run, interleaved with "
+                 "the Tidehouse appends. A Tidehouse append is one put of the same bytes plus one metastore "
+                 "transaction; a read lists the frames in the metastore and gets the objects (8 at a time) into a "
+                 f"fresh store (cold cache). Latency is wall time per call, p50 / p99 in ms; ratio = raw / "
+                 f"Tidehouse (target ≥ 0.8). {args.s3_appends} small appends of {args.s3_append_rows:,} rows. "
+                 f"{s3_note}\n\n"
+                 + markdown_table(["operation", "rows/s", "raw rows/s", "latency p50 / p99 (ms)",
+                                   "raw latency p50 / p99 (ms)", "ratio vs raw (p50 / total)", "ratio p99"],
+                                  s3_rows))
     write_section("storage", "Hot storage", ".venv/bin/python -m benchmarks.storage", body)
 
 

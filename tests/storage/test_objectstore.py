@@ -50,7 +50,7 @@ def test_a_crash_between_put_and_commit_leaves_an_invisible_orphan_that_gc_colle
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed after the put")
 
-    monkeypatch.setattr(store.metastore, "commit", crash)
+    monkeypatch.setattr(store.metastore, "committing", crash)
     with pytest.raises(KeyboardInterrupt):
         store.write("ods.events", rows(3, 3), writer="w", seq=2)
     monkeypatch.undo()

@@ -88,6 +88,8 @@ class ObjectTableStore(TableStore):
         self._states: dict[tuple[str, int], BucketState] = {}
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._verified: set[tuple[str, int]] = set()
+        self._write_meta: dict[str, _Table] = {}  # table definitions as writes last saw them
+        self._seqs_seen: dict[tuple[str, str], int] = {}  # (incarnation, writer) -> highest seq it committed here
         self._mutex = threading.RLock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         if local:
@@ -124,6 +126,8 @@ class ObjectTableStore(TableStore):
 
     def create_table(self, meta: TableMeta, *, exist_ok: bool = True) -> TableMeta:
         wanted = metamod.validate(meta)
+        with self._mutex:
+            self._write_meta.pop(wanted.name, None)
         for _ in range(20):
             got = self.metastore.table(wanted.name)
             if got is None:
@@ -167,6 +171,7 @@ class ObjectTableStore(TableStore):
 
     def _forget(self, inc: str) -> None:
         with self._mutex:
+            self._write_meta = {n: t for n, t in self._write_meta.items() if t.incarnation != inc}
             for d in (self._states, self._epochs, self._locks):
                 for key in [k for k in d if k[0] == inc]:
                     del d[key]
@@ -182,20 +187,41 @@ class ObjectTableStore(TableStore):
     # -- writes -------------------------------------------------------------------------------------
     def write(self, name: str, data: pa.Table | pa.RecordBatch, *, writer: str, seq: int,
               origin_ts: float | None = None) -> WriteResult:
-        table = self._table(name)
+        # the table's definition is cached for writes: it is read again when the data names a column the
+        # cached one lacks, and when the commit finds the table dropped (then the write goes to the new one)
+        for fresh in (False, True):
+            table = self._write_table(name, fresh)
+            try:
+                prepared, kinds = _prepare(None, table.meta, data)
+                if prepared.num_rows == 0:
+                    return WriteResult({})
+                groups = self._split(table.meta, prepared, kinds)
+                return self._write_groups(table, groups, writer, seq, origin_ts)
+            except TidehouseError as exc:
+                if fresh or exc.code not in (ErrorCode.WRITE_INVALID, ErrorCode.TABLE_UNKNOWN):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _write_table(self, name: str, fresh: bool) -> _Table:
+        with self._mutex:
+            cached = None if fresh else self._write_meta.get(name)
+        if cached is None:
+            cached = self._table(name)
+            with self._mutex:
+                self._write_meta[name] = cached
+        return cached
+
+    def _write_groups(self, table: _Table, groups: dict[int, tuple], writer: str, seq: int,
+                      origin_ts: float | None) -> WriteResult:
         meta = table.meta
-        prepared, kinds = _prepare(None, meta, data)
-        if prepared.num_rows == 0:
-            return WriteResult({})
-        groups = self._split(meta, prepared, kinds)
         with self._write_locks(table, sorted(groups) if meta.is_primary_key else []):
             for _ in range(_ATTEMPTS):
                 try:
                     return self._write_once(table, groups, writer, seq, origin_ts)
                 except Stale:
                     continue  # the state was behind the bucket (another writer of this instance's epoch)
-        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"write to {name} (writer {writer}, seq {seq}): the "
-                             f"buckets kept moving under {_ATTEMPTS} attempts", location=Location(path=name),
+        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"write to {meta.name} (writer {writer}, seq {seq}): the "
+                             f"buckets kept moving under {_ATTEMPTS} attempts", location=Location(path=meta.name),
                              hint="one writer per primary-key bucket at a time; retry with the same seq")
 
     @staticmethod
@@ -224,7 +250,10 @@ class ObjectTableStore(TableStore):
     def _write_once(self, table: _Table, groups: dict[int, tuple], writer: str, seq: int,
                     origin_ts: float | None) -> WriteResult:
         meta, inc = table.meta, table.incarnation
-        done = self.metastore.seqs(inc, writer)
+        known = self._seqs_seen.get((inc, writer))
+        # drop the buckets that already have this seq (a replay after a restart) before doing any work; a
+        # writer this instance has seen commit a lower seq needs no look (the commit checks again anyway)
+        done = {} if known is not None and seq > known else self.metastore.seqs(inc, writer)
         todo = {b: g for b, g in groups.items() if b not in done or seq > done[b]}
         if not todo:
             return WriteResult({}, skipped=True)
@@ -239,7 +268,7 @@ class ObjectTableStore(TableStore):
                     batches[b] = _one_batch(changelog)
             else:
                 batches[b] = _one_batch(part)
-        obj, parts = "", {b: NewFrame(0) for b in todo}
+        obj, parts, buf = "", {b: NewFrame(0) for b in todo}, None
         if batches:
             obj = blobs.new_object_name(self.base, meta.name, inc)
             order = sorted(batches)
@@ -247,13 +276,26 @@ class ObjectTableStore(TableStore):
             for b, p in zip(order, placed):
                 parts[b] = NewFrame(batches[b].num_rows, p.position, p.length, p.crc)
                 self._verified.add((obj, p.position))
+        put = None
+        if buf is not None and self.metastore.row_locks:
+            # the put runs while the transaction locks and checks the buckets and records the frames (row
+            # locks: only this write's buckets wait); COMMIT waits for the put. On SQLite the lock is the whole
+            # database, so there the put comes first
+            put = self._executor().submit(self.blobs.put, obj, buf)
+        elif buf is not None:
             self.blobs.put(obj, buf)  # crash after this line: an orphan object, never visible
         try:
-            ranges = self.metastore.commit(
-                inc, writer=writer, seq=seq, obj=obj, parts=parts, commit_us=time.time_ns() // 1000,
-                origin_us=None if origin_ts is None else int(origin_ts * 1e6), schema_id=meta.schema_id,
-                epochs=epochs, expected=expected)
+            with self.metastore.committing(inc, writer=writer, seq=seq, buckets=list(parts), epochs=epochs,
+                                           expected=expected) as commit:
+                ranges = commit.record(obj, parts, commit_us=time.time_ns() // 1000,
+                                       origin_us=None if origin_ts is None else int(origin_ts * 1e6),
+                                       schema_id=meta.schema_id)
+                if put is not None:  # the transaction commits only once its object is whole on storage;
+                    put.result()  # a failed put rolls it back
         except (Fenced, Stale) as exc:
+            if put is not None:
+                with contextlib.suppress(Exception):
+                    put.result()
             if obj:
                 self._discard(obj)
             if isinstance(exc, Stale):
@@ -266,6 +308,9 @@ class ObjectTableStore(TableStore):
                 hint="one writer per primary-key bucket: the newest one wins; stop the other writer, or open a "
                      "new store to take the bucket over") from None
         except BaseException:
+            if put is not None:
+                with contextlib.suppress(BaseException):
+                    put.result()
             if obj:  # the commit may or may not have happened: the object stays (collected if orphaned)
                 self.blobs.forget(obj)
             raise
@@ -278,9 +323,17 @@ class ObjectTableStore(TableStore):
             if b in merges:
                 m = merges[b]
                 self._states[(inc, b)].apply(m.puts, m.deletes, rng[1])
+        if out:
+            self._seqs_seen[(inc, writer)] = max(seq, self._seqs_seen.get((inc, writer), seq))
         if obj and not out:
             self._discard(obj)
         return WriteResult(out, skipped=skipped == len(groups) or (skipped == len(ranges) and not out))
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._mutex:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="tidehouse-s3")
+            return self._pool
 
     def _discard(self, obj: str) -> None:
         """An object whose commit did not happen: delete it now (else garbage collection does)."""
@@ -400,10 +453,7 @@ class ObjectTableStore(TableStore):
         if len(objects) == 1:
             fetched = iter([self._fetch(table, bucket, objects[0])])
         else:
-            with self._mutex:
-                if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="tidehouse-get")
-            fetched = self._pool.map(lambda o: self._fetch(table, bucket, o), objects)
+            fetched = self._executor().map(lambda o: self._fetch(table, bucket, o), objects)
         bufs: dict[str, pa.Buffer] = {}
         for f in frames:
             while f.object not in bufs:
@@ -564,6 +614,8 @@ class ObjectTableStore(TableStore):
         with self._mutex:
             self._states.clear()
             self._epochs.clear()
+            self._write_meta.clear()
+            self._seqs_seen.clear()
             self.blobs.clear()
             if self._pool is not None:
                 self._pool.shutdown(wait=False)

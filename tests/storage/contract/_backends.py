@@ -55,10 +55,21 @@ class Backend:
         """Leave a write that died half-way: bytes of it on storage, nothing committed."""
         if self.name == "local":
             layer, name = table.split(".")
+            import pyarrow as pa
+
+            from runtime.storage.frames import encode_frame
+
             seg = max((Path(self.root) / layer / name / f"bucket-{bucket}").glob("*.log"))
-            frame = seg.read_bytes()[-4096:] or b"\0" * 64
-            with open(seg, "ab") as fh:  # a prefix of a frame at the tail: the torn tail of a killed append
-                fh.write(frame[: rng.randint(1, max(1, len(frame) - 1))])
+            batch = pa.record_batch({"id": pa.array(range(rng.randint(1, 50)), pa.int64())})
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as w:
+                w.write_batch(batch)
+            pieces, _, _ = encode_frame(sink.getvalue(), base_offset=store.end_offsets(table)[bucket],
+                                        rows=batch.num_rows, schema_id=0, commit_ts=0, origin_ts=-1, writer="w",
+                                        seq=1 << 40)
+            frame = b"".join(bytes(p) for p in pieces)
+            with open(seg, "ab") as fh:  # a strict prefix of the next frame: the tail of a killed append
+                fh.write(frame[: rng.randint(1, len(frame) - 1)])
         else:
             from runtime.storage.objectstore import blobs
 
