@@ -5,20 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runtime.core.literals import BUCKET, CHANGE, OFFSET, SYSTEM_COLUMNS, TS  # noqa: F401
 from runtime.core.settings import default
-from runtime.storage.api import (  # noqa: F401
-    BUCKET,
-    CHANGE,
-    OFFSET,
-    SYSTEM_COLUMNS,
-    TS,
-    TS_TYPE,
-    BatchInfo,
-    TableMeta,
-    TableStore,
-    WriteResult,
-    bucket_of,
-)
+from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of  # noqa: F401
 
 
 def open_store(root: str, *, fsync: bool = default("storage.fsync"),

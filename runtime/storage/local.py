@@ -38,22 +38,11 @@ import numpy as np
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import BUCKET, CHANGE, OFFSET, ROW_KINDS, TS
 from runtime.core.settings import default
 from runtime.storage import fastpk
 from runtime.storage import meta as metamod
-from runtime.storage.api import (
-    BUCKET,
-    CHANGE,
-    OFFSET,
-    ROW_KINDS,
-    TS,
-    TS_TYPE,
-    BatchInfo,
-    TableMeta,
-    TableStore,
-    WriteResult,
-    bucket_of,
-)
+from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of
 from runtime.storage.frames import NO_ORIGIN
 from runtime.storage.log import BucketLog
 from runtime.storage.pk import Merger, Tablet, from_py, rows_to_table, to_py
@@ -325,39 +314,30 @@ class LocalTableStore(TableStore):
                 rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
                 out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
                 changelog = rows_to_table(meta.schema, out_rows, out_kinds)
-                commit = functools.partial(tablet.commit, db, touched)
+                commit = functools.partial(tablet.commit, db, touched.items())
             batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
             start, end = log.append(_ipc(batch), rows=batch.num_rows, schema_id=meta.schema_id, writer=writer,
                                     seq=seq, origin_ts=origin_ts)
             commit(end)
             return start, end
 
-    def last_seq(self, name: str, writer: str) -> int | None:
-        table = self._table(name)
-        seqs = []
-        for log in table.logs:
+    def _refreshed_logs(self, name: str) -> list[BucketLog]:
+        """The bucket logs of a table, each brought up to date with what other processes committed."""
+        logs = self._table(name).logs
+        for log in logs:
             log.refresh()
-            s = log.last_seq(writer)
-            if s is not None:
-                seqs.append(s)
+        return logs
+
+    def last_seq(self, name: str, writer: str) -> int | None:
+        seqs = [s for s in (log.last_seq(writer) for log in self._refreshed_logs(name)) if s is not None]
         return max(seqs) if seqs else None
 
     # -- reads --------------------------------------------------------------------------------------
     def end_offsets(self, name: str) -> list[int]:
-        table = self._table(name)
-        out = []
-        for log in table.logs:
-            log.refresh()
-            out.append(log.end_offset)
-        return out
+        return [log.end_offset for log in self._refreshed_logs(name)]
 
     def start_offsets(self, name: str) -> list[int]:
-        table = self._table(name)
-        out = []
-        for log in table.logs:
-            log.refresh()
-            out.append(log.first_offset)
-        return out
+        return [log.first_offset for log in self._refreshed_logs(name)]
 
     def _columns(self, meta: TableMeta, columns: Sequence[str] | None) -> list[str]:
         if columns is None:

@@ -336,14 +336,7 @@ class Tablet:
         applied = self._applied(db, self.log.first_offset)
         end = self.log.end_offset
         if applied < end:
-            wb = WriteBatch(raw_mode=True)
-            for key, row in self._tail(meta, applied, end):
-                if row is None:
-                    wb.delete(key)
-                else:
-                    wb.put(key, _DUMPS(row, _PROTO))
-            wb.put(APPLIED, str(end).encode())
-            self.write_state(db, wb)
+            self.commit(db, self._tail(meta, applied, end), end)
         return db
 
     def apply(self, meta: TableMeta, merger: Merger, rows: Sequence[tuple], kinds: Sequence[str] | None,
@@ -382,9 +375,10 @@ class Tablet:
             state[k] = touched[k] = new
         return out_rows, out_kinds, touched
 
-    def commit(self, db: Rdict, touched: dict[bytes, tuple | None], applied: int) -> None:
+    def commit(self, db: Rdict, rows: Iterable[tuple[bytes, tuple | None]], applied: int) -> None:
+        """Write the state of each key (``None``: deleted) and the log offset it reflects, in one batch."""
         wb = WriteBatch(raw_mode=True)
-        for k, row in touched.items():
+        for k, row in rows:
             if row is None:
                 wb.delete(k)
             else:
