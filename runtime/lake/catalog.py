@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from pyiceberg import exceptions as iceberg
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import (
-    NamespaceAlreadyExistsError,
-    NoSuchNamespaceError,
-    NoSuchTableError,
-    TableAlreadyExistsError,
-)
 from pyiceberg.table import Table
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
@@ -99,7 +94,7 @@ class Lake:
         """The lake table of a hot table name; TABLE_UNKNOWN if it was never tiered."""
         try:
             return self.catalog.load_table(split_name(name))
-        except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        except (iceberg.NoSuchTableError, iceberg.NoSuchNamespaceError) as exc:
             raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"lake table {name} does not exist",
                                  location=Location(path=name),
                                  hint="run `tidehouse tier run` to create and fill it") from exc
@@ -123,7 +118,7 @@ class Lake:
             try:
                 return self.catalog.create_table(split_name(meta.name), schema=schema,
                                                  partition_spec=partition_spec(meta, schema), properties=props)
-            except TableAlreadyExistsError:  # another process created it first: fine
+            except iceberg.TableAlreadyExistsError:  # another process created it first: fine
                 pass
             except Exception as exc:  # a racing creator can surface as the catalog's own error (IntegrityError)
                 if not self.exists(meta.name):
@@ -146,7 +141,7 @@ class Lake:
     def _ensure_namespace(self, layer: str) -> None:
         try:
             self.catalog.create_namespace(layer)
-        except NamespaceAlreadyExistsError:
+        except iceberg.NamespaceAlreadyExistsError:
             pass
         except Exception as exc:  # SQL catalog: two creators racing get an IntegrityError, not AlreadyExists
             if (layer,) not in [tuple(ns) for ns in self.catalog.list_namespaces()]:
@@ -156,7 +151,7 @@ class Lake:
     def drop(self, name: str) -> None:
         try:
             self.catalog.drop_table(split_name(name))
-        except NoSuchTableError:
+        except iceberg.NoSuchTableError:
             pass
 
     def close(self) -> None:
