@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from registry.graph import FlowGraph
 from runtime.core.durations import format_duration
+from runtime.core.literals import TableKind
 
 QUARANTINE_SUFFIX = "__quarantine"
 QUARANTINE_DDL = "raw string, reason string, source string, quarantined_at timestamp"
@@ -89,7 +90,7 @@ class SourcePlan:
 class TablePlan:
     name: str  # "dwd.clicks"
     layer: str
-    kind: Literal["log", "primary_key"]
+    kind: TableKind
     strategy: str
     reason: str
     action: str  # "clean_clicks@2"

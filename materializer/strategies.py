@@ -27,17 +27,18 @@ from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from materializer.telemetry import PhaseClock, timed
 from runtime.core.errors import ErrorCode, TidehouseError
-from runtime.lake.history import TableHistory
-from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
-from runtime.storage.api import (
+from runtime.core.literals import (
     CHANGE,
     DELETE,
+    INSERT,
     SYSTEM_COLUMNS,
-    TS_TYPE,
     UPDATE_AFTER,
     UPDATE_BEFORE,
-    TableStore,
+    is_system_column,
 )
+from runtime.lake.history import TableHistory
+from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
+from runtime.storage.api import TS_TYPE, TableStore
 
 CORRUPT = "_corrupt_record"
 
@@ -304,7 +305,7 @@ def _quarantine_missing(ctx: QueryContext, source: SourcePlan, data: pa.Table, b
     bad = data.filter(mask)
     if not bad.num_rows:
         return data
-    user = [c for c in bad.column_names if c != CORRUPT and not c.startswith("__")]
+    user = [c for c in bad.column_names if c != CORRUPT and not is_system_column(c)]
     absent = [[c for c, m in zip(required, flags) if m] for flags in
               zip(*[m.filter(mask).to_pylist() for m in missing])]
     write_quarantine(ctx, quarantine_rows(
@@ -433,7 +434,7 @@ def _last_images(data: pa.Table, key: tuple[str, ...]) -> pa.Table:
     for i, row in enumerate(zip(*key_cols)):
         last[row] = i
     change = data.column(CHANGE).to_pylist()
-    keep = sorted(i for i in last.values() if change[i] in ("+I", UPDATE_AFTER))
+    keep = sorted(i for i in last.values() if change[i] in (INSERT, UPDATE_AFTER))
     return data.take(pa.array(keep, pa.int64()))
 
 
