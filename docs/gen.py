@@ -7,6 +7,7 @@ Each generated part of a page sits between ``<!-- BEGIN GENERATED: name -->`` an
 * ``actions.md``        the action header models (``registry.specs.action``) and the shipped library (``actions/``)
 * ``cli.md``            the click command tree (``runtime.cli.cli``)
 * ``configuration.md``  ``runtime.core.settings.SETTINGS``
+* ``operations.md``     the metrics of the Prometheus endpoint (``materializer.metrics``)
 * ``error-codes.md``    ``runtime.core.errors.ErrorCode`` (groups and comments read from its source)
 
 Run ``python docs/gen.py`` to rewrite the pages; ``python docs/gen.py --check`` exits 1 if any is stale
@@ -337,6 +338,15 @@ def error_codes() -> str:
     return "\n".join(out).rstrip()
 
 
+def metrics_reference() -> str:
+    from materializer.metrics import metric_names
+
+    rows = ["| metric | type | labels | what it measures |", "|---|---|---|---|"]
+    for name, kind, labels, help_text in metric_names():
+        rows.append(f"| `{name}` | {kind} | {labels} | {help_text.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
 # -- pages --------------------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, dict[str, Callable[[], str]]] = {
@@ -344,6 +354,7 @@ GENERATORS: dict[str, dict[str, Callable[[], str]]] = {
     "actions.md": {"action-fields": action_fields, "action-library": action_library},
     "cli.md": {"cli": cli_reference},
     "configuration.md": {"settings": settings_reference},
+    "operations.md": {"metrics": metrics_reference},
     "error-codes.md": {"error-codes": error_codes},
 }
 
