@@ -183,3 +183,23 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
     assert not thread.is_alive() and not failure, failure
     with pytest.raises(urllib.error.URLError):  # stopped with the flow
         urllib.request.urlopen(url, timeout=5)
+
+
+def test_a_freshness_target_is_in_the_plan_but_not_in_the_fingerprint(spark, project_dir):
+    """Setting or changing a target must never make a table 'changed' (TH405, a rebuild)."""
+    from runtime.project import Project
+
+    plain = write_project(project_dir)
+    project = Project.open()
+    try:
+        before = {t.name: (t.fingerprint, t.checkpoint, t.freshness) for t in project.plan(plain, spark=spark).tables}
+        fresh = write_project(project_dir, flow=METRICS_FLOW.replace("freshness: 1h\n", "tiering: {interval: 1s}\n"
+                                                                     "freshness: 1h\n"))
+        plan = project.plan(fresh, spark=spark)
+    finally:
+        project.close()
+    after = {t.name: (t.fingerprint, t.checkpoint, t.freshness) for t in plan.tables}
+    assert {n: v[:2] for n, v in after.items()} == {n: v[:2] for n, v in before.items()}
+    assert {n: v[2] for n, v in before.items()} == dict.fromkeys(TABLES)
+    assert after["dwd.clicks"][2] == 2.0 and after["ods.clicks"][2] == 3600.0
+    assert "freshness 2s" in plan.to_text() and json.loads(plan.to_json())["tables"][1]["freshness"] == 2.0

@@ -247,3 +247,31 @@ def test_configuring_logging_twice_keeps_one_handler_and_undo_restores(capsys):
         undo()
         undo_first()
     assert not any(getattr(h, "tidehouse", False) for h in root.handlers) and root.level == before
+
+
+def test_a_batch_adds_its_phases_to_the_stats_and_logs_its_flow_table_and_id(caplog):
+    from types import SimpleNamespace
+
+    from materializer.strategies import TableStats
+    from materializer.telemetry import batch_scope, timed
+
+    ctx = SimpleNamespace(flow=SimpleNamespace(flow="f"), table=SimpleNamespace(name="dwd.b"), stats=TableStats(),
+                          clock=PhaseClock())
+
+    @timed("sql")
+    def run_sql(ctx):
+        time.sleep(0.02)
+
+    caplog.set_level(logging.DEBUG, logger="materializer.batch")
+    with batch_scope(ctx, 7):
+        run_sql(ctx)
+        ctx.stats.rows_in += 5
+        ctx.stats.rows_out += 4
+    with pytest.raises(ValueError), batch_scope(ctx, 8):
+        run_sql(ctx)
+        raise ValueError("bad row")
+    ok, failed = [r for r in caplog.records if r.name == "materializer.batch"]
+    assert (ok.levelname, ok.flow, ok.table, ok.batch_id, ok.rows_in, ok.rows_out) == ("DEBUG", "f", "dwd.b", 7, 5, 4)
+    assert ok.sql_s >= 0.02 and ok.read_s == 0.0
+    assert (failed.levelname, failed.batch_id) == ("ERROR", 8) and "ValueError: bad row" in failed.getMessage()
+    assert ctx.stats.phase_seconds["sql"] >= 0.04 and ctx.stats.last_batch_id == 8
