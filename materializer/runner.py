@@ -113,7 +113,7 @@ class FlowRunner:
                 if hot:
                     self.project.lake.drop(hot)
             shutil.rmtree(Path(t.checkpoint).parent, ignore_errors=True)
-            log.info("full refresh: dropped %s", name)
+            log.info("full refresh: dropped %s", name, extra={"flow": self.plan.flow, "table": name})
         return doomed
 
     def check_unchanged(self) -> None:
@@ -257,7 +257,8 @@ class FlowRunner:
         if self._restarts[name] > MAX_RESTARTS:
             return False
         log.warning("restarting the query of %s after a transient failure (%d/%d): %s", name,
-                    self._restarts[name], MAX_RESTARTS, text.splitlines()[0])
+                    self._restarts[name], MAX_RESTARTS, text.splitlines()[0],
+                    extra={"flow": self.plan.flow, "table": name})
         time.sleep(min(2 ** (self._restarts[name] - 1), 15))
         self.stats[name].error = None
         self.start_query(self.plan.table(name))
@@ -302,7 +303,7 @@ class FlowRunner:
             text = f"{type(exc).__name__}: {exc}"
             if text != self._status_failure:  # once per distinct failure, not every 2 s
                 log.warning("flow %s: the status snapshot failed (flow status shows the last one): %s",
-                            self.plan.flow, text)
+                            self.plan.flow, text, extra={"flow": self.plan.flow})
             self._status_failure = text
             return {}
         self._status_failure = None
@@ -344,13 +345,15 @@ class FlowRunner:
                 for name in gen:
                     self.start_query(self.plan.table(name))
                 started += gen
-                log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began)
+                log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began,
+                         extra={"flow": self.plan.flow})
             if until_idle:
                 self._until_idle(stop_event)
                 if self.tiering is not None and not stop_event.is_set():
                     began = time.time()
                     self.tiering.run_all_now().raise_for_errors()  # the lake must equal the hot tables
-                    log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began)
+                    log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began,
+                             extra={"flow": self.plan.flow})
             else:
                 deadline = time.time() + duration if duration else None
                 while not stop_event.is_set():
@@ -394,19 +397,20 @@ class FlowRunner:
                     if t.strategy == "recompute":
                         self.reconcile(t)
             ends = self._ends()
-            log.info("flow %s: until-idle pass in %.1fs", self.plan.flow, time.time() - began)
+            log.info("flow %s: until-idle pass in %.1fs", self.plan.flow, time.time() - began,
+                     extra={"flow": self.plan.flow})
             if ends == previous:
                 return
             previous = ends
         log.warning("flow %s: still moving after %d until-idle passes (is a source still growing?); stopping",
-                    self.plan.flow, MAX_IDLE_PASSES)
+                    self.plan.flow, MAX_IDLE_PASSES, extra={"flow": self.plan.flow})
 
     def _stop_all(self) -> None:
         for name in reversed(list(self.queries)):
             try:
                 self.queries[name].stop()
             except Exception as exc:  # stopping is best effort; checkpoints stay consistent
-                log.warning("stopping the query of %s: %s", name, exc)
+                log.warning("stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name})
         if self.tiering is not None:
             self.tiering.stop(wait=True)
 
