@@ -79,6 +79,7 @@ def baseline(spark, root: Path, probes: int, trigger: str) -> list[float]:
 
 def flow_probes(spark, root: Path, probes: int, trigger: str) -> tuple[list[float], dict]:
     import pyarrow as pa
+
     from materializer.runner import FlowRunner
     from runtime.project import Project
 

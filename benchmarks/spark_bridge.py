@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from benchmarks._report import argument_parser, markdown_table, write_section
 from benchmarks.stats import percentile
-from runtime.spark.datasource import cached_store
+from runtime.spark.options import cached_store
 from runtime.spark.session import get_spark
 from runtime.spark.writer import foreach_batch_writer
 from runtime.storage.api import TableMeta

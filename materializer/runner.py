@@ -148,8 +148,11 @@ class FlowRunner:
     # -- queries ----------------------------------------------------------------------------------
     def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None, *,
                           max_rows: int | None = None):
-        """A stream of hot table ``table``; ``max_rows`` caps the rows of one micro-batch (admission control)."""
-        reader = session.readStream.format("tidehouse").option("root", self.root).option("table", table)
+        """A stream of table ``table`` of this project (its tasks read the lake below the hot log's first
+        offsets); ``max_rows`` caps the rows of one micro-batch (admission control)."""
+        config = self.project.config
+        reader = session.readStream.format("tidehouse").option("home", str(config.home)) \
+            .option("project", str(config.project_dir)).option("table", table)
         if columns:
             reader = reader.option("columns", ",".join(columns))
         if max_rows:

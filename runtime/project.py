@@ -89,10 +89,14 @@ class Project:
         return Lake.open(self.config)
 
     def spark(self):
-        """The process's SparkSession, configured from the project file; its log goes to ``<home>/logs``."""
-        from runtime.spark.session import get_spark
+        """The process's SparkSession, configured from the project file; its log goes to ``<home>/logs``. Its
+        ``tidehouse`` data source reads this project (``spark.read.format("tidehouse").load("dwd.events")``:
+        lake + hot tail)."""
+        from runtime.spark.session import get_spark, register_source
 
-        return get_spark(self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir)
+        spark = get_spark(self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir)
+        register_source(spark, self.config)
+        return spark
 
     def close(self) -> None:
         for part in ("store", "lake", "registry"):

@@ -56,11 +56,14 @@ class TableHistory:
         self.lake = lake
 
     # -- the lake side ---------------------------------------------------------------------------
-    def view(self, name: str, buckets: int, snapshot_id: int | None = None) -> LakeView | None:
-        """The lake's current snapshot of ``name`` (or ``snapshot_id``) and its offsets; None: no lake table."""
+    def view(self, name: str, buckets: int | None = None, snapshot_id: int | None = None) -> LakeView | None:
+        """The lake's current snapshot of ``name`` (or ``snapshot_id``) and its offsets; None: no lake table.
+        ``buckets`` defaults to what the lake table records of its hot table."""
         if self.lake is None or not self.lake.exists(name):
             return None
         table = self.lake.load(name)
+        if buckets is None:
+            buckets = int(table.properties.get("tidehouse.buckets", "1"))
         if snapshot_id is not None:
             snap = table.snapshot_by_id(snapshot_id)
             if snap is None:
@@ -164,21 +167,24 @@ class TableHistory:
         return view
 
     # -- primary-key tables ------------------------------------------------------------------------
-    def state(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
-        """The current rows of a primary-key table (user columns): lake state + changelog tail by key."""
+    def state(self, name: str, *, columns: Sequence[str] | None = None, bucket: int | None = None) -> pa.Table:
+        """The current rows of a primary-key table (user columns), or of one ``bucket`` of it: the lake state
+        with the changelog tail collapsed by key on top."""
         meta = self.store.get_table(name)
         cols = list(columns) if columns is not None else list(meta.schema.names)
         wanted = list(dict.fromkeys([*cols, *meta.primary_key]))
+        only = None if bucket is None else [bucket]
         for _ in range(MAX_ATTEMPTS):
             view = self.view(name, meta.buckets)
             offsets = list(view.offsets) if view else [0] * meta.buckets
             try:
-                tail = _read_tail(self.store, meta, offsets, wanted)
+                tail = _read_tail(self.store, meta, offsets, wanted, only)
             except TidehouseError as exc:
                 if exc.code is ErrorCode.STORAGE_RANGE:
                     continue  # a newer snapshot and retention moved on meanwhile: pin the new one
                 raise
-            base = _user(self.lake_rows(view, columns=wanted), meta, wanted) if view else \
+            flt = EqualTo(BUCKET, bucket) if bucket is not None else AlwaysTrue()
+            base = _user(self.lake_rows(view, columns=wanted, row_filter=flt), meta, wanted) if view else \
                 _user_schema(meta, wanted).empty_table()
             if tail.num_rows:
                 images, keys = collapse_changelog(tail, meta.primary_key)
@@ -220,11 +226,12 @@ def _offsets_of(table, snapshot, buckets: int) -> tuple[list[int], Any]:
     return [0] * buckets, None
 
 
-def _read_tail(store: TableStore, meta: TableMeta, offsets: Sequence[int], columns: list[str]) -> pa.Table:
+def _read_tail(store: TableStore, meta: TableMeta, offsets: Sequence[int], columns: list[str],
+               buckets: Sequence[int] | None = None) -> pa.Table:
     ends = store.end_offsets(meta.name)
     parts = []
     for bucket, (lo, hi) in enumerate(zip(offsets, ends)):
-        if hi > lo:
+        if hi > lo and (buckets is None or bucket in buckets):
             parts.extend(pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi, columns=columns))
     if not parts:
         schema = _user_schema(meta, columns).append(pa.field(CHANGE, pa.string()))

@@ -190,8 +190,9 @@ def new_session(spark):
     return session
 
 
-def register_source(session) -> None:
-    """Register the ``tidehouse`` data source with ``session``, and check that it can be found there.
+def register_source(session, config=None) -> None:
+    """Register the ``tidehouse`` data source with ``session`` (bound to a project's ``config`` when given:
+    its home and project directory become the source's default options), and check it can be found there.
 
     ``session.dataSource.register`` cannot do it for a session made by ``newSession()``: Spark checks
     for an existing source in the *active* session (which has it, and refuses with
@@ -202,16 +203,18 @@ def register_source(session) -> None:
     from runtime.spark.datasource import TidehouseDataSource
     from runtime.spark.options import NAME
 
+    source_cls = TidehouseDataSource if config is None else \
+        TidehouseDataSource.bound(str(config.home), str(config.project_dir))
     jsession = getattr(session, "_jsparkSession", None)
     if jsession is None:  # Spark Connect: registration is per session on the server
-        session.dataSource.register(TidehouseDataSource)
+        session.dataSource.register(source_cls)
         return
     manager = jsession.sessionState().dataSourceManager()
-    if not manager.dataSourceExists(NAME):
+    if config is not None or not manager.dataSourceExists(NAME):
         from pyspark.sql.udf import _wrap_function
 
         source = session._jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(
-            _wrap_function(session.sparkContext, TidehouseDataSource))
+            _wrap_function(session.sparkContext, source_cls))
         manager.registerDataSource(NAME, source)
     if not manager.dataSourceExists(NAME):
         raise TidehouseError(ErrorCode.SPARK_START, f"the {NAME} data source could not be registered with a "

@@ -35,7 +35,7 @@ from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import is_system_column
 from runtime.core.settings import default
 from runtime.core.uris import local_path
-from runtime.spark.datasource import cached_store
+from runtime.spark.options import cached_store
 from runtime.storage.api import CHANGE, TableStore, WriteResult
 
 

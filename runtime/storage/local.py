@@ -183,6 +183,9 @@ class LocalTableStore(TableStore):
     def get_table(self, name: str) -> TableMeta:
         return self._table(name).meta
 
+    def incarnation(self, name: str) -> str:
+        return self._table(name).incarnation
+
     def list_tables(self) -> list[str]:
         names = []
         for meta_file in self.root.glob("*/*/meta.json"):

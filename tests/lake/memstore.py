@@ -61,6 +61,9 @@ class MemoryTableStore(TableStore):
     def list_tables(self) -> list[str]:
         return sorted(self._meta)
 
+    def incarnation(self, name: str) -> str:
+        return f"{name}:{id(self._meta[name])}"  # a re-created table is a new meta object
+
     def drop_table(self, name: str) -> None:
         self._meta.pop(name, None)
 

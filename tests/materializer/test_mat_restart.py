@@ -66,6 +66,7 @@ class _Config:
 
 class _Project:
     store = None
+    lake = None
     config = _Config()
 
 

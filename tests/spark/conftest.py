@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.spark.datasource import cached_store
+from runtime.spark.options import cached_store
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.spark.datasource import cached_store
+from runtime.spark.options import cached_store
 from runtime.spark.writer import foreach_batch_writer
 from runtime.storage.api import TableMeta
 from tests._support import REPO, scale

@@ -11,16 +11,8 @@ import pytest
 from pyspark.sql import types as T
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-from runtime.spark.datasource import (
-    Ranges,
-    SourceOptions,
-    cap_rows,
-    make_offset,
-    offset_ends,
-    output_schema,
-    parse_starting,
-    plan_partitions,
-)
+from runtime.spark.datasource import Ranges, output_schema, plan_partitions
+from runtime.spark.options import SourceOptions, cap_rows, make_offset, offset_ends, parse_starting
 from runtime.spark.types import (
     arrow_to_ddl,
     arrow_to_spark,
@@ -166,7 +158,7 @@ def test_offsets_round_trip_and_unknown_buckets_start_at_zero():
 
 
 @pytest.mark.parametrize("options, option", [
-    ({"table": "a.b"}, "root"), ({"root": "/x"}, "table"),
+    ({"root": "/x"}, "table"),
     ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "0"}, "maxrowspertrigger"),
     ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "lots"}, "maxrowspertrigger"),
     ({"root": "/x", "table": "a.b", "fsync": "yes"}, "fsync"),
@@ -179,7 +171,26 @@ def test_bad_options(options, option):
 
 def test_options_are_case_insensitive_and_project():
     opts = SourceOptions.parse({"ROOT": "/x", "Table": "a.b", "columns": " u, v ", "MAXROWSPERTRIGGER": "7"})
-    assert (opts.root, opts.table, opts.columns, opts.max_rows_per_trigger) == ("/x", "a.b", ("u", "v"), 7)
+    assert (opts.place.root, opts.table, opts.columns, opts.max_rows_per_trigger) == ("/x", "a.b", ("u", "v"), 7)
+    assert opts.place.config is None  # a bare storage root: no lake
+
+
+def test_a_source_finds_its_project_and_reads_views_by_suffix(tmp_path, monkeypatch):
+    (tmp_path / "tidehouse.yaml").write_text("storage:\n  root: hot\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TIDEHOUSE_HOME", raising=False)
+    opts = SourceOptions.parse({"path": "dwd.events$lake"})  # spark.read.format("tidehouse").load(...)
+    assert (opts.table, opts.view, opts.place.root) == ("dwd.events", "lake", str(tmp_path / "hot"))
+    assert opts.place.config.project_dir == tmp_path
+    assert SourceOptions.parse({"table": "dws.u$changelog"}).view == "changelog"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tidehouse.yaml").write_text("")
+    opts = SourceOptions.parse({"path": "ods.x", "project": str(other), "home": str(tmp_path / "h")})
+    assert opts.place.root == str(tmp_path / "h" / "hot") and opts.view == ""
+    with pytest.raises(TidehouseError) as info:  # a root that is not the project's is a contradiction
+        SourceOptions.parse({"path": "ods.x", "project": str(other), "root": "/elsewhere"})
+    assert info.value.params["option"] == "root"
 
 
 def test_output_schema_projection_and_system_columns():
