@@ -217,9 +217,6 @@ class Metastore:
         with self._errors(what), self.engine.begin() as conn:
             yield conn
 
-    def read(self, what: str) -> contextlib.AbstractContextManager[Connection]:
-        return self.tx(what)
-
     # -- tables ---------------------------------------------------------------------------------------
     def table(self, name: str) -> tuple[str, int, dict[str, Any]] | None:
         """(incarnation, version, definition document) of a table, or None."""

@@ -41,12 +41,13 @@ class BucketState:
         return [rows.get(k) for k in keys]
 
     def apply(self, puts: Iterable[tuple[bytes, bytes]], deletes: Iterable[bytes], applied: int) -> None:
-        rows = self.rows
-        for k, v in puts:
-            rows[k] = v
-        for k in deletes:
-            rows.pop(k, None)
-        self.applied = applied
+        with self.lock:  # a reader may be scanning or catching up the same state
+            rows = self.rows
+            for k, v in puts:
+                rows[k] = v
+            for k in deletes:
+                rows.pop(k, None)
+            self.applied = max(self.applied, applied)
 
     def load(self, meta: TableMeta, table: pa.Table) -> None:
         """Add the rows of a snapshot (user columns, any order)."""

@@ -314,10 +314,9 @@ class ObjectTableStore(TableStore):
             if obj:  # the commit may or may not have happened: the object stays (collected if orphaned)
                 self.blobs.forget(obj)
             raise
-        out, skipped = {}, 0
+        out = {}
         for b, rng in ranges.items():
-            if rng is None:
-                skipped += 1
+            if rng is None:  # committed meanwhile under this seq: a replay
                 continue
             out[b] = rng
             if b in merges:
@@ -327,7 +326,7 @@ class ObjectTableStore(TableStore):
             self._seqs_seen[(inc, writer)] = max(seq, self._seqs_seen.get((inc, writer), seq))
         if obj and not out:
             self._discard(obj)
-        return WriteResult(out, skipped=skipped == len(groups) or (skipped == len(ranges) and not out))
+        return WriteResult(out, skipped=not out)  # a no-op upsert that committed its seq has an empty range
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._mutex:
