@@ -90,16 +90,21 @@ def test_pk_state_is_rebuilt_from_a_bootstrap_snapshot_after_retention(tmp_path)
     ends = store.end_offsets("dws.p")
     snapshots = {b: (pa.Table.from_pylist([r for r in expected if _bucket(store, r["k"]) == b], SCHEMA), ends[b])
                  for b in range(2)}
-    for b in range(2):  # the lake covers everything: retention may delete every frame
-        assert store.delete_before("dws.p", b, ends[b], older_than=time.time() + 3600) > 0
-    with pytest.raises(TidehouseError) as err:  # no snapshot: never a partial state
-        _store(tmp_path).scan("dws.p")
-    assert err.value.code is ErrorCode.STORAGE_RANGE
+    assert store.delete_before("dws.p", 0, ends[0], older_than=time.time() + 3600) == 0  # no snapshot source:
+    assert store.start_offsets("dws.p") == [0, 0]  # the changelog is the state's only copy, kept whole
     calls = []
 
     def bootstrap(table, bucket):
         calls.append((table, bucket))
         return snapshots[bucket]
+
+    trimmer = _store(tmp_path, bootstrap=bootstrap)  # e.g. the tiering service, wired to the lake
+    for b in range(2):  # the lake covers everything: retention may delete every frame
+        assert trimmer.delete_before("dws.p", b, ends[b], older_than=time.time() + 3600) > 0
+    with pytest.raises(TidehouseError) as err:  # a store without a snapshot source: never a partial state
+        _store(tmp_path).scan("dws.p")
+    assert err.value.code is ErrorCode.STORAGE_RANGE
+    calls.clear()
 
     fresh = _store(tmp_path, bootstrap=bootstrap)
     assert sorted(fresh.scan("dws.p").to_pylist(), key=lambda r: r["k"]) == expected
@@ -114,8 +119,8 @@ def test_a_snapshot_older_than_the_kept_changelog_is_refused(tmp_path):
     store.create_table(_pk())
     for seq in range(1, 4):
         store.write("dws.p", pa.table({"k": [f"k{seq}"], "a": [seq]}), writer="w", seq=seq)
-    store.delete_before("dws.p", 0, 2, older_than=time.time() + 3600)
     stale = _store(tmp_path, bootstrap=lambda t, b: (SCHEMA.empty_table(), 1))
+    stale.delete_before("dws.p", 0, 2, older_than=time.time() + 3600)
     with pytest.raises(TidehouseError) as err:
         stale.lookup("dws.p", pa.table({"k": ["k1"]}))
     assert err.value.code is ErrorCode.STORAGE_RANGE

@@ -564,6 +564,10 @@ class ObjectTableStore(TableStore):
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         table = self._table(name)
         self._head(table, bucket)
+        if table.meta.is_primary_key and self.bootstrap is None:
+            # the changelog is the only copy of a primary-key state this store can rebuild without a snapshot
+            # source: retention keeps it whole (as the local store keeps what its state has not applied)
+            return 0
         deleted, orphans = self.metastore.trim(table.incarnation, bucket, offset, int(older_than * 1e6))
         self.blobs.delete(orphans)  # a crash before this: the objects are orphans, collected later
         now = time.monotonic()
