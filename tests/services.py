@@ -117,14 +117,15 @@ class SeaweedFS:
         admin = _admin_port()
         names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
                  "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg"]
-        args = [str(weed), "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        args = [str(weed), f"-logdir={workdir}", "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 *[f"-{n}={p}" for n, p in zip(names, ports)],
                 # the admin server's worker dials admin.port + 10000: keep both valid and free
                 f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}", "-admin.ui=false",
                 "-s3.port.lance=0", "-webdav=false", "-master.telemetry=false", f"-bucket={BUCKET}",
                 f"-s3.localSocket={workdir / 's3.sock'}", f"-filer.localSocket={workdir / 'filer.sock'}"]
         (workdir / "data").mkdir(exist_ok=True)
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        # TMPDIR: its gRPC unix sockets go into the work folder, not /tmp
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, TMPDIR=str(workdir))
         with open(log, "wb") as out:
             proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, preexec_fn=_death_signal(signal.SIGTERM))  # noqa: PLW1509
