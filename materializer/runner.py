@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -100,18 +101,19 @@ class FlowRunner:
 
     # -- preparation ------------------------------------------------------------------------------
     def full_refresh(self, tables: Iterable[str]) -> list[str]:
-        """Drop the named tables and everything downstream of them (hot, lake, checkpoints)."""
+        """Rebuild the named tables and everything downstream of them: the hot table and the checkpoints
+        are dropped, the lake table gets an empty snapshot (see :meth:`runtime.lake.catalog.Lake.reset`)."""
         tables = list(tables)
         if not tables:
             return []
         doomed = self.plan.graph().descendants(tables)
         for name in doomed:
             t = self.plan.table(name)
-            for hot in (name, t.quarantine):
-                if hot and self.store.has_table(hot):
-                    self.store.drop_table(hot)
-                if hot:
-                    self.project.lake.drop(hot)
+            metas = [table_meta(t)] + ([quarantine_meta(t.quarantine)] if t.quarantine else [])
+            for meta in metas:
+                if self.store.has_table(meta.name):  # a new incarnation: its readers are told, not fooled
+                    self.store.drop_table(meta.name)
+                self.project.lake.reset(meta)  # an empty snapshot at offsets 0: the lake table stays
             shutil.rmtree(Path(t.checkpoint).parent, ignore_errors=True)
             log.info("full refresh: dropped %s", name, extra={"flow": self.plan.flow, "table": name})
         return doomed
@@ -247,6 +249,10 @@ class FlowRunner:
             cause = stats.failure
             return TidehouseError(cause.code, f"the query of table {name} failed: {cause.message}",
                                   location=cause.location, hint=cause.hint, params=cause.params)
+        raised = _raised_in_spark(str(exc))  # e.g. by the tidehouse source in a Python worker
+        if raised is not None:
+            code, message = raised
+            return TidehouseError(code, f"the query of table {name} failed: {message}")
         detail = stats.error or str(exc).split("\n")[0]
         return TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
 
@@ -416,6 +422,21 @@ class FlowRunner:
                 log.warning("stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name})
         if self.tiering is not None:
             self.tiering.stop(wait=True)
+
+
+_RAISED = re.compile(r"TidehouseError: (?:[\w.]+: )?(.+?) \[(TH\d{3})\]")
+
+
+def _raised_in_spark(text: str) -> tuple[ErrorCode, str] | None:
+    """(code, message) of a TidehouseError a Python worker raised, as Spark's error text carries it."""
+    matches = _RAISED.findall(text)
+    if not matches:
+        return None
+    message, code = matches[-1]
+    try:
+        return ErrorCode(code), message
+    except ValueError:
+        return None
 
 
 def _guarded(fn, ctx: QueryContext):

@@ -17,6 +17,7 @@ Tables created here carry properties that make the tiering protocol safe:
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -148,6 +149,42 @@ class Lake:
                 raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake namespace {layer}: {exc}",
                                      location=Location(path=layer)) from exc
 
+    def reset(self, meta: TableMeta) -> Table:
+        """A full refresh of the lake table of ``meta`` (the hot table is rebuilt from offset 0): ONE snapshot
+        that deletes every row and records offsets 0, with the table's columns, key and partitioning made
+        those of ``meta``. The table is never dropped: its history (time travel), its id and other engines'
+        handles stay valid, and the next tiering cycles fill it again."""
+        if not self.exists(meta.name):
+            return self.ensure_table(meta)
+        from pyiceberg.expressions import AlwaysTrue
+
+        from runtime.lake.state import OFFSETS_PROPERTY, offsets_json
+
+        table = self.load(meta.name)
+        target = lake_schema(meta)
+        with table.transaction() as tx:
+            with warnings.catch_warnings():  # an empty table is refreshed too: its delete matches nothing
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                tx.delete(AlwaysTrue(), snapshot_properties={OFFSETS_PROPERTY: offsets_json([0] * meta.buckets),
+                                                             "tidehouse.rows": "0", "tidehouse.refresh": "full"})
+            current = table.schema()
+            with tx.update_schema(allow_incompatible_changes=True) as update:  # the table is empty now
+                for field in current.fields:
+                    if field.name not in target.column_names:
+                        update.delete_column(field.name)
+                for field in target.fields:
+                    if field.name not in current.column_names:
+                        update.add_column(field.name, field.field_type, doc=field.doc, required=field.required)
+                        continue
+                    old = current.find_field(field.name)
+                    if (old.field_type, old.required) != (field.field_type, field.required):
+                        update.update_column(field.name, field_type=field.field_type, required=field.required)
+                update.set_identifier_fields(*[target.find_field(i).name for i in target.identifier_field_ids])
+            _reset_spec(tx, table, meta)
+            tx.set_properties({"tidehouse.kind": meta.kind, "tidehouse.primary_key": ",".join(meta.primary_key),
+                               "tidehouse.buckets": str(meta.buckets), "commit.retry.num-retries": "0"})
+        return self.load(meta.name)
+
     def drop(self, name: str) -> None:
         try:
             self.catalog.drop_table(split_name(name))
@@ -158,6 +195,21 @@ class Lake:
         engine = getattr(self.catalog, "engine", None)
         if engine is not None:
             engine.dispose()
+
+
+def _reset_spec(tx, table: Table, meta: TableMeta) -> None:
+    """Partition by ``__bucket`` exactly when the table has several buckets (see :func:`partition_spec`)."""
+    from runtime.storage.api import BUCKET
+
+    wanted = not partition_spec(meta, table.schema()).is_unpartitioned()
+    have = any(f.name == BUCKET for f in table.spec().fields)
+    if wanted == have:
+        return
+    with tx.update_spec() as spec:
+        if wanted:
+            spec.add_identity(BUCKET)
+        else:
+            spec.remove_field(BUCKET)
 
 
 def _make_local_dirs(props: dict[str, Any]) -> None:
