@@ -11,6 +11,7 @@ metadata of several roots. See docs/architecture.md, "Hot storage on an object s
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import uuid
@@ -140,6 +141,12 @@ _ENGINES: dict[tuple[str, bool], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
+def disconnected(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) is a database connection that was lost (the pool discards it)."""
+    cause = exc if isinstance(exc, sa.exc.DBAPIError) else exc.__cause__
+    return isinstance(cause, sa.exc.DBAPIError) and bool(cause.connection_invalidated)
+
+
 def shown_url(url: str) -> str:
     """The URL with its password hidden (for messages)."""
     try:
@@ -181,13 +188,30 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
             def _begin(conn) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
-            engine = sa.create_engine(parsed, pool_pre_ping=True)
+            # no pre-ping: it is a round trip per checkout, i.e. per write; a connection the server dropped
+            # fails its statement, is discarded, and the store retries the write once (see store.py)
+            engine = sa.create_engine(parsed, pool_recycle=1800)
         _ENGINES[key] = engine
         return engine
 
 
+def _retried(fn):
+    """Run a read (or a repeatable transaction) again, once, when its pooled connection turned out dropped."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except TidehouseError as exc:
+            if not disconnected(exc):
+                raise
+            return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Metastore:
-    """The metadata of one storage root (``store``) in a SQL database."""
+    """The metadata of one storage root (``store``) in a SQL database. Reads and repeatable transactions are
+    retried once on a connection the server dropped; a write's commit is retried by the store."""
 
     def __init__(self, url: str, store: str, *, durable: bool = True) -> None:
         self.url = url
@@ -218,6 +242,7 @@ class Metastore:
             yield conn
 
     # -- tables ---------------------------------------------------------------------------------------
+    @_retried
     def table(self, name: str) -> tuple[str, int, dict[str, Any]] | None:
         """(incarnation, version, definition document) of a table, or None."""
         with self._errors(f"reading table {name}"), self.engine.connect() as conn:
@@ -225,10 +250,12 @@ class Metastore:
                                .where(TABLES.c.store == self.store, TABLES.c.name == name)).first()
         return None if row is None else (row.incarnation, row.version, json.loads(row.doc))
 
+    @_retried
     def table_names(self) -> list[str]:
         with self._errors("listing tables"), self.engine.connect() as conn:
             return sorted(conn.execute(sa.select(TABLES.c.name).where(TABLES.c.store == self.store)).scalars())
 
+    @_retried
     def incarnations(self) -> dict[str, str]:
         """incarnation -> table name, for every live table of this store."""
         with self._errors("listing tables"), self.engine.connect() as conn:
@@ -270,18 +297,21 @@ class Metastore:
             return inc
 
     # -- bucket heads, seqs, frames ------------------------------------------------------------------
+    @_retried
     def heads(self, incarnation: str) -> list[Head]:
         with self._errors("reading bucket offsets"), self.engine.connect() as conn:
             rows = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation)
                                 .order_by(BUCKETS.c.bucket)).all()
         return [Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner) for r in rows]
 
+    @_retried
     def head(self, incarnation: str, bucket: int) -> Head | None:
         with self._errors("reading bucket offsets"), self.engine.connect() as conn:
             r = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation,
                                                       BUCKETS.c.bucket == bucket)).first()
         return None if r is None else Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner)
 
+    @_retried
     def seqs(self, incarnation: str, writer: str) -> dict[int, int]:
         """bucket -> the writer's last committed seq there."""
         with self._errors("reading writer seqs"), self.engine.connect() as conn:
@@ -289,6 +319,7 @@ class Metastore:
                                 .where(WRITERS.c.incarnation == incarnation, WRITERS.c.writer == writer))
             return {r.bucket: r.seq for r in rows}
 
+    @_retried
     def frames(self, incarnation: str, bucket: int, start: int, end: int) -> list[Frame]:
         """The frames overlapping ``[start, end)``, in offset order."""
         with self._errors("listing frames"), self.engine.connect() as conn:
@@ -298,6 +329,7 @@ class Metastore:
                 .order_by(FRAMES.c.base_offset)).all()
         return [_frame(r) for r in rows]
 
+    @_retried
     def frame_at(self, incarnation: str, bucket: int, offset: int | None) -> Frame | None:
         """The frame holding ``offset`` (None: the last frame)."""
         q = sa.select(FRAMES).where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket)
@@ -308,12 +340,14 @@ class Metastore:
             r = conn.execute(q).first()
         return None if r is None else _frame(r)
 
+    @_retried
     def objects(self, incarnation: str) -> set[str]:
         with self._errors("listing referenced objects"), self.engine.connect() as conn:
             return set(conn.execute(sa.select(FRAMES.c.object).where(FRAMES.c.incarnation == incarnation)
                                     .distinct()).scalars())
 
     # -- commits ---------------------------------------------------------------------------------------
+    @_retried
     def acquire(self, incarnation: str, bucket: int, owner: str) -> int:
         """Take a bucket for writing: a new epoch (fencing every earlier owner); returns it."""
         with self.tx("acquiring a bucket") as conn:
@@ -365,6 +399,7 @@ class Metastore:
                              expected=expected) as c:
             return c.record(obj, parts, commit_us=commit_us, origin_us=origin_us, schema_id=schema_id)
 
+    @_retried
     def trim(self, incarnation: str, bucket: int, offset: int, older_than_us: int) -> tuple[int, list[str]]:
         """Delete the longest prefix of a bucket's frames ending at or before ``offset`` and committed before
         ``older_than_us``; raise the bucket's watermark. Returns (frames deleted, objects no frame references

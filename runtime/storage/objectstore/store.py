@@ -31,7 +31,7 @@ from runtime.storage.api import (
 )
 from runtime.storage.local import LocalTableStore, _one_batch
 from runtime.storage.objectstore import blobs
-from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale
+from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale, disconnected
 from runtime.storage.objectstore.state import BucketState, merge
 from runtime.storage.pk import rows_to_table, to_py
 
@@ -215,11 +215,18 @@ class ObjectTableStore(TableStore):
                       origin_ts: float | None) -> WriteResult:
         meta = table.meta
         with self._write_locks(table, sorted(groups) if meta.is_primary_key else []):
+            reconnected = False
             for _ in range(_ATTEMPTS):
                 try:
                     return self._write_once(table, groups, writer, seq, origin_ts)
                 except Stale:
                     continue  # the state was behind the bucket (another writer of this instance's epoch)
+                except TidehouseError as exc:
+                    # a pooled connection the server dropped (restart, idle timeout): retry once on a new one;
+                    # had the lost COMMIT gone through, the retry finds the seq committed and is a no-op
+                    if reconnected or not disconnected(exc):
+                        raise
+                    reconnected = True
         raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"write to {meta.name} (writer {writer}, seq {seq}): the "
                              f"buckets kept moving under {_ATTEMPTS} attempts", location=Location(path=meta.name),
                              hint="one writer per primary-key bucket at a time; retry with the same seq")
