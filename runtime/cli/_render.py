@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from runtime.core.text import table_csv, table_text  # noqa: F401 - the commands' one import of renderers
 
+# the --format option of the commands that print text or JSON
+TEXT_OR_JSON = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
+
+
+def version_dict(version: Any, **fields: Any) -> dict[str, Any]:
+    """A registered action or flow version as JSON-friendly data: what both have, with ``fields`` in between."""
+    out = {"name": version.name, "version": version.version, "ref": version.ref,
+           "description": version.spec.description, **fields}
+    if version.version_count is not None:
+        out["versions"] = version.version_count
+    return out
+
+
+def echo_listing(items: Sequence[Any], fmt: str, *, as_dict: Callable[[Any], Any], empty: str,
+                 headers: list[str], row: Callable[[Any], list]) -> None:
+    """What a ``list`` command prints: every item as JSON, a hint when there is none, or an aligned table."""
+    if fmt == "json":
+        echo_json([as_dict(item) for item in items])
+    elif not items:
+        click.echo(empty)
+    else:
+        click.echo(table_text(headers, [row(item) for item in items]))
+
+
+def echo_heading(ref: str, versions: Sequence[Any], description: str) -> None:
+    """The first lines of a ``show`` command: the version shown, all versions, the description."""
+    click.echo(f"{ref}  (versions: {', '.join(str(v.version) for v in versions)})")
+    if description:
+        click.echo(f"  {description}")

@@ -7,28 +7,18 @@ from typing import Any
 import click
 
 from runtime.cli import action, pass_state  # noqa: PLW0406 - the group, not this module
-from runtime.cli._render import echo_json, table_text
+from runtime.cli._render import TEXT_OR_JSON, echo_heading, echo_json, echo_listing, version_dict
 
 
 def action_dict(av, *, sql: bool = False) -> dict[str, Any]:
     """An action version as JSON-friendly data (what ``--format json`` prints)."""
     spec = av.spec
-    out: dict[str, Any] = {
-        "name": av.name,
-        "version": av.version,
-        "ref": av.ref,
-        "description": spec.description,
-        "inputs": list(spec.inputs),
-        "params": {name: {"type": p.type, "required": p.required, "default": p.default,
-                          "description": p.description} for name, p in spec.params.items()},
-        "output": spec.output,
-        "primary_key": list(spec.primary_key) if spec.primary_key else None,
-        "path": av.path,
-        "content_hash": av.content_hash,
-        "created_at": av.created_at.isoformat() if av.created_at else None,
-    }
-    if av.version_count is not None:
-        out["versions"] = av.version_count
+    out = version_dict(
+        av, inputs=list(spec.inputs),
+        params={name: {"type": p.type, "required": p.required, "default": p.default, "description": p.description}
+                for name, p in spec.params.items()},
+        output=spec.output, primary_key=list(spec.primary_key) if spec.primary_key else None, path=av.path,
+        content_hash=av.content_hash, created_at=av.created_at.isoformat() if av.created_at else None)
     if sql:
         out["sql"] = spec.sql
         out["sql_line"] = spec.sql_line
@@ -41,7 +31,7 @@ QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need 
 
 @action.command("register")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
 def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
@@ -60,25 +50,20 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
 
 
 @action.command("list")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered action."""
-    actions = state.project.actions()
-    if fmt == "json":
-        echo_json([action_dict(a) for a in actions])
-        return
-    if not actions:
-        click.echo("no actions registered (tidehouse action register actions/)")
-        return
-    click.echo(table_text(["action", "latest", "versions", "inputs", "description"],
-                          [[a.name, a.version, a.version_count, ", ".join(a.spec.inputs),
-                            _first_line(a.spec.description)] for a in actions]))
+    echo_listing(state.project.actions(), fmt, as_dict=action_dict,
+                 empty="no actions registered (tidehouse action register actions/)",
+                 headers=["action", "latest", "versions", "inputs", "description"],
+                 row=lambda a: [a.name, a.version, a.version_count, ", ".join(a.spec.inputs),
+                                _first_line(a.spec.description)])
 
 
 @action.command("show")
 @click.argument("ref")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @pass_state
 def show(state, ref: str, fmt: str) -> None:
     """One action: NAME (latest) or NAME@N."""
@@ -90,9 +75,7 @@ def show(state, ref: str, fmt: str) -> None:
             for v in versions]})
         return
     spec = av.spec
-    click.echo(f"{av.ref}  (versions: {', '.join(str(v.version) for v in versions)})")
-    if spec.description:
-        click.echo(f"  {spec.description}")
+    echo_heading(av.ref, versions, spec.description)
     click.echo(f"inputs:  {', '.join(spec.inputs) or '-'}")
     if spec.params:
         click.echo("params:")

@@ -10,26 +10,14 @@ from typing import Any
 import click
 
 from runtime.cli import flow, pass_state  # noqa: PLW0406 - the group, not this module
-from runtime.cli._render import echo_json, table_text
+from runtime.cli._render import TEXT_OR_JSON, echo_heading, echo_json, echo_listing, table_text, version_dict
 from runtime.core.errors import TidehouseError, TidehouseErrors
 
 
 def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
     """A flow version as JSON-friendly data (what ``--format json`` prints)."""
-    spec = fv.spec
-    out: dict[str, Any] = {
-        "name": fv.name,
-        "version": fv.version,
-        "ref": fv.ref,
-        "description": spec.description,
-        "path": fv.path,
-        "created_at": fv.created_at.isoformat() if fv.created_at else None,
-        "content_hash": fv.content_hash,
-        "tables": [q for q, _ in spec.tables()],
-        "pins": dict(fv.pins),
-    }
-    if fv.version_count is not None:
-        out["versions"] = fv.version_count
+    out = version_dict(fv, path=fv.path, created_at=fv.created_at.isoformat() if fv.created_at else None,
+                       content_hash=fv.content_hash, tables=[q for q, _ in fv.spec.tables()], pins=dict(fv.pins))
     if text:
         out["source_text"] = fv.source_text
     return out
@@ -41,7 +29,7 @@ QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need 
 
 @flow.command("register")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
 def register(state, path: str, fmt: str, quick: bool) -> None:
@@ -59,25 +47,20 @@ def register(state, path: str, fmt: str, quick: bool) -> None:
 
 
 @flow.command("list")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered flow."""
-    flows = state.project.flows()
-    if fmt == "json":
-        echo_json([flow_dict(f) for f in flows])
-        return
-    if not flows:
-        click.echo("no flows registered (tidehouse flow register flows/<flow>.yaml)")
-        return
-    click.echo(table_text(["flow", "latest", "versions", "tables", "registered", "file"],
-                          [[f.name, f.version, f.version_count, len(f.pins),
-                            f"{f.created_at:%Y-%m-%d %H:%M:%S}", f.path or "-"] for f in flows]))
+    echo_listing(state.project.flows(), fmt, as_dict=flow_dict,
+                 empty="no flows registered (tidehouse flow register flows/<flow>.yaml)",
+                 headers=["flow", "latest", "versions", "tables", "registered", "file"],
+                 row=lambda f: [f.name, f.version, f.version_count, len(f.pins), f"{f.created_at:%Y-%m-%d %H:%M:%S}",
+                                f.path or "-"])
 
 
 @flow.command("show")
 @click.argument("ref")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @click.option("--source", is_flag=True, help="Also print the registered YAML.")
 @pass_state
 def show(state, ref: str, fmt: str, source: bool) -> None:
@@ -89,9 +72,7 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
             {"version": v.version, "created_at": v.created_at.isoformat(), "pins": v.pins} for v in versions]})
         return
     spec = fv.spec
-    click.echo(f"{fv.ref}  (versions: {', '.join(str(v.version) for v in versions)})")
-    if spec.description:
-        click.echo(f"  {spec.description}")
+    echo_heading(fv.ref, versions, spec.description)
     click.echo(f"file:    {fv.path or '-'}  registered {fv.created_at:%Y-%m-%d %H:%M:%S} UTC")
     rows = []
     for qualified, table in spec.tables():
@@ -108,7 +89,7 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 @click.argument("target")
 @click.option("--actions", "actions_dir", type=click.Path(file_okay=False),
               help="Also use the (unregistered) actions in this folder; default: the project's actions/.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
 def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool) -> None:

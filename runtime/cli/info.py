@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from runtime.cli import cli, pass_state
-from runtime.cli._render import echo_json
+from runtime.cli._render import TEXT_OR_JSON, echo_json
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @pass_state
 def info(state, fmt: str) -> None:
     """Versions, home, storage and catalog settings (secrets masked)."""

@@ -9,7 +9,7 @@ import time
 import click
 
 from runtime.cli import pass_state, tier
-from runtime.cli._render import echo_json, table_text
+from runtime.cli._render import TEXT_OR_JSON, echo_json, table_text
 from runtime.core.errors import ErrorCode, TidehouseError
 
 
@@ -23,7 +23,7 @@ def _line(result) -> str:
 @tier.command("run")
 @click.option("--flow", "flow", help="Tier the tables of this registered flow (default: every hot table).")
 @click.option("--table", "table", help="Tier only this table (layer.name).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@TEXT_OR_JSON
 @pass_state
 def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
     """Run one tiering cycle of each table now."""
