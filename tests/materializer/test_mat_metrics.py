@@ -104,17 +104,20 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
             previous = rows if settled else None
         assert not failure, failure
         assert previous is not None, "the flow did not catch up"
+        settled = time.time()
 
-        for _ in range(20):  # the same snapshot on both sides (it is refreshed every 2 s)
+        for _ in range(60):  # a snapshot taken since, the same on both sides (it is refreshed every 2 s)
             samples = scrape(url)
             status = project.status("testflow")
             taken = time.time()
             again = scrape(url)
             stamp = ("tidehouse_flow_status_timestamp_seconds", frozenset({"flow": "testflow"}.items()))
-            if samples.get(stamp) == again.get(stamp) == pytest.approx(status["updated_at"], abs=1e-3):
+            if samples.get(stamp) == again.get(stamp) == pytest.approx(status["updated_at"], abs=1e-3) and \
+                    status["updated_at"] > settled:
                 break
+            time.sleep(0.5)
         else:
-            pytest.fail("no scrape saw the snapshot flow status read")
+            pytest.fail("no scrape saw a snapshot taken after the flow settled, the one flow status read")
 
         check = Checker(samples)
         flow = {"flow": "testflow"}
