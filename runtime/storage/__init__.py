@@ -29,14 +29,8 @@ def open_store(root: str, *, fsync: bool = default("storage.fsync"),
     if scheme_of(text) == "s3":
         from runtime.storage.objectstore import ObjectTableStore
 
-        if not metastore:
-            raise TidehouseError(
-                ErrorCode.CONFIG_INVALID, f"hot storage root {text}: storage.metastore is required for an "
-                "object-store root", location=Location(path="storage.metastore"),
-                hint="set storage.metastore to a SQLAlchemy URL every host can reach, e.g. "
-                     "postgresql+psycopg://user:${PGPASSWORD}@host/db (a SQLite file on this disk would be a "
-                     "metastore that other hosts cannot see)")
-        return ObjectTableStore.from_uri(text, s3=dict(s3 or {}), metastore=metastore, fsync=fsync,
+        # on S3 the store refuses to start without a metastore (CONFIG_INVALID naming storage.metastore)
+        return ObjectTableStore.from_uri(text, s3=dict(s3 or {}), metastore=metastore or None, fsync=fsync,
                                          bootstrap=bootstrap)
     try:
         path = local_path(text)

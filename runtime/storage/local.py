@@ -30,7 +30,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,9 +45,55 @@ from runtime.storage import meta as metamod
 from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of
 from runtime.storage.frames import NO_ORIGIN
 from runtime.storage.log import BucketLog
-from runtime.storage.pk import Merger, Tablet, from_py, rows_to_table, to_py
+from runtime.storage.pk import Merger, Tablet, from_py, lookup_keys, rows_to_table, to_py
 
 _IGNORED = (OFFSET, BUCKET, TS)
+
+
+def read_batches(meta: TableMeta, frames: Iterable[tuple[int, int, int, pa.RecordBatch]], bucket: int, start: int,
+                 stop: int, cols: list[str]) -> Iterator[pa.RecordBatch]:
+    """What a read of ``[start, stop)`` of a bucket yields, from its frames ``(base_offset, rows, commit time in
+    µs, batch)``: the frames' rows in the range, the user columns ``cols`` (nulls for a column a frame predates)
+    and the system columns ``__offset``, ``__bucket``, ``__ts`` (and ``__change`` of a primary-key table)."""
+    types = {f.name: f.type for f in meta.schema}
+    out_schema = pa.schema([meta.schema.field(c) for c in cols]
+                           + [pa.field(OFFSET, pa.int64(), False), pa.field(BUCKET, pa.int32(), False),
+                              pa.field(TS, TS_TYPE, False)]
+                           + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else []))
+    for base_offset, rows, commit_us, batch in frames:
+        lo, hi = max(start - base_offset, 0), min(stop - base_offset, rows)
+        if lo >= hi:
+            continue
+        if lo or hi < rows:
+            batch = batch.slice(lo, hi - lo)
+        n = hi - lo
+        have = batch.schema.names
+        arrays = [batch.column(c) if c in have else pa.nulls(n, types[c]) for c in cols]
+        arrays.append(pa.array(np.arange(base_offset + lo, base_offset + hi, dtype=np.int64)))
+        arrays.append(pa.array(np.full(n, bucket, dtype=np.int32)))
+        arrays.append(pa.array(np.full(n, commit_us, dtype=np.int64)).view(TS_TYPE))
+        if meta.is_primary_key:
+            arrays.append(batch.column(CHANGE))
+        yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+
+def scan_log(meta: TableMeta, cols: list[str], buckets: Iterable[tuple[int, int, int]],
+             read: Callable[[int, int, int], Iterable[pa.RecordBatch]]) -> pa.Table:
+    """The whole content of a log table from each bucket's ``(bucket, first offset, end offset)``, read with
+    ``read(bucket, start, stop)``. ``STORAGE_RANGE`` when retention deleted rows: a partial table must never
+    pass for the whole one."""
+    parts = []
+    for b, first, end in buckets:
+        if first > 0:
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{meta.name} bucket {b}: offsets 0..{first - 1} were deleted by retention, so the hot table alone "
+                "no longer holds every row", location=Location(path=meta.name),
+                hint="read the lake snapshot plus the hot tail after its offsets (a union read), or raise "
+                     "storage.retention")
+        parts += [pa.Table.from_batches([batch]).select(cols) for batch in read(b, first, end)]
+    schema = pa.schema([meta.schema.field(c) for c in cols])
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 @dataclass
@@ -376,46 +422,17 @@ class LocalTableStore(TableStore):
 
     def _read_iter(self, meta: TableMeta, log: BucketLog, bucket: int, start: int, stop: int,
                    cols: list[str]) -> Iterator[pa.RecordBatch]:
-        types = {f.name: f.type for f in meta.schema}
-        out_schema = pa.schema([meta.schema.field(c) for c in cols]
-                               + [pa.field(OFFSET, pa.int64(), False), pa.field(BUCKET, pa.int32(), False),
-                                  pa.field(TS, TS_TYPE, False)]
-                               + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else []))
-        for e, batch in log.frames(start, stop):
-            lo, hi = max(start - e.base_offset, 0), min(stop - e.base_offset, e.rows)
-            if lo >= hi:
-                continue
-            if lo or hi < e.rows:
-                batch = batch.slice(lo, hi - lo)
-            n = hi - lo
-            have = batch.schema.names
-            arrays = [batch.column(c) if c in have else pa.nulls(n, types[c]) for c in cols]
-            arrays.append(pa.array(np.arange(e.base_offset + lo, e.base_offset + hi, dtype=np.int64)))
-            arrays.append(pa.array(np.full(n, bucket, dtype=np.int32)))
-            arrays.append(pa.array(np.full(n, e.commit_ts, dtype=np.int64)).view(TS_TYPE))
-            if meta.is_primary_key:
-                arrays.append(batch.column(CHANGE))
-            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+        frames = ((e.base_offset, e.rows, e.commit_ts, batch) for e, batch in log.frames(start, stop))
+        return read_batches(meta, frames, bucket, start, stop, cols)
 
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
         meta = table.meta
         cols = self._columns(meta, columns)
         if not meta.is_primary_key:
-            parts = []
-            for b, log in enumerate(table.logs):
-                log.refresh()
-                if log.first_offset > 0:
-                    raise TidehouseError(
-                        ErrorCode.STORAGE_RANGE,
-                        f"{name} bucket {b}: offsets 0..{log.first_offset - 1} were deleted by retention, so the "
-                        "hot table alone no longer holds every row", location=Location(path=name),
-                        hint="read the lake snapshot plus the hot tail after its offsets (a union read), or "
-                             "raise storage.retention")
-                for batch in self._read_iter(meta, log, b, log.first_offset, log.end_offset, cols):
-                    parts.append(pa.Table.from_batches([batch]).select(cols))
-            schema = pa.schema([meta.schema.field(c) for c in cols])
-            return pa.concat_tables(parts) if parts else schema.empty_table()
+            logs = self._refreshed_logs(name)
+            return scan_log(meta, cols, [(b, log.first_offset, log.end_offset) for b, log in enumerate(logs)],
+                            lambda b, start, stop: self._read_iter(meta, logs[b], b, start, stop, cols))
         rows = []
         for tablet in table.tablets:
             rows.extend(tablet.scan_rows(meta))
@@ -424,29 +441,7 @@ class LocalTableStore(TableStore):
     def lookup(self, name: str, keys: pa.Table) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        loc = Location(path=name)
-        if not meta.is_primary_key:
-            raise TidehouseError(ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table",
-                                 location=loc)
-        if isinstance(keys, pa.RecordBatch):
-            keys = pa.Table.from_batches([keys])
-        missing = [c for c in meta.primary_key if c not in keys.column_names]
-        if missing:
-            raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing",
-                                 location=loc)
-        key_cols = []
-        for c in meta.primary_key:
-            col = keys.column(c)
-            t = meta.schema.field(c).type
-            try:
-                col = col.cast(t, safe=not pa.types.is_timestamp(t)) if col.type != t else col
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key column {c!r} of type "
-                                     f"{col.type} does not match {t}", location=loc) from exc
-            key_cols.append(col)
-        key_table = pa.Table.from_arrays(key_cols, names=list(meta.primary_key))
-        buckets = bucket_of(key_table, meta.effective_bucket_key, meta.buckets).to_numpy()
-        tuples = list(zip(*[to_py(c) for c in key_cols]))
+        tuples, buckets = lookup_keys(meta, keys)
         rows = []
         for b, tablet in enumerate(table.tablets):
             wanted = [t for t, bb in zip(tuples, buckets) if bb == b]

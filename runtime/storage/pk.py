@@ -53,12 +53,13 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import IMPLICIT_AGGREGATION
-from runtime.storage.api import CHANGE, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, TableMeta
+from runtime.storage.api import CHANGE, DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, TableMeta, bucket_of
 from runtime.storage.log import BucketLog
 
 APPLIED = b"\x00applied"
@@ -96,6 +97,33 @@ def from_py(values: Sequence[Any], t: pa.DataType) -> pa.Array:
 
 def key_bytes(key: tuple) -> bytes:
     return ROW + _DUMPS(key, _PROTO)
+
+
+def lookup_keys(meta: TableMeta, keys: pa.Table | pa.RecordBatch) -> tuple[list[tuple], np.ndarray]:
+    """The keys of a ``lookup`` on a primary-key table, as tuples of Python values (what the state is keyed
+    by), and the bucket of each. Key columns are cast to the table's types; a missing or uncastable one, or a
+    log table, is an error naming the table."""
+    name, loc = meta.name, Location(path=meta.name)
+    if not meta.is_primary_key:
+        raise TidehouseError(ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table",
+                             location=loc)
+    if isinstance(keys, pa.RecordBatch):
+        keys = pa.Table.from_batches([keys])
+    missing = [c for c in meta.primary_key if c not in keys.column_names]
+    if missing:
+        raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing",
+                             location=loc)
+    key_cols = []
+    for c in meta.primary_key:
+        col, t = keys.column(c), meta.schema.field(c).type
+        try:
+            key_cols.append(col.cast(t, safe=not pa.types.is_timestamp(t)) if col.type != t else col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key column {c!r} of type "
+                                 f"{col.type} does not match {t}", location=loc) from exc
+    key_table = pa.Table.from_arrays(key_cols, names=list(meta.primary_key))
+    buckets = bucket_of(key_table, meta.effective_bucket_key, meta.buckets).to_numpy()
+    return list(zip(*[to_py(c) for c in key_cols])), buckets
 
 
 def rows_to_table(schema: pa.Schema, rows: Sequence[tuple], kinds: Sequence[str] | None = None) -> pa.Table:

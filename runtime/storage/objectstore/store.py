@@ -18,22 +18,17 @@ from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.settings import default
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
-    BUCKET,
-    CHANGE,
-    OFFSET,
-    TS,
-    TS_TYPE,
     BatchInfo,
     TableMeta,
     TableStore,
     WriteResult,
     bucket_of,
 )
-from runtime.storage.local import LocalTableStore, _one_batch
+from runtime.storage.local import LocalTableStore, _one_batch, read_batches, scan_log
 from runtime.storage.objectstore import blobs
 from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale, disconnected
 from runtime.storage.objectstore.state import BucketState, merge
-from runtime.storage.pk import rows_to_table, to_py
+from runtime.storage.pk import lookup_keys, rows_to_table
 
 # validation and casting of writes, and the column list of reads, are the local store's (they use nothing
 # of the instance): one definition of what a write may contain
@@ -425,27 +420,8 @@ class ObjectTableStore(TableStore):
 
     def _read_iter(self, table: _Table, bucket: int, start: int, stop: int,
                    cols: list[str]) -> Iterator[pa.RecordBatch]:
-        meta = table.meta
-        types = {f.name: f.type for f in meta.schema}
-        out_schema = pa.schema([meta.schema.field(c) for c in cols]
-                               + [pa.field(OFFSET, pa.int64(), False), pa.field(BUCKET, pa.int32(), False),
-                                  pa.field(TS, TS_TYPE, False)]
-                               + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else []))
-        for f, batch in self._frames(table, bucket, start, stop):
-            lo, hi = max(start - f.base_offset, 0), min(stop - f.base_offset, f.rows)
-            if lo >= hi:
-                continue
-            if lo or hi < f.rows:
-                batch = batch.slice(lo, hi - lo)
-            n = hi - lo
-            have = batch.schema.names
-            arrays = [batch.column(c) if c in have else pa.nulls(n, types[c]) for c in cols]
-            arrays.append(pa.array(np.arange(f.base_offset + lo, f.base_offset + hi, dtype=np.int64)))
-            arrays.append(pa.array(np.full(n, bucket, dtype=np.int32)))
-            arrays.append(pa.array(np.full(n, f.commit_us, dtype=np.int64)).view(TS_TYPE))
-            if meta.is_primary_key:
-                arrays.append(batch.column(CHANGE))
-            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+        frames = ((f.base_offset, f.rows, f.commit_us, batch) for f, batch in self._frames(table, bucket, start, stop))
+        return read_batches(table.meta, frames, bucket, start, stop, cols)
 
     def _frames(self, table: _Table, bucket: int, start: int, stop: int) -> Iterator[tuple[Frame, pa.RecordBatch]]:
         """The committed frames overlapping ``[start, stop)`` with their decoded batches (objects fetched
@@ -504,19 +480,8 @@ class ObjectTableStore(TableStore):
         cols = _columns(None, meta, columns)
         heads = self.metastore.heads(table.incarnation)
         if not meta.is_primary_key:
-            parts = []
-            for h in heads:
-                if h.start_offset > 0:
-                    raise TidehouseError(
-                        ErrorCode.STORAGE_RANGE,
-                        f"{name} bucket {h.bucket}: offsets 0..{h.start_offset - 1} were deleted by retention, so "
-                        "the hot table alone no longer holds every row", location=Location(path=name),
-                        hint="read the lake snapshot plus the hot tail after its offsets (a union read), or "
-                             "raise storage.retention")
-                for batch in self._read_iter(table, h.bucket, 0, h.end_offset, cols):
-                    parts.append(pa.Table.from_batches([batch]).select(cols))
-            schema = pa.schema([meta.schema.field(c) for c in cols])
-            return pa.concat_tables(parts) if parts else schema.empty_table()
+            return scan_log(meta, cols, [(h.bucket, h.start_offset, h.end_offset) for h in heads],
+                            lambda b, start, stop: self._read_iter(table, b, start, stop, cols))
         rows = []
         n = len(meta.schema)
         for h in heads:
@@ -528,27 +493,7 @@ class ObjectTableStore(TableStore):
     def lookup(self, name: str, keys: pa.Table) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        loc = Location(path=name)
-        if not meta.is_primary_key:
-            raise TidehouseError(ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table",
-                                 location=loc)
-        if isinstance(keys, pa.RecordBatch):
-            keys = pa.Table.from_batches([keys])
-        missing = [c for c in meta.primary_key if c not in keys.column_names]
-        if missing:
-            raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing",
-                                 location=loc)
-        key_cols = []
-        for c in meta.primary_key:
-            col, t = keys.column(c), meta.schema.field(c).type
-            try:
-                key_cols.append(col.cast(t, safe=not pa.types.is_timestamp(t)) if col.type != t else col)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key column {c!r} of type "
-                                     f"{col.type} does not match {t}", location=loc) from exc
-        key_table = pa.Table.from_arrays(key_cols, names=list(meta.primary_key))
-        buckets = bucket_of(key_table, meta.effective_bucket_key, meta.buckets).to_numpy()
-        tuples = list(zip(*[to_py(c) for c in key_cols]))
+        tuples, buckets = lookup_keys(meta, keys)
         rows, n = [], len(meta.schema)
         heads = {h.bucket: h for h in self.metastore.heads(table.incarnation)}
         for b in sorted({int(x) for x in buckets}):
