@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -70,7 +70,7 @@ class TableHistory:
                 raise TidehouseError(ErrorCode.STORAGE_RANGE, f"lake snapshot {snapshot_id} of {name} was expired",
                                      location=Location(path=name),
                                      hint="raise tiering.max_snapshots, or restart the read from the current snapshot")
-            offsets, _ = _offsets_of(table, snap, buckets)
+            offsets, _ = lake_offsets(table, buckets, at=snap)
             return LakeView(table, snapshot_id, tuple(offsets))
         offsets, _ = lake_offsets(table, buckets)
         snap = table.current_snapshot()
@@ -213,18 +213,6 @@ class TableHistory:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-def _offsets_of(table, snapshot, buckets: int) -> tuple[list[int], Any]:
-    from runtime.lake.state import OFFSETS_PROPERTY, parse_offsets
-
-    snap = snapshot
-    while snap is not None:
-        text = snap.summary.additional_properties.get(OFFSETS_PROPERTY) if snap.summary else None
-        if text is not None:
-            return parse_offsets(text, buckets), snap
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    return [0] * buckets, None
-
 
 def _read_tail(store: TableStore, meta: TableMeta, offsets: Sequence[int], columns: list[str],
                buckets: Sequence[int] | None = None) -> pa.Table:

@@ -45,9 +45,10 @@ def parse_offsets(text: str, buckets: int) -> list[int]:
     return out
 
 
-def lake_offsets(table: Table, buckets: int) -> tuple[list[int], Any]:
-    """(per-bucket end offsets the lake covers, the snapshot that recorded them or None)."""
-    snap = table.current_snapshot()
+def lake_offsets(table: Table, buckets: int, *, at: Any = None) -> tuple[list[int], Any]:
+    """(per-bucket end offsets the lake covers as of snapshot ``at`` (default: the current one), the snapshot
+    that recorded them or None)."""
+    snap = table.current_snapshot() if at is None else at
     while snap is not None:
         text = snap.summary.additional_properties.get(OFFSETS_PROPERTY) if snap.summary else None
         if text is not None:
