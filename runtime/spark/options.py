@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.settings import default
 from runtime.storage.api import TableMeta, TableStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +31,7 @@ _LAKES: dict[str, Lake] = {}
 _LOCK = threading.Lock()
 
 
-def cached_store(root: str, fsync: bool = True) -> TableStore:
+def cached_store(root: str, fsync: bool = default("storage.fsync")) -> TableStore:
     """The process's store for ``root`` (opened once; Spark reuses its Python workers)."""
     key = (str(root), bool(fsync))
     store = _STORES.get(key)
@@ -75,7 +76,7 @@ class Place:
     """Where a source's tables are: a project's configuration, or only a hot storage root."""
 
     root: str
-    fsync: bool = True
+    fsync: bool = default("storage.fsync")
     config: Config | None = None  # None: a bare storage root, no lake
 
     def store(self) -> TableStore:

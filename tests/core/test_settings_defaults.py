@@ -12,6 +12,7 @@ import pytest
 from runtime.core.settings import SETTINGS, default
 from runtime.lake.catalog import Lake
 from runtime.lake.maintenance import compact
+from runtime.spark.options import Place, cached_store
 from runtime.spark.session import get_spark
 from runtime.spark.writer import foreach_batch_writer
 from runtime.storage import open_store
@@ -29,7 +30,7 @@ MIRRORS = [  # (function, parameter, setting)
     (Lake, "max_snapshots", "tiering.max_snapshots"), (Lake, "compact_min_files", "tiering.compact_min_files"),
     (Lake, "retention_s", "storage.retention"), (Lake, "compact_target_bytes", "tiering.compact_target_bytes"),
     (compact, "target_bytes", "tiering.compact_target_bytes"), (get_spark, "master", "spark.master"),
-    (foreach_batch_writer, "fsync", "storage.fsync"),
+    (foreach_batch_writer, "fsync", "storage.fsync"), (cached_store, "fsync", "storage.fsync"),
 ]
 
 
@@ -37,6 +38,10 @@ MIRRORS = [  # (function, parameter, setting)
                          ids=[f"{f.__name__}.{p}" for f, p, _ in MIRRORS])
 def test_parameters_that_mirror_a_setting_default_to_it(function, parameter, setting):
     assert inspect.signature(function).parameters[parameter].default == default(setting)
+
+
+def test_a_place_without_a_setting_fsyncs_as_the_setting_says():
+    assert Place("/tmp/x").fsync == default("storage.fsync")
 
 
 def _distinctive(value) -> bool:
