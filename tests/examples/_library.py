@@ -51,3 +51,50 @@ def rows(df, *, order: bool = True) -> list[tuple]:
     """A DataFrame's rows as plain tuples (sorted unless ``order`` is False)."""
     out = [tuple(r) for r in df.collect()]
     return sorted(out, key=repr) if order else out
+
+
+# -- the shipped flows' batch oracle ---------------------------------------------------------------------
+
+FLOW_ORDER = ("ecommerce_activity", "shop_trends", "order_attribution")  # shop_trends reads dwd.events
+
+
+def _norm(value):
+    import datetime as dt
+    import math
+
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 6)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value
+    return value
+
+
+def rows_bag(table, columns: list[str]):
+    """The rows of ``columns`` as a multiset (floats rounded, timestamps as naive UTC)."""
+    from collections import Counter
+
+    data = table.select(columns).to_pylist()
+    return Counter(tuple(_norm(r[c]) for c in columns) for r in data)
+
+
+def batch_results(spark, project, flows=FLOW_ORDER) -> dict:
+    """flow -> table -> Arrow result of its pinned action's SQL in Spark batch over the complete raw input
+    (the source files; malformed lines dropped, as the ODS tables quarantine them)."""
+    data, results = {}, {}
+    for flow_name in flows:
+        flow = project.registry.get_flow(flow_name)
+        spec = flow.spec
+        reader = spark.newSession().read
+        for name, source in spec.sources.items():
+            path = str(project.config.project_dir / source.path)
+            data[name] = reader.schema(source.schema_).option("mode", "DROPMALFORMED").json(path).toArrow()
+        for qualified, table in spec.tables():
+            action = project.registry.resolve(flow.pins[qualified]).spec
+            session = spark.newSession()
+            for relation, bound in table.inputs.items():
+                session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
+            data[qualified] = results.setdefault(flow_name, {})[qualified] = session.sql(
+                action.sql, args=action.param_values(dict(table.params))).toArrow()
+    return results

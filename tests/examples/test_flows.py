@@ -9,18 +9,15 @@ raw source files, independently of the streaming path (``__`` columns and row or
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import os
 import re
 import shlex
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests._support import run_cli
-from tests.examples._library import REPO
+from tests.examples._library import FLOW_ORDER, REPO, batch_results, rows_bag
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -101,49 +98,16 @@ def test_tour_outputs(tour):
 
 # -- the oracle ------------------------------------------------------------------------------------------
 
-def _norm(value):
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 6)
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        return value
-    return value
-
-
-def _rows(table, columns: list[str]) -> Counter:
-    data = table.select(columns).to_pylist()
-    return Counter(tuple(_norm(r[c]) for c in columns) for r in data)
-
-
-FLOW_ORDER = ("ecommerce_activity", "shop_trends", "order_attribution")  # shop_trends reads dwd.events
-
-
 @pytest.fixture(scope="module")
 def expected(tour, spark):
     """table -> Arrow result of its action's SQL in Spark batch over the complete input, for every flow."""
     from runtime.project import Project
 
     project = Project.open(project_dir=tour[0])
-    data, results = {}, {}
     try:
-        for flow_name in FLOW_ORDER:
-            flow = project.registry.get_flow(flow_name)
-            spec = flow.spec
-            reader = spark.newSession().read
-            for name, source in spec.sources.items():  # the raw files; malformed lines are quarantined
-                path = str(project.config.project_dir / source.path)
-                data[name] = reader.schema(source.schema_).option("mode", "DROPMALFORMED").json(path).toArrow()
-            for qualified, table in spec.tables():
-                action = project.registry.resolve(flow.pins[qualified]).spec
-                session = spark.newSession()
-                for relation, bound in table.inputs.items():
-                    session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
-                data[qualified] = results.setdefault(flow_name, {})[qualified] = session.sql(
-                    action.sql, args=action.param_values(dict(table.params))).toArrow()
+        return batch_results(spark, project, FLOW_ORDER)
     finally:
         project.close()
-    return results
 
 
 @pytest.mark.parametrize("flow_name", FLOW_ORDER)
@@ -156,9 +120,9 @@ def test_every_table_hot_and_lake_equals_batch(tour, expected, flow_name):
             columns = want.column_names
             assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
             hot = project.store.scan(table)
-            assert _rows(hot, columns) == _rows(want, columns), f"hot {table} differs from batch"
+            assert rows_bag(hot, columns) == rows_bag(want, columns), f"hot {table} differs from batch"
             lake = project.lake.load(table).scan().to_arrow()
-            assert _rows(lake, columns) == _rows(want, columns), f"lake {table} differs from batch"
+            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table} differs from batch"
     finally:
         project.close()
 
