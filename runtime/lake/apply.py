@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In
@@ -89,19 +90,55 @@ class Staged:
 
 
 def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
-    """Write ``data`` as Parquet data files of the table and add them to the snapshot ``producer``."""
+    """Write ``data`` as Parquet data files of the table and add them to the snapshot ``producer``.
+
+    Rows of different buckets never share a file: each file's ``__bucket`` statistics (and, for a table
+    partitioned by ``__bucket``, its partition) name one bucket, so a read of one key's bucket prunes the
+    others' files. The rows are cut by bucket with slices (they come grouped by bucket from the hot log), not
+    with pyiceberg's per-partition filters, which copy the table once per partition.
+    """
     if data.num_rows == 0:
         return 0
-    n = 0
     # file names are <counter>-<commit uuid>: one counter per producer, or a second call would reuse (and
     # overwrite) the first call's file names
     counter = producer.__dict__.setdefault("_tidehouse_file_counter", itertools.count(0))
-    # table.metadata, not tx.table_metadata: the latter deep-copies the whole metadata on every access
-    for data_file in _dataframe_to_data_files(table.metadata, data, table.io, write_uuid=producer.commit_uuid,
-                                              counter=counter):
+    n = 0
+    for data_file in _bucket_files(table, data, producer.commit_uuid, counter):
         producer.append_data_file(data_file)
         n += 1
     return n
+
+
+def _bucket_files(table: Table, data: pa.Table, write_uuid, counter):
+    """The data files of ``data``, one set per bucket (see :func:`write_files`)."""
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+    from pyiceberg.table import WriteTask
+
+    metadata = table.metadata  # not tx.table_metadata: that deep-copies the whole metadata on every access
+    spec = metadata.spec()
+    by_bucket = [f for f in spec.fields if f.name == BUCKET]
+    if BUCKET not in data.column_names or (not spec.is_unpartitioned() and len(spec.fields) != len(by_bucket)):
+        yield from _dataframe_to_data_files(metadata, data, table.io, write_uuid=write_uuid, counter=counter)
+        return
+    buckets = data.column(BUCKET).to_numpy()
+    if len(buckets) > 1 and (np.diff(buckets) < 0).any():  # not grouped (a compaction's input): group it
+        order = np.argsort(buckets, kind="stable")
+        data, buckets = data.take(pa.array(order)), buckets[order]
+    cuts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist(), len(buckets)]
+    schema = pyarrow_to_schema(data.schema, name_mapping=metadata.schema().name_mapping,
+                               format_version=metadata.format_version)
+    target = int(metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
+    tasks = []
+    for lo, hi in itertools.pairwise(cuts):
+        part = data.slice(lo, hi - lo)
+        key = None
+        if by_bucket:
+            key = PartitionKey(field_values=[PartitionFieldValue(field=by_bucket[0], value=int(buckets[lo]))],
+                               partition_spec=spec, schema=metadata.schema())
+        tasks += [WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches,
+                            partition_key=key, schema=schema) for batches in bin_pack_arrow_table(part, target)]
+    yield from write_file(io=table.io, table_metadata=metadata, tasks=iter(tasks))
 
 
 def stage_append(tx: Transaction, table: Table, rows: pa.Table, properties: dict[str, str]) -> Staged:

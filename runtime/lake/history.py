@@ -89,10 +89,13 @@ class TableHistory:
         return scan.to_arrow()
 
     # -- log tables --------------------------------------------------------------------------------
-    def read(self, name: str, bucket: int, start: int, end: int, *,
-             columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    def read(self, name: str, bucket: int, start: int, end: int, *, columns: Sequence[str] | None = None,
+             row_filter: BooleanExpression = AlwaysTrue()) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, end)`` of one bucket, shaped like :meth:`TableStore.read` (the requested user
-        columns, then ``__offset``, ``__bucket``, ``__ts`` and, for a primary-key table, ``__change``)."""
+        columns, then ``__offset``, ``__bucket``, ``__ts`` and, for a primary-key table, ``__change``).
+
+        ``row_filter`` prunes the lake part (files and rows); the hot part is not filtered: a caller that
+        passes one filters the result itself (Spark re-applies the filters a source was given)."""
         meta = self.store.get_table(name)
         pos, attempts = start, 0
         while pos < end:
@@ -101,7 +104,7 @@ class TableHistory:
                 if meta.is_primary_key:
                     raise _trimmed_changelog(meta, bucket, pos, first)
                 upto = min(end, first)
-                yield from self._lake_range(meta, bucket, pos, upto, columns)
+                yield from self._lake_range(meta, bucket, pos, upto, columns, row_filter)
                 pos = upto
                 continue
             try:
@@ -143,13 +146,14 @@ class TableHistory:
             return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
         raise _busy(meta)
 
-    def _lake_range(self, meta: TableMeta, bucket: int, lo: int, hi: int,
-                    columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
+    def _lake_range(self, meta: TableMeta, bucket: int, lo: int, hi: int, columns: Sequence[str] | None,
+                    row_filter: BooleanExpression = AlwaysTrue()) -> Iterator[pa.RecordBatch]:
         cols = list(columns) if columns is not None else list(meta.schema.names)
         view = self._covering_view(meta, [hi if b == bucket else 0 for b in range(meta.buckets)])
         flt = And(EqualTo(BUCKET, bucket), And(GreaterThanOrEqual(OFFSET, lo), LessThan(OFFSET, hi)))
-        data = self.lake_rows(view, columns=[*cols, OFFSET, BUCKET, TS], row_filter=flt)
-        _check_count(meta, data.num_rows, hi - lo, f"offsets {lo}..{hi - 1} of bucket {bucket}")
+        data = self.lake_rows(view, columns=[*cols, OFFSET, BUCKET, TS], row_filter=And(flt, row_filter))
+        if isinstance(row_filter, AlwaysTrue):  # a filtered read holds fewer rows by design
+            _check_count(meta, data.num_rows, hi - lo, f"offsets {lo}..{hi - 1} of bucket {bucket}")
         out = _shape(data, meta, cols, primary_key=False)
         yield from out.to_batches(max_chunksize=65_536)
 
@@ -167,9 +171,11 @@ class TableHistory:
         return view
 
     # -- primary-key tables ------------------------------------------------------------------------
-    def state(self, name: str, *, columns: Sequence[str] | None = None, bucket: int | None = None) -> pa.Table:
+    def state(self, name: str, *, columns: Sequence[str] | None = None, bucket: int | None = None,
+              row_filter: BooleanExpression = AlwaysTrue()) -> pa.Table:
         """The current rows of a primary-key table (user columns), or of one ``bucket`` of it: the lake state
-        with the changelog tail collapsed by key on top."""
+        with the changelog tail collapsed by key on top. ``row_filter`` prunes the lake part only (a row it
+        drops whose key the tail changed is replaced by the tail's image anyway); callers filter the result."""
         meta = self.store.get_table(name)
         cols = list(columns) if columns is not None else list(meta.schema.names)
         wanted = list(dict.fromkeys([*cols, *meta.primary_key]))
@@ -183,7 +189,7 @@ class TableHistory:
                 if exc.code is ErrorCode.STORAGE_RANGE:
                     continue  # a newer snapshot and retention moved on meanwhile: pin the new one
                 raise
-            flt = EqualTo(BUCKET, bucket) if bucket is not None else AlwaysTrue()
+            flt = And(EqualTo(BUCKET, bucket), row_filter) if bucket is not None else row_filter
             base = _user(self.lake_rows(view, columns=wanted, row_filter=flt), meta, wanted) if view else \
                 _user_schema(meta, wanted).empty_table()
             if tail.num_rows:

@@ -173,18 +173,40 @@ class _Reading:
 
 
 class BatchReader(_Reading, DataSourceReader):
-    """A log table's rows, a primary-key table's state (per bucket), ``$lake`` or ``$changelog``."""
+    """A log table's rows, a primary-key table's state (per bucket), ``$lake`` or ``$changelog``.
+
+    Filters Spark pushes (``pushFilters``, with ``spark.sql.python.filterPushdown.enabled``) prune: equality
+    or ``IN`` on the whole bucket key reads only those keys' buckets, and every simple filter on a user column
+    goes into the lake scans as an Iceberg row filter (files and row groups pruned by their statistics). Spark
+    applies every filter again to what the source returns, so pruning can never change a result.
+    """
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        super().__init__(opts, schema)
+        self.row_filter = None  # a pyiceberg expression over user columns, or None
+        self.buckets: list[int] | None = None  # the only buckets that can hold matching rows
+
+    def pushFilters(self, filters):
+        from runtime.spark.pushdown import bucket_keys, iceberg_filter
+
+        filters = list(filters)
+        if self.opts.view != "lake":
+            meta = self.meta()
+            self.row_filter = iceberg_filter(filters, meta)
+            self.buckets = bucket_keys(filters, meta)
+        return filters  # all of them: Spark re-applies them, the source only prunes
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.opts.view == "lake":
             return [Ranges([], kind="lake")]
         meta = self.meta()
         store = self.opts.store()
+        wanted = range(meta.buckets) if self.buckets is None else self.buckets
         if meta.is_primary_key and self.opts.view != "changelog":
-            return [Ranges([], kind="state", bucket=b) for b in range(meta.buckets)]
+            return [Ranges([], kind="state", bucket=b) for b in wanted]
         starts = store.start_offsets(self.table) if self.opts.view == "changelog" else [0] * meta.buckets
-        parts = plan_partitions(starts, store.end_offsets(self.table), self.opts.max_rows_per_partition,
-                                self.opts.single_partition_rows)
+        ends = [e if b in wanted else starts[b] for b, e in enumerate(store.end_offsets(self.table))]
+        parts = plan_partitions(starts, ends, self.opts.max_rows_per_partition, self.opts.single_partition_rows)
         # the last piece of each bucket reads to the end at read time, so a re-executed plan sees new rows
         last: dict[int, int] = {}
         for i, part in enumerate(parts):
@@ -194,6 +216,19 @@ class BatchReader(_Reading, DataSourceReader):
                for i, part in enumerate(parts)]
         return out or [Ranges([])]
 
+    def read_ranges(self, partition: Ranges) -> Iterator[pa.RecordBatch]:
+        if self.row_filter is None:
+            yield from super().read_ranges(partition)
+            return
+        store = self.opts.store()
+        history = self.opts.place.history()
+        for bucket, start, end in partition.ranges:
+            stop = store.end_offsets(self.table)[bucket] if end is None else end
+            for batch in history.read(self.table, bucket, start, stop, columns=self.user_columns,
+                                      row_filter=self.row_filter):
+                if batch.num_rows:
+                    yield conform(batch, self.arrow_schema)
+
     def read(self, partition: Ranges) -> Iterator[pa.RecordBatch]:
         if partition.kind == "log":
             yield from self.read_ranges(partition)
@@ -202,7 +237,8 @@ class BatchReader(_Reading, DataSourceReader):
         if partition.kind == "lake":  # the Iceberg table as stored
             data = history.lake_rows(_lake_view(self.opts), columns=list(self.arrow_schema.names))
         else:  # one bucket of a primary-key table's current state
-            data = history.state(self.table, columns=self.user_columns, bucket=partition.bucket)
+            data = history.state(self.table, columns=self.user_columns, bucket=partition.bucket,
+                                 **({"row_filter": self.row_filter} if self.row_filter is not None else {}))
             data = _with_state_columns(data, partition.bucket, self.arrow_schema.names)
         for batch in data.to_batches(max_chunksize=65_536):
             yield conform(batch, self.arrow_schema)

@@ -45,6 +45,9 @@ DEFAULT_CONF: dict[str, str] = {
     # how long a Python worker may take to connect back to the JVM (Spark's default, 15 s, is missed by a
     # loaded 2-core machine: "Python worker failed to connect back", a transient failure the runner restarts)
     "spark.python.authenticate.socketTimeout": "120s",
+    # filters reach the tidehouse source (keyed reads read one bucket, lake scans skip files); Spark still
+    # applies every filter itself
+    "spark.sql.python.filterPushdown.enabled": "true",
     # stateful queries (aggregations into primary-key tables): few state partitions, cheap maintenance
     "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
     "spark.sql.streaming.minBatchesToRetain": "20",

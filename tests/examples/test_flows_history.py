@@ -24,7 +24,13 @@ SETTINGS = "\nstorage:\n  retention: 1s\n  segment_bytes: 4096\n  fsync: false\n
 
 
 def _more_input(project_dir: Path, part: int, events: int) -> None:
-    from runtime.scaffold.generate import EventsConfig, OrdersConfig, orders_and_touches, shop_events, write_parts
+    from runtime.scaffold.generate import (
+        EventsConfig,
+        OrdersConfig,
+        orders_and_touches,
+        shop_events,
+        write_parts,
+    )
 
     data = project_dir / "data"
     write_parts(shop_events(EventsConfig(seed=100 + part, events=events, malformed=1)), data / "events", 2,

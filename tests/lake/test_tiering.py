@@ -135,3 +135,27 @@ def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake, config
         table.scan(snapshot_id=snap.snapshot_id).to_arrow()
     on_disk = list((config.home / "lake").rglob("*.parquet"))
     assert len(on_disk) <= 6 * 2 * 2, f"{len(on_disk)} data files on disk for 6 snapshots of a 2-bucket table"
+
+
+def test_a_keyed_read_prunes_the_files_of_other_buckets(store, lake):
+    """Each data file holds one bucket, and tables of several buckets are partitioned by it: a read of one
+    key's bucket plans only that bucket's files."""
+    from pyiceberg.expressions import EqualTo
+
+    from runtime.storage.api import bucket_of
+
+    store.create_table(TableMeta("ods.clicks", CLICKS, buckets=4, bucket_key=("user_id",)))
+    for seq in range(3):
+        store.write("ods.clicks", clicks(70, start=100 * seq), writer="w", seq=seq)
+        tier_table(store, lake, "ods.clicks", maintain=False)
+    table = lake.load("ods.clicks")
+    assert [f.name for f in table.spec().fields] == ["__bucket"]
+    files = list(table.scan().plan_files())
+    used = sorted(set(bucket_of(clicks(70), ["user_id"], 4).to_pylist()))  # the buckets the users fall in
+    assert len(used) > 1 and len(files) == 3 * len(used)  # 3 cycles x one file per bucket
+    assert sorted(task.file.partition[0] for task in files) == sorted(used * 3)
+    wanted = bucket_of(pa.table({"user_id": ["u3"]}), ["user_id"], 4)[0].as_py()
+    pruned = list(table.scan(row_filter=EqualTo("__bucket", wanted)).plan_files())
+    assert len(pruned) == 3
+    rows = table.scan(row_filter=EqualTo("__bucket", wanted)).to_arrow()
+    assert set(rows.column("__bucket").to_pylist()) == {wanted} and "u3" in rows.column("user_id").to_pylist()

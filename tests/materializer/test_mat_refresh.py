@@ -10,7 +10,14 @@ import time
 import pytest
 
 from runtime.core.errors import ErrorCode, TidehouseError
-from tests.materializer._flowkit import canon, make_events, oracle, oracle_connection, write_batch, write_project
+from tests.materializer._flowkit import (
+    canon,
+    make_events,
+    oracle,
+    oracle_connection,
+    write_batch,
+    write_project,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

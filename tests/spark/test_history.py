@@ -153,3 +153,26 @@ def test_a_bare_root_has_no_lake_and_says_so(spark, project):
     with pytest.raises(TidehouseError) as err:
         list(project.store.read("ods.clicks", 0, 0))
     assert err.value.code is ErrorCode.STORAGE_RANGE
+
+
+def test_filters_prune_buckets_and_lake_files_without_changing_results(spark, project):
+    from pyspark.sql import datasource as ds
+
+    from runtime.spark.datasource import BatchReader
+    from runtime.spark.options import SourceOptions
+    from runtime.storage.api import bucket_of
+
+    for name, where in (("ods.clicks", "user_id = 'u3'"), ("ods.clicks", "user_id IN ('u1', 'u5') AND item > 200"),
+                        ("dws.activity", "user_id = 'u4'"), ("ods.clicks", "price < 3.0")):
+        got = spark.read.format("tidehouse").load(name).where(where).toArrow()
+        expected = project.query(f"SELECT * FROM {name} WHERE {where}")
+        assert _users(got) == _users(expected), (name, where)
+    opts = SourceOptions.parse({"path": "ods.clicks", "project": str(project.config.project_dir),
+                                "home": str(project.config.home)})
+    schema = spark.read.format("tidehouse").load("ods.clicks").schema
+    reader = BatchReader(opts, schema)
+    pushed = [ds.EqualTo(("user_id",), "u3"), ds.GreaterThan(("item",), 10), ds.EqualTo(("nope",), 1)]
+    assert reader.pushFilters(pushed) == pushed  # Spark keeps applying every one of them
+    wanted = bucket_of(pa.table({"user_id": ["u3"]}), ["user_id"], 2)[0].as_py()
+    assert reader.buckets == [wanted]
+    assert {b for part in reader.partitions() for b, _, _ in part.ranges} == {wanted}
