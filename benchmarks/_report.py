@@ -11,8 +11,9 @@ import datetime as _dt
 import os
 import platform
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 _HEADER = """# Benchmarks
@@ -30,8 +31,11 @@ between the two largest.
 
 def argument_parser(module: str, description: str | None) -> argparse.ArgumentParser:
     """The command line of ``python -m <module>`` (every benchmark runs as a module from the repository root)."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=description,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def machine() -> str:
@@ -45,8 +49,10 @@ def machine() -> str:
             mem = f", {kb / 1024 / 1024:.0f} GiB"
     except OSError:
         pass
-    return (f"{platform.machine()}, {cores} cores{mem}, Python {platform.python_version()}, "
-            f"pyspark {version('pyspark')}, pyarrow {version('pyarrow')}, pyiceberg {version('pyiceberg')}")
+    return (
+        f"{platform.machine()}, {cores} cores{mem}, Python {platform.python_version()}, "
+        f"pyspark {version('pyspark')}, pyarrow {version('pyarrow')}, pyiceberg {version('pyiceberg')}"
+    )
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -63,14 +69,23 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 def write_section(name: str, title: str, command: str, body: str, measured_at: float | None = None) -> None:
     """Print ``body`` and store it as section ``name`` of docs/benchmarks.md (``measured_at``: when the figures
     were measured, as a Unix time, if not now — e.g. re-rendered from saved results)."""
-    when = _dt.datetime.now(_dt.timezone.utc) if measured_at is None else \
-        _dt.datetime.fromtimestamp(measured_at, _dt.timezone.utc)
+    when = (
+        _dt.datetime.now(_dt.timezone.utc)
+        if measured_at is None
+        else _dt.datetime.fromtimestamp(measured_at, _dt.timezone.utc)
+    )
     stamp = when.strftime("%Y-%m-%d %H:%M UTC")
-    section = (f"<!-- BEGIN {name} -->\n## {title}\n\nMeasured {stamp} on {machine()}.  \n"
-               f"Reproduce: `{command}`\n\n{body.strip()}\n<!-- END {name} -->")
+    section = (
+        f"<!-- BEGIN {name} -->\n## {title}\n\nMeasured {stamp} on {machine()}.  \n"
+        f"Reproduce: `{command}`\n\n{body.strip()}\n<!-- END {name} -->"
+    )
     print(body)
     text = DOC.read_text(encoding="utf-8") if DOC.exists() else _HEADER
     pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    text = (
+        pattern.sub(lambda _: section, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + section + "\n"
+    )
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(text, encoding="utf-8")

@@ -27,8 +27,10 @@ from benchmarks.stats import median, percentile
 ACTIONS = {
     "b_ingest.sql": "/*---\nname: b_ingest\ninputs: [raw]\n---*/\nSELECT * FROM raw\n",
     "b_clean.sql": "/*---\nname: b_clean\ninputs: [events]\n---*/\nSELECT id, kind, value FROM events WHERE kind <> 'noise'\n",
-    "b_count.sql": ("/*---\nname: b_count\ninputs: [events]\n---*/\n"
-                    "SELECT id, count(*) AS n, sum(value) AS total FROM events GROUP BY id\n"),
+    "b_count.sql": (
+        "/*---\nname: b_count\ninputs: [events]\n---*/\n"
+        "SELECT id, count(*) AS n, sum(value) AS total FROM events GROUP BY id\n"
+    ),
     "b_seen.sql": "/*---\nname: b_seen\ninputs: [counts]\n---*/\nSELECT id, n FROM counts WHERE n >= 1\n",
 }
 
@@ -58,9 +60,14 @@ def baseline(spark, root: Path, probes: int, trigger: str) -> list[float]:
                 seen[row.id] = now
             cond.notify_all()
 
-    query = (spark.readStream.schema("id string, kind string, value double").json(str(folder))
-             .writeStream.trigger(processingTime=trigger).foreachBatch(note)
-             .option("checkpointLocation", str(root / "baseline-ckpt")).start())
+    query = (
+        spark.readStream.schema("id string, kind string, value double")
+        .json(str(folder))
+        .writeStream.trigger(processingTime=trigger)
+        .foreachBatch(note)
+        .option("checkpointLocation", str(root / "baseline-ckpt"))
+        .start()
+    )
     latencies = []
     try:
         land(folder, "warmup")
@@ -148,20 +155,27 @@ def main() -> None:
         print(f"flow: p50 {median(flow):.3f}s over {len(flow)} probes", flush=True)
         base = baseline(spark, root, args.baseline_probes or args.probes, trigger_ms)
     rows = []
-    for label, values in (("4-layer flow: source file -> ads.seen visible", flow),
-                          ("baseline: 1 built-in file-source query -> foreachBatch", base)):
+    for label, values in (
+        ("4-layer flow: source file -> ads.seen visible", flow),
+        ("baseline: 1 built-in file-source query -> foreachBatch", base),
+    ):
         rows.append([label, len(values), median(values), percentile(values, 99), max(values)])
     p50_ratio = median(flow) / median(base)
-    body = (markdown_table(["path", "probes", "p50 s", "p99 s", "max s"], rows)
-            + f"\n\nTrigger `{args.trigger}`; strategies: "
-            + ", ".join(f"{k} {v}" for k, v in strategies.items())
-            + f".\nFlow p50 = {p50_ratio:.1f}x one built-in layer's p50 (4 layers). "
-            + f"Targets p50 <= 2 s, p99 <= 5 s: p50 {'met' if median(flow) <= 2 else 'MISSED'}, "
-            + f"p99 {'met' if percentile(flow, 99) <= 5 else 'MISSED'}.")
-    write_section("flow_latency", "End-to-end hot latency of a 4-layer flow",
-                  f".venv/bin/python -m benchmarks.flow_latency --probes {args.probes} --trigger {args.trigger}"
-                  + (f" --baseline-probes {args.baseline_probes}" if args.baseline_probes else ""),
-                  body)
+    body = (
+        markdown_table(["path", "probes", "p50 s", "p99 s", "max s"], rows)
+        + f"\n\nTrigger `{args.trigger}`; strategies: "
+        + ", ".join(f"{k} {v}" for k, v in strategies.items())
+        + f".\nFlow p50 = {p50_ratio:.1f}x one built-in layer's p50 (4 layers). "
+        + f"Targets p50 <= 2 s, p99 <= 5 s: p50 {'met' if median(flow) <= 2 else 'MISSED'}, "
+        + f"p99 {'met' if percentile(flow, 99) <= 5 else 'MISSED'}."
+    )
+    write_section(
+        "flow_latency",
+        "End-to-end hot latency of a 4-layer flow",
+        f".venv/bin/python -m benchmarks.flow_latency --probes {args.probes} --trigger {args.trigger}"
+        + (f" --baseline-probes {args.baseline_probes}" if args.baseline_probes else ""),
+        body,
+    )
 
 
 if __name__ == "__main__":

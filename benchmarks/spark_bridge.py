@@ -30,39 +30,64 @@ from runtime.spark.session import get_spark
 from runtime.spark.writer import foreach_batch_writer
 from runtime.storage.api import TableMeta
 
-SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("amount", pa.float64()),
-                    ("ts", pa.timestamp("us", tz="UTC"))])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("user", pa.string()),
+        ("amount", pa.float64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 def _rows(start: int, n: int) -> pa.Table:
     ids = pa.array(range(start, start + n), pa.int64())
-    return pa.table({
-        "id": ids,
-        "user": pa.array([f"user-{i % 9973}" for i in range(start, start + n)]),
-        "amount": pa.array([(i % 1000) / 10 for i in range(start, start + n)], pa.float64()),
-        "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)], pa.timestamp("us", tz="UTC")),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": ids,
+            "user": pa.array([f"user-{i % 9973}" for i in range(start, start + n)]),
+            "amount": pa.array([(i % 1000) / 10 for i in range(start, start + n)], pa.float64()),
+            "ts": pa.array(
+                [1_700_000_000_000_000 + i for i in range(start, start + n)], pa.timestamp("us", tz="UTC")
+            ),
+        },
+        schema=SCHEMA,
+    )
 
 
 def _copy_query(spark, root: str, src: str, dst: str, checkpoint: Path, *, available_now: bool, **options):
     reader = spark.readStream.format("tidehouse").option("root", root).option("table", src)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    writer = (reader.load().writeStream
-              .foreachBatch(foreach_batch_writer(root, dst, f"bench@{checkpoint}", checkpoint=str(checkpoint)))
-              .option("checkpointLocation", str(checkpoint)))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+    writer = (
+        reader.load()
+        .writeStream.foreachBatch(
+            foreach_batch_writer(root, dst, f"bench@{checkpoint}", checkpoint=str(checkpoint))
+        )
+        .option("checkpointLocation", str(checkpoint))
+    )
+    writer = (
+        writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+    )
     return writer.start()
 
 
 def measure_floor(spark, work: Path, seconds: float) -> list[float]:
     """Trigger times (s) of a rate -> noop query: Spark's per-micro-batch floor on this machine."""
-    query = (spark.readStream.format("rate").option("rowsPerSecond", 100).load().writeStream.format("noop")
-             .trigger(processingTime="0 seconds").option("checkpointLocation", str(work / "ck-floor")).start())
+    query = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 100)
+        .load()
+        .writeStream.format("noop")
+        .trigger(processingTime="0 seconds")
+        .option("checkpointLocation", str(work / "ck-floor"))
+        .start()
+    )
     time.sleep(seconds)
     query.stop()
-    durations = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
-                 if p["numInputRows"] > 0]
+    durations = [
+        p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"] > 0
+    ]
     return durations[5:] or durations
 
 
@@ -71,8 +96,9 @@ def measure_latency(spark, work: Path, batches: int, rows: int, seed: int) -> di
     store = cached_store(root)
     store.create_table(TableMeta("ods.lat", SCHEMA))
     store.create_table(TableMeta("dwd.lat", SCHEMA))
-    query = _copy_query(spark, root, "ods.lat", "dwd.lat", work / "ck-lat", available_now=False,
-                        columns="id,user,amount,ts")
+    query = _copy_query(
+        spark, root, "ods.lat", "dwd.lat", work / "ck-lat", available_now=False, columns="id,user,amount,ts"
+    )
     rng = random.Random(seed)
     latencies, origin_delays = [], []
     warmup = 15
@@ -91,7 +117,9 @@ def measure_latency(spark, work: Path, batches: int, rows: int, seed: int) -> di
                 latencies.append(downstream.commit_ts - upstream.commit_ts)
                 origin_delays.append(downstream.commit_ts - downstream.origin_ts)
             time.sleep(rng.uniform(0.0, 0.05))
-        trigger = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"]]
+        trigger = [
+            p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"]
+        ]
     finally:
         query.stop()
     return {"latency": latencies, "origin": origin_delays, "trigger": trigger}
@@ -108,7 +136,9 @@ def _run(query) -> tuple[float, float, float]:
     wall = time.perf_counter() - start
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     steady = progress[1:] or progress
-    rate = sum(p["numInputRows"] for p in steady) / (sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000)
+    rate = sum(p["numInputRows"] for p in steady) / (
+        sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+    )
     return rate, wall, wall - sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
 
 
@@ -128,27 +158,47 @@ def measure_throughput(spark, work: Path, total: int, per_batch: int = 500_000) 
     spark_schema = spark.read.parquet(str(parquet)).schema
 
     def hot_input():
-        return (spark.readStream.format("tidehouse").option("root", root).option("table", "ods.big")
-                .option("maxRowsPerTrigger", per_batch).load())
+        return (
+            spark.readStream.format("tidehouse")
+            .option("root", root)
+            .option("table", "ods.big")
+            .option("maxRowsPerTrigger", per_batch)
+            .load()
+        )
 
     def parquet_input():
-        return spark.readStream.schema(spark_schema).option("maxFilesPerTrigger", per_batch // chunk).parquet(
-            str(parquet))
+        return (
+            spark.readStream.schema(spark_schema)
+            .option("maxFilesPerTrigger", per_batch // chunk)
+            .parquet(str(parquet))
+        )
 
     def to_noop(df, tag):
-        return (df.writeStream.format("noop").trigger(availableNow=True)
-                .option("checkpointLocation", str(work / f"ck-{tag}")).start())
+        return (
+            df.writeStream.format("noop")
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(work / f"ck-{tag}"))
+            .start()
+        )
 
     def to_hot(df, tag):
         store.create_table(TableMeta(f"dwd.{tag}", SCHEMA, buckets=2, bucket_key=("id",)))
         fn = foreach_batch_writer(root, f"dwd.{tag}", f"bench-{tag}", checkpoint=str(work / f"ck-{tag}"))
-        return (df.writeStream.foreachBatch(fn).trigger(availableNow=True)
-                .option("checkpointLocation", str(work / f"ck-{tag}")).start())
+        return (
+            df.writeStream.foreachBatch(fn)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(work / f"ck-{tag}"))
+            .start()
+        )
 
     _run(to_noop(hot_input(), "warm1")), _run(to_noop(parquet_input(), "warm2"))  # workers, JIT, page cache
     results = {}
-    cases = {"hot -> noop": (hot_input, to_noop), "parquet -> noop": (parquet_input, to_noop),
-             "hot -> hot": (hot_input, to_hot), "parquet -> hot": (parquet_input, to_hot)}
+    cases = {
+        "hot -> noop": (hot_input, to_noop),
+        "parquet -> noop": (parquet_input, to_noop),
+        "hot -> hot": (hot_input, to_hot),
+        "parquet -> hot": (parquet_input, to_hot),
+    }
     for name, (source, sink) in cases.items():
         runs = [_run(sink(source(), f"{name.replace(' -> ', '_')}{k}")) for k in range(2)]
         results[name] = max(runs)
@@ -181,34 +231,63 @@ def main() -> None:
     tp50 = percentile(lat["trigger"], 50)
     latency_table = markdown_table(
         ["measure", "p50 (s)", "p99 (s)", "samples", "p50 / floor p50"],
-        [["hot latency of one layer (upstream commit -> downstream commit)", p50, p99, len(lat["latency"]),
-          p50 / fp50],
-         ["same, from the stored origin_ts (what `status` reports)", percentile(lat["origin"], 50),
-          percentile(lat["origin"], 99), len(lat["origin"]), percentile(lat["origin"], 50) / fp50],
-         ["copy query trigger time (Spark progress)", tp50, percentile(lat["trigger"], 99), len(lat["trigger"]),
-          tp50 / fp50],
-         ["Spark floor: rate -> noop trigger time", fp50, fp99, len(floor), 1.0]])
+        [
+            [
+                "hot latency of one layer (upstream commit -> downstream commit)",
+                p50,
+                p99,
+                len(lat["latency"]),
+                p50 / fp50,
+            ],
+            [
+                "same, from the stored origin_ts (what `status` reports)",
+                percentile(lat["origin"], 50),
+                percentile(lat["origin"], 99),
+                len(lat["origin"]),
+                percentile(lat["origin"], 50) / fp50,
+            ],
+            [
+                "copy query trigger time (Spark progress)",
+                tp50,
+                percentile(lat["trigger"], 99),
+                len(lat["trigger"]),
+                tp50 / fp50,
+            ],
+            ["Spark floor: rate -> noop trigger time", fp50, fp99, len(floor), 1.0],
+        ],
+    )
     hot, par = tput["hot -> noop"][0], tput["parquet -> noop"][0]
     rows_out = []
-    for name, label, base in (("hot -> noop", "tidehouse -> noop", "parquet -> noop"),
-                              ("parquet -> noop", "parquet -> noop", "parquet -> noop"),
-                              ("hot -> hot", "tidehouse -> tidehouse (foreachBatch)", "parquet -> hot"),
-                              ("parquet -> hot", "parquet -> tidehouse (foreachBatch)", "parquet -> hot")):
+    for name, label, base in (
+        ("hot -> noop", "tidehouse -> noop", "parquet -> noop"),
+        ("parquet -> noop", "parquet -> noop", "parquet -> noop"),
+        ("hot -> hot", "tidehouse -> tidehouse (foreachBatch)", "parquet -> hot"),
+        ("parquet -> hot", "parquet -> tidehouse (foreachBatch)", "parquet -> hot"),
+    ):
         rate, wall, startup = tput[name]
         rows_out.append([label, rate, rate / tput[base][0], args.rows / wall, startup])
-    tput_table = markdown_table(["query", "steady rows/s", "vs Parquet", "rows/s incl. start", "start-up (s)"],
-                                rows_out)
+    tput_table = markdown_table(
+        ["query", "steady rows/s", "vs Parquet", "rows/s incl. start", "start-up (s)"], rows_out
+    )
     load = os.getloadavg()[1]
-    verdict = (f"Targets: p50 <= 0.6 s ({'met' if p50 <= 0.6 else 'MISSED'}: {p50:.3f} s); throughput >= 0.5 of "
-               f"Parquet ({'met' if hot / par >= 0.5 else 'MISSED'}: {hot / par:.2f}).")
-    body = (f"{args.batches} batches of {args.batch_rows} rows, 0-interval trigger, fsync on; throughput over "
-            f"{args.rows:,} rows (2 buckets vs {args.rows // 100_000} Parquet files) in micro-batches of 500,000 rows, "
-            "best of 2 runs; steady rows/s leave out the first micro-batch, start-up is the wall time outside "
-            "micro-batches (a Python source starts a Python process on the driver).\n\n"
-            f"Machine load average (5 min) at the end of the run: {load:.1f} on {os.cpu_count()} cores.\n\n"
-            f"{latency_table}\n\n{tput_table}\n\n{verdict}\n")
-    write_section("spark_bridge", "Spark bridge: per-layer hot latency and copy throughput",
-                  ".venv/bin/python -m benchmarks.spark_bridge", body)
+    verdict = (
+        f"Targets: p50 <= 0.6 s ({'met' if p50 <= 0.6 else 'MISSED'}: {p50:.3f} s); throughput >= 0.5 of "
+        f"Parquet ({'met' if hot / par >= 0.5 else 'MISSED'}: {hot / par:.2f})."
+    )
+    body = (
+        f"{args.batches} batches of {args.batch_rows} rows, 0-interval trigger, fsync on; throughput over "
+        f"{args.rows:,} rows (2 buckets vs {args.rows // 100_000} Parquet files) in micro-batches of 500,000 rows, "
+        "best of 2 runs; steady rows/s leave out the first micro-batch, start-up is the wall time outside "
+        "micro-batches (a Python source starts a Python process on the driver).\n\n"
+        f"Machine load average (5 min) at the end of the run: {load:.1f} on {os.cpu_count()} cores.\n\n"
+        f"{latency_table}\n\n{tput_table}\n\n{verdict}\n"
+    )
+    write_section(
+        "spark_bridge",
+        "Spark bridge: per-layer hot latency and copy throughput",
+        ".venv/bin/python -m benchmarks.spark_bridge",
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -33,13 +33,17 @@ from runtime.storage import TableMeta, open_store
 
 
 def make_batch(rng: np.random.Generator, n: int, start: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({
-        "id": pa.array(np.arange(start, start + n, dtype=np.int64)),
-        "user": pa.array([f"user-{i}" for i in rng.integers(0, 100_000, n)]),
-        "price": pa.array(rng.random(n) * 100),
-        "qty": pa.array(rng.integers(0, 10, n, dtype=np.int32)),
-        "ts": pa.array(np.arange(start, start + n, dtype=np.int64) * 1000).cast(pa.timestamp("us", tz="UTC")),
-    })
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": pa.array(np.arange(start, start + n, dtype=np.int64)),
+            "user": pa.array([f"user-{i}" for i in rng.integers(0, 100_000, n)]),
+            "price": pa.array(rng.random(n) * 100),
+            "qty": pa.array(rng.integers(0, 10, n, dtype=np.int32)),
+            "ts": pa.array(np.arange(start, start + n, dtype=np.int64) * 1000).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
 
 
 def raw_write(path: Path, batches: list[pa.RecordBatch]) -> float:
@@ -72,7 +76,9 @@ def timed(fn) -> tuple[float, float, object]:
     return time.perf_counter() - w, time.process_time() - c, out
 
 
-def pk_upserts(store, name: str, rng: np.random.Generator, rows: int, per: int, changelog: bool = False) -> tuple:
+def pk_upserts(
+    store, name: str, rng: np.random.Generator, rows: int, per: int, changelog: bool = False
+) -> tuple:
     """Write ``rows`` rows in batches of ``per``; every key is written twice (insert, then update).
 
     With ``changelog`` the update batches arrive as an upstream changelog: a ``-U`` then a ``+U`` per key."""
@@ -81,7 +87,9 @@ def pk_upserts(store, name: str, rng: np.random.Generator, rows: int, per: int, 
         b = make_batch(rng, per, (i // 2) * per)
         if changelog and i % 2:
             t = pa.Table.from_batches([b])
-            t = pa.concat_tables([t, t]).take(np.argsort(np.r_[np.arange(per), np.arange(per)], kind="stable"))
+            t = pa.concat_tables([t, t]).take(
+                np.argsort(np.r_[np.arange(per), np.arange(per)], kind="stable")
+            )
             b = t.append_column("__change", pa.array(["-U", "+U"] * per)).combine_chunks().to_batches()[0]
         batches.append(b)
 
@@ -135,11 +143,11 @@ def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tu
         # caches) weigh on both alike
         raw_lat, th_lat, small_raw, small_th = [], [], [], []
         for k in range(len(batches)):
-            raw_lat += raw_put(f"big{k}", batches[k:k + 1])
-            th_lat += _th_put(store, "ods.bench", batches[k:k + 1], k)
+            raw_lat += raw_put(f"big{k}", batches[k : k + 1])
+            th_lat += _th_put(store, "ods.bench", batches[k : k + 1], k)
         for k in range(len(small)):
-            small_raw += raw_put(f"small{k}", small[k:k + 1])
-            small_th += _th_put(store, "ods.small", small[k:k + 1], k)
+            small_raw += raw_put(f"small{k}", small[k : k + 1])
+            small_th += _th_put(store, "ods.small", small[k : k + 1], k)
 
         def raw_read_all() -> int:  # 8 gets at a time, as the store's reads
             import concurrent.futures
@@ -160,20 +168,47 @@ def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tu
         store.close()
 
     def lat_row(label, th, raw):
-        p50, p99, r50, r99 = (percentile(th, 50), percentile(th, 99), percentile(raw, 50), percentile(raw, 99))
-        return [label, "", "", f"{p50 * 1e3:.1f} / {p99 * 1e3:.1f}", f"{r50 * 1e3:.1f} / {r99 * 1e3:.1f}",
-                r50 / p50, r99 / p99]
+        p50, p99, r50, r99 = (
+            percentile(th, 50),
+            percentile(th, 99),
+            percentile(raw, 50),
+            percentile(raw, 99),
+        )
+        return [
+            label,
+            "",
+            "",
+            f"{p50 * 1e3:.1f} / {p99 * 1e3:.1f}",
+            f"{r50 * 1e3:.1f} / {r99 * 1e3:.1f}",
+            r50 / p50,
+            r99 / p99,
+        ]
 
     small_rows = sum(b.num_rows for b in small)
     rows = [
         ["S3 append", total / sum(th_lat), total / sum(raw_lat), "", "", sum(raw_lat) / sum(th_lat), ""],
-        ["S3 read, all columns (fresh store: cold cache)", total / th_r, total / raw_r, "", "", raw_r / th_r, ""],
+        [
+            "S3 read, all columns (fresh store: cold cache)",
+            total / th_r,
+            total / raw_r,
+            "",
+            "",
+            raw_r / th_r,
+            "",
+        ],
         lat_row(f"S3 per-append latency, {batches[0].num_rows:,} rows", th_lat, raw_lat),
         lat_row(f"S3 per-append latency, {small[0].num_rows:,} rows", small_th, small_raw),
-        ["S3 small appends", small_rows / sum(small_th), small_rows / sum(small_raw), "", "",
-         sum(small_raw) / sum(small_th), ""],
+        [
+            "S3 small appends",
+            small_rows / sum(small_th),
+            small_rows / sum(small_raw),
+            "",
+            "",
+            sum(small_raw) / sum(small_th),
+            "",
+        ],
     ]
-    note = (f"First put on a new S3 connection (not in the figures): {cold_raw * 1e3:,.0f} ms.")
+    note = f"First put on a new S3 connection (not in the figures): {cold_raw * 1e3:,.0f} ms."
     return rows, note
 
 
@@ -191,8 +226,12 @@ def main() -> None:
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--pk-rows", type=int, default=200_000)
-    ap.add_argument("--s3", action=argparse.BooleanOptionalAction, default=True,
-                    help="also measure the object-store hot storage on SeaweedFS (default: on)")
+    ap.add_argument(
+        "--s3",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure the object-store hot storage on SeaweedFS (default: on)",
+    )
     ap.add_argument("--s3-appends", type=int, default=200, help="small appends for the S3 latency figures")
     ap.add_argument("--s3-append-rows", type=int, default=1_000, help="rows per small S3 append")
     args = ap.parse_args()
@@ -206,8 +245,9 @@ def main() -> None:
     raw_w, raw_wc, _ = timed(lambda: raw_write(work / "raw", batches))
     store = open_store(str(work / "hot"), fsync=True)
     store.create_table(TableMeta("ods.bench", batches[0].schema))
-    log_w, log_wc, _ = timed(lambda: [store.write("ods.bench", b, writer="bench", seq=i)
-                                      for i, b in enumerate(batches)])
+    log_w, log_wc, _ = timed(
+        lambda: [store.write("ods.bench", b, writer="bench", seq=i) for i, b in enumerate(batches)]
+    )
 
     # reads take ~0.1 s: best of 3 (wall and CPU apart); "fresh" = a new process-like view, which verifies
     # the CRC of every frame it decodes for the first time
@@ -231,29 +271,50 @@ def main() -> None:
     per = args.rows_per_batch
     pk_rows = []
     for engine, label, rows, changelog in [
-            ("last_row", "last_row (vectorised)", args.pk_rows, False),
-            ("first_row", "first_row (vectorised)", args.pk_rows, False),
-            ("last_row", "last_row, updates as -U/+U changelog", args.pk_rows, True),
-            ("aggregate", "aggregate (row loop)", args.pk_rows // 4, False)]:
+        ("last_row", "last_row (vectorised)", args.pk_rows, False),
+        ("first_row", "first_row (vectorised)", args.pk_rows, False),
+        ("last_row", "last_row, updates as -U/+U changelog", args.pk_rows, True),
+        ("aggregate", "aggregate (row loop)", args.pk_rows // 4, False),
+    ]:
         name = f"dws.{engine}_{len(pk_rows)}"
-        pk.create_table(TableMeta(name, schema, kind="primary_key", primary_key=("id",), buckets=2,
-                                  merge_engine=engine, aggregations={"qty": "sum"} if engine == "aggregate" else {}))
+        pk.create_table(
+            TableMeta(
+                name,
+                schema,
+                kind="primary_key",
+                primary_key=("id",),
+                buckets=2,
+                merge_engine=engine,
+                aggregations={"qty": "sum"} if engine == "aggregate" else {},
+            )
+        )
         wall, cpu, n = pk_upserts(pk, name, rng, rows, per, changelog)
         pk_rows.append([f"PK upsert, {label}, 2 buckets (fsync)", n / wall, n / cpu])
     scan_w, scan_c, scanned = timed(lambda: pk.scan("dws.last_row_0").num_rows)
     other = open_store(str(work / "hot"))  # another process's view: follows the writer's KV as a secondary
-    probe = [pa.table({"id": pa.array(rng.integers(0, args.pk_rows // 2, 1000), pa.int64())}) for _ in range(20)]
+    probe = [
+        pa.table({"id": pa.array(rng.integers(0, args.pk_rows // 2, 1000), pa.int64())}) for _ in range(20)
+    ]
     open_w, _, _ = timed(lambda: other.lookup("dws.last_row_0", probe[0]))
     look_w, look_c, _ = timed(lambda: [other.lookup("dws.last_row_0", keys) for keys in probe])
     s3_rows, s3_note = [], ""
     if args.s3:
-        small = [make_batch(rng, args.s3_append_rows, i * args.s3_append_rows) for i in range(args.s3_appends)]
+        small = [
+            make_batch(rng, args.s3_append_rows, i * args.s3_append_rows) for i in range(args.s3_appends)
+        ]
         s3_rows, s3_note = s3_figures(batches, small)
     load_after = os.getloadavg()[0]
 
     def log_row(label, wall, cpu, raw_wall, raw_cpu):
-        return [label, total_rows / wall, total_rows / cpu, mb / wall, total_rows / raw_wall, raw_wall / wall,
-                raw_cpu / cpu]
+        return [
+            label,
+            total_rows / wall,
+            total_rows / cpu,
+            mb / wall,
+            total_rows / raw_wall,
+            raw_wall / wall,
+            raw_cpu / cpu,
+        ]
 
     rows = [
         log_row("log append (fsync)", log_w, log_wc, raw_w, raw_wc),
@@ -262,35 +323,65 @@ def main() -> None:
         log_row("log read, 1 column (frames already verified)", log_rw, log_rwc, raw_r, raw_rc),
         *[[label, w, c, "", "", "", ""] for label, w, c in pk_rows],
         ["PK scan of current state", scanned / scan_w, scanned / scan_c, "", "", "", ""],
-        [f"PK lookup from another view, 1,000 keys per call (first call, opening the state: {open_w * 1e3:,.0f} ms)",
-         20_000 / look_w, 20_000 / look_c, "", "", "", ""],
+        [
+            f"PK lookup from another view, 1,000 keys per call (first call, opening the state: {open_w * 1e3:,.0f} ms)",
+            20_000 / look_w,
+            20_000 / look_c,
+            "",
+            "",
+            "",
+            "",
+        ],
     ]
-    body = (f"{args.batches} batches x {args.rows_per_batch:,} rows ({mb:,.1f} MB in Arrow), 5 columns; raw = one "
-            "`pyarrow.ipc` stream file per batch written + `fdatasync`, read back with `ipc.open_stream`. "
-            "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw), in wall and in CPU time; reads are the "
-            "best of 3. PK upserts: batches of "
-            f"{per:,} rows, each key inserted then updated ({args.pk_rows:,} rows; the row loop {args.pk_rows // 4:,}). "
-            "Targets: append ≥ 0.5, read ≥ 0.5, PK upsert ≥ 100k rows/s.\n\n"
-            "*rows/s (CPU)* divides by the CPU time of the benchmark process (`time.process_time`, RocksDB's "
-            "threads included): what the code costs, independent of other load. *rows/s* is wall time. "
-            f"Load average (1 min) on this 2-core machine: {load_before:.1f} at the start, {load_after:.1f} at the "
-            "end; when it is far above 2, wall figures are throttled by other processes and the CPU figures "
-            "are the ones to compare with the targets.\n\n"
-            + markdown_table(["operation", "rows/s", "rows/s (CPU)", "MB/s", "raw rows/s", "ratio vs raw",
-                              "ratio vs raw (CPU)"], rows))
+    body = (
+        f"{args.batches} batches x {args.rows_per_batch:,} rows ({mb:,.1f} MB in Arrow), 5 columns; raw = one "
+        "`pyarrow.ipc` stream file per batch written + `fdatasync`, read back with `ipc.open_stream`. "
+        "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw), in wall and in CPU time; reads are the "
+        "best of 3. PK upserts: batches of "
+        f"{per:,} rows, each key inserted then updated ({args.pk_rows:,} rows; the row loop {args.pk_rows // 4:,}). "
+        "Targets: append ≥ 0.5, read ≥ 0.5, PK upsert ≥ 100k rows/s.\n\n"
+        "*rows/s (CPU)* divides by the CPU time of the benchmark process (`time.process_time`, RocksDB's "
+        "threads included): what the code costs, independent of other load. *rows/s* is wall time. "
+        f"Load average (1 min) on this 2-core machine: {load_before:.1f} at the start, {load_after:.1f} at the "
+        "end; when it is far above 2, wall figures are throttled by other processes and the CPU figures "
+        "are the ones to compare with the targets.\n\n"
+        + markdown_table(
+            [
+                "operation",
+                "rows/s",
+                "rows/s (CPU)",
+                "MB/s",
+                "raw rows/s",
+                "ratio vs raw",
+                "ratio vs raw (CPU)",
+            ],
+            rows,
+        )
+    )
     if s3_rows:
-        body += ("\n\n### S3: the object-store hot storage on SeaweedFS\n\n"
-                 "`storage.root: s3://…` on a SeaweedFS (`weed mini`, loopback, started by the run) with the "
-                 "metastore on a PostgreSQL (started by the run); raw = pyarrow `S3FileSystem` put / get (8 at a time, "
-                 "as the store reads) of each batch as one Arrow IPC stream object, against the same server in the same run, alternating "
-                 "append by append with the Tidehouse appends. A Tidehouse append is one put of the same bytes plus one metastore "
-                 "transaction; a read lists the frames in the metastore and gets the objects (8 at a time) into a "
-                 f"fresh store (cold cache). Latency is wall time per call, p50 / p99 in ms; ratio = raw / "
-                 f"Tidehouse (target ≥ 0.8). {args.s3_appends} small appends of {args.s3_append_rows:,} rows. "
-                 f"{s3_note}\n\n"
-                 + markdown_table(["operation", "rows/s", "raw rows/s", "latency p50 / p99 (ms)",
-                                   "raw latency p50 / p99 (ms)", "ratio vs raw (p50 / total)", "ratio p99"],
-                                  s3_rows))
+        body += (
+            "\n\n### S3: the object-store hot storage on SeaweedFS\n\n"
+            "`storage.root: s3://…` on a SeaweedFS (`weed mini`, loopback, started by the run) with the "
+            "metastore on a PostgreSQL (started by the run); raw = pyarrow `S3FileSystem` put / get (8 at a time, "
+            "as the store reads) of each batch as one Arrow IPC stream object, against the same server in the same run, alternating "
+            "append by append with the Tidehouse appends. A Tidehouse append is one put of the same bytes plus one metastore "
+            "transaction; a read lists the frames in the metastore and gets the objects (8 at a time) into a "
+            f"fresh store (cold cache). Latency is wall time per call, p50 / p99 in ms; ratio = raw / "
+            f"Tidehouse (target ≥ 0.8). {args.s3_appends} small appends of {args.s3_append_rows:,} rows. "
+            f"{s3_note}\n\n"
+            + markdown_table(
+                [
+                    "operation",
+                    "rows/s",
+                    "raw rows/s",
+                    "latency p50 / p99 (ms)",
+                    "raw latency p50 / p99 (ms)",
+                    "ratio vs raw (p50 / total)",
+                    "ratio p99",
+                ],
+                s3_rows,
+            )
+        )
     write_section("storage", "Hot storage", ".venv/bin/python -m benchmarks.storage", body)
 
 

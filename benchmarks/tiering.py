@@ -27,17 +27,30 @@ from runtime.lake.tiering import read_range, tier_table
 from runtime.project import Project
 from runtime.storage.api import CHANGE, TableMeta
 
-CLICKS = pa.schema([("user_id", pa.string()), ("event_type", pa.string()), ("item_id", pa.string()),
-                    ("price", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))])
+CLICKS = pa.schema(
+    [
+        ("user_id", pa.string()),
+        ("event_type", pa.string()),
+        ("item_id", pa.string()),
+        ("price", pa.float64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
 ACTIVITY = pa.schema([("user_id", pa.string()), ("events", pa.int64()), ("last_item", pa.string())])
 
 
 def clicks(n: int, start: int) -> pa.Table:
     idx = range(start, start + n)
-    return pa.table({"user_id": [f"user{i % 50_000}" for i in idx], "event_type": ["click"] * n,
-                     "item_id": [f"item{i % 997}" for i in idx], "price": [i % 100 / 3 for i in idx],
-                     "ts": pa.array([1_700_000_000_000_000 + i * 1000 for i in idx], pa.timestamp("us", tz="UTC"))},
-                    schema=CLICKS)
+    return pa.table(
+        {
+            "user_id": [f"user{i % 50_000}" for i in idx],
+            "event_type": ["click"] * n,
+            "item_id": [f"item{i % 997}" for i in idx],
+            "price": [i % 100 / 3 for i in idx],
+            "ts": pa.array([1_700_000_000_000_000 + i * 1000 for i in idx], pa.timestamp("us", tz="UTC")),
+        },
+        schema=CLICKS,
+    )
 
 
 def _project() -> Project:
@@ -48,8 +61,14 @@ def _project() -> Project:
 
 def _raw_append_seconds(project: Project, meta: TableMeta, data: pa.Table, name: str) -> float:
     """Baseline: pyiceberg append of ``data`` into a fresh table with the lake table's schema."""
-    twin = TableMeta(name, meta.schema, kind=meta.kind, primary_key=meta.primary_key, buckets=meta.buckets,
-                     bucket_key=meta.bucket_key)
+    twin = TableMeta(
+        name,
+        meta.schema,
+        kind=meta.kind,
+        primary_key=meta.primary_key,
+        buckets=meta.buckets,
+        bucket_key=meta.bucket_key,
+    )
     table = project.lake.ensure_table(twin)
     shaped = to_lake_arrow(data, table.schema())
     started = time.perf_counter()
@@ -78,29 +97,62 @@ def throughput(rows: int, batch: int = 10_000, repeat: int = 3) -> list[list]:
     store = project.store
     runs = [_log_cycle(project, rows, batch, rep) for rep in range(repeat)]
     tiering_s, raw = min(r[0] for r in runs), min(r[1] for r in runs)  # best of N: the machine is shared
-    out = [[f"log table, one cycle (best of {repeat})", f"{rows:,}", tiering_s, rows / tiering_s, raw, rows / raw,
-            raw / tiering_s]]
+    out = [
+        [
+            f"log table, one cycle (best of {repeat})",
+            f"{rows:,}",
+            tiering_s,
+            rows / tiering_s,
+            raw,
+            rows / raw,
+            raw / tiering_s,
+        ]
+    ]
 
     keys = max(1, rows // 5)
-    pk_meta = store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",),
-                                           buckets=4))
+    pk_meta = store.create_table(
+        TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=4)
+    )
     schema = ACTIVITY.append(pa.field(CHANGE, pa.string()))
     for seq, start in enumerate(range(0, keys, batch)):
         n = min(batch, keys - start)
-        store.write("dws.activity", pa.table({"user_id": [f"user{i}" for i in range(start, start + n)],
-                                              "events": list(range(n)), "last_item": ["a"] * n,
-                                              CHANGE: ["+I"] * n}, schema=schema), writer="bench", seq=seq)
+        store.write(
+            "dws.activity",
+            pa.table(
+                {
+                    "user_id": [f"user{i}" for i in range(start, start + n)],
+                    "events": list(range(n)),
+                    "last_item": ["a"] * n,
+                    CHANGE: ["+I"] * n,
+                },
+                schema=schema,
+            ),
+            writer="bench",
+            seq=seq,
+        )
     tier_table(store, project.lake, "dws.activity", maintain=False)  # initial state in the lake
     updates = max(1, keys // 10)
-    store.write("dws.activity", pa.table({"user_id": [f"user{i * 7 % keys}" for i in range(updates)],
-                                          "events": list(range(updates)), "last_item": ["b"] * updates,
-                                          CHANGE: ["+U"] * updates}, schema=schema), writer="bench", seq=10**6)
+    store.write(
+        "dws.activity",
+        pa.table(
+            {
+                "user_id": [f"user{i * 7 % keys}" for i in range(updates)],
+                "events": list(range(updates)),
+                "last_item": ["b"] * updates,
+                CHANGE: ["+U"] * updates,
+            },
+            schema=schema,
+        ),
+        writer="bench",
+        seq=10**6,
+    )
     before = store.end_offsets("dws.activity")
     pk = tier_table(store, project.lake, "dws.activity", maintain=False)
     assert pk.offsets_before != tuple(before) or pk.rows > 0
     # baseline for PK tables: pyiceberg's Table.upsert of the same new images into a twin holding the same state
-    twin = project.lake.ensure_table(TableMeta("bench.activity_upsert", ACTIVITY, kind="primary_key",
-                                               primary_key=("user_id",), buckets=4))
+    twin = project.lake.ensure_table(
+        TableMeta("bench.activity_upsert", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=4)
+    )
     initial = read_range(store, pk_meta, [0] * 4, list(pk.offsets_before))
     twin.append(to_lake_arrow(initial, twin.schema()))
     changed = read_range(store, pk_meta, list(pk.offsets_before), list(pk.offsets_after))
@@ -109,8 +161,17 @@ def throughput(rows: int, batch: int = 10_000, repeat: int = 3) -> list[list]:
     started = time.perf_counter()
     twin.upsert(to_lake_arrow(images, twin.schema()), join_cols=["user_id"])
     upsert = time.perf_counter() - started
-    out.append([f"PK changelog on {keys:,} keys (baseline: Table.upsert)", f"{pk.rows:,} changes", pk.seconds,
-                pk.rows / pk.seconds, upsert, updates / upsert, upsert / pk.seconds])
+    out.append(
+        [
+            f"PK changelog on {keys:,} keys (baseline: Table.upsert)",
+            f"{pk.rows:,} changes",
+            pk.seconds,
+            pk.rows / pk.seconds,
+            upsert,
+            updates / upsert,
+            upsert / pk.seconds,
+        ]
+    )
     project.close()
     return out
 
@@ -134,7 +195,7 @@ def small_cycles(cycles: int, keep: list[int | None] = (None, 20)) -> list[list]
         window = max(10, cycles // 10)
         row = [f"{cycles:,} cycles of 10 rows, max_snapshots={lake.max_snapshots}"]
         for values in (wall, cpu):
-            first, last = median(values[5:5 + window]), median(values[-window:])
+            first, last = median(values[5 : 5 + window]), median(values[-window:])
             row += [first * 1000, last * 1000, last / first]
         row += [max(wall) * 1000, len(lake.load("ods.small").snapshots())]
         project.close()
@@ -157,10 +218,18 @@ def _feed(folder: Path, stop, rate: int, every: float = 0.5) -> None:
     n = 0
     while not stop.wait(every):
         now = time.time()
-        lines = [json.dumps({"user_id": f"u{rng.randrange(500)}", "event_type": rng.choice(["view", "click", "purchase"]),
-                             "item_id": f"i{rng.randrange(50)}", "price": round(rng.uniform(1, 50), 2),
-                             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))})
-                 for _ in range(max(1, int(rate * every)))]
+        lines = [
+            json.dumps(
+                {
+                    "user_id": f"u{rng.randrange(500)}",
+                    "event_type": rng.choice(["view", "click", "purchase"]),
+                    "item_id": f"i{rng.randrange(50)}",
+                    "price": round(rng.uniform(1, 50), 2),
+                    "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)),
+                }
+            )
+            for _ in range(max(1, int(rate * every)))
+        ]
         tmp = folder / f".part-{n:06d}.json"
         tmp.write_text("\n".join(lines) + "\n")
         tmp.rename(folder / f"part-{n:06d}.json")  # atomic: Spark never sees a half-written file
@@ -209,13 +278,19 @@ def _chained_lake(interval: float, duration: float, rate: int, warmup: float) ->
             with lock:
                 rows = [r for r in source if r[0] > seen[0]]
         else:
-            data = lake.catalog.load_table(("chain", f"l{k - 1}")).scan(row_filter=f"seq > {seen[k]}").to_arrow()
+            data = (
+                lake.catalog.load_table(("chain", f"l{k - 1}")).scan(row_filter=f"seq > {seen[k]}").to_arrow()
+            )
             rows = list(zip(data.column("seq").to_pylist(), data.column("arrived").to_pylist()))
         if rows:
-            tables[k].append(pa.table({"seq": [r[0] for r in rows], "arrived": [r[1] for r in rows]}, schema=schema))
+            tables[k].append(
+                pa.table({"seq": [r[0] for r in rows], "arrived": [r[1] for r in rows]}, schema=schema)
+            )
             seen[k] = max(seen[k], max(r[0] for r in rows))
 
-    scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1})
+    scheduler = BackgroundScheduler(
+        job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1}
+    )
     for k in range(4):
         scheduler.add_job(refresh, "interval", seconds=interval, args=[k])
     scheduler.start()
@@ -245,14 +320,18 @@ def lake_delay(intervals: list[float], rate: int, periods: int) -> list[list]:
     import os
 
     # a loaded 2-core machine can take longer than Spark's default to start a Python worker (as in the tests)
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell")
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell"
+    )
     rows = []
     repo = Path(__file__).resolve().parents[1]
     for interval in intervals:
         try:
             rows.extend(_lake_delay_run(repo, interval, rate, periods))
         except Exception as exc:  # report the failure in the table rather than losing part (a)'s figures
-            rows.append([f"{interval:g}s", "all", "failed", f"{type(exc).__name__}: {str(exc)[:120]}", "", "", "", 0])
+            rows.append(
+                [f"{interval:g}s", "all", "failed", f"{type(exc).__name__}: {str(exc)[:120]}", "", "", "", 0]
+            )
     return rows
 
 
@@ -274,13 +353,16 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
     duration = max(60.0, periods * interval)
     stop = threading.Event()
     samples: dict[str, list] = {layer: [] for layer in LAYER_TABLES}
-    threads = [threading.Thread(target=_feed, args=(root / "data" / "events", stop, rate), daemon=True),
-               threading.Thread(target=_sample, args=(project, stop, samples, interval), daemon=True)]
+    threads = [
+        threading.Thread(target=_feed, args=(root / "data" / "events", stop, rate), daemon=True),
+        threading.Thread(target=_sample, args=(project, stop, samples, interval), daemon=True),
+    ]
     for t in threads:
         t.start()
     chained: dict[str, float] = {}
-    baseline = threading.Thread(target=lambda: chained.update(
-        _chained_lake(interval, duration, rate, 30.0 + interval)), daemon=True)
+    baseline = threading.Thread(
+        target=lambda: chained.update(_chained_lake(interval, duration, rate, 30.0 + interval)), daemon=True
+    )
     baseline.start()
     try:
         project.trigger(str(flow_path), duration=duration + 30.0, spark=spark)
@@ -293,9 +375,18 @@ def _lake_delay_run(repo: Path, interval: float, rate: int, periods: int) -> lis
     ods_max = max(samples["ods"] or [0.0]) or 1e-9
     for layer in LAYER_TABLES:
         values = samples[layer] or [float("nan")]
-        rows.append([f"{interval:g}s", layer, median(values), max(values),
-                     max(values) / ods_max, chained.get(layer, float("nan")),
-                     chained.get(layer, float("nan")) / (chained.get("ods") or 1e-9), len(samples[layer])])
+        rows.append(
+            [
+                f"{interval:g}s",
+                layer,
+                median(values),
+                max(values),
+                max(values) / ods_max,
+                chained.get(layer, float("nan")),
+                chained.get(layer, float("nan")) / (chained.get("ods") or 1e-9),
+                len(samples[layer]),
+            ]
+        )
     return rows
 
 
@@ -310,39 +401,85 @@ def main() -> None:
     args = parser.parse_args()
     tput = throughput(args.rows)
     flat = small_cycles(args.cycles)
-    delays = None if args.skip_b else lake_delay([float(x) for x in args.intervals.split(",")], args.rate,
-                                                 args.periods)
+    delays = (
+        None
+        if args.skip_b
+        else lake_delay([float(x) for x in args.intervals.split(",")], args.rate, args.periods)
+    )
     body = "### (a) Throughput: tiering cycle vs raw pyiceberg append of the same Arrow data\n\n"
-    body += markdown_table(["case", "rows", "tiering s", "tiering rows/s", "baseline s", "baseline rows/s",
-                            "ratio (target >= 0.8)"], tput)
-    body += ("\n\nLog table: the raw append writes the same rows without reading the hot log; the tiering cycle "
-             "reads the hot range, shapes it, writes Parquet and commits with `tidehouse.offsets`. PK table: the "
-             "baseline is pyiceberg's `Table.upsert` of the same new images into a twin table with the same "
-             "state (the changelog has -U/+U pairs, so it holds twice as many rows as images); the tiering "
-             "cycle collapses the changelog and rewrites the lake files holding the changed keys in one "
-             "snapshot.\n\n")
+    body += markdown_table(
+        [
+            "case",
+            "rows",
+            "tiering s",
+            "tiering rows/s",
+            "baseline s",
+            "baseline rows/s",
+            "ratio (target >= 0.8)",
+        ],
+        tput,
+    )
+    body += (
+        "\n\nLog table: the raw append writes the same rows without reading the hot log; the tiering cycle "
+        "reads the hot range, shapes it, writes Parquet and commits with `tidehouse.offsets`. PK table: the "
+        "baseline is pyiceberg's `Table.upsert` of the same new images into a twin table with the same "
+        "state (the changelog has -U/+U pairs, so it holds twice as many rows as images); the tiering "
+        "cycle collapses the changelog and rewrites the lake files holding the changed keys in one "
+        "snapshot.\n\n"
+    )
     body += "### Commit time over consecutive small cycles (snapshot expiry + compaction on)\n\n"
-    body += markdown_table(["run", "wall ms (start)", "wall ms (end)", "wall end/start", "CPU ms (start)",
-                            "CPU ms (end)", "CPU end/start (target <= 2)", "max wall ms", "snapshots at end"], flat)
-    body += ("\n\nMedians over the first (after 5 warm-up cycles) and the last 10% of the cycles. pyiceberg copies "
-             "the whole table metadata on each commit, so the steady-state cost follows the number of snapshots "
-             "kept (expiry trims to half of `tiering.max_snapshots` once it is exceeded); compaction runs at "
-             "`tiering.compact_min_files`. CPU time is this process's, unaffected by other load on the machine.")
+    body += markdown_table(
+        [
+            "run",
+            "wall ms (start)",
+            "wall ms (end)",
+            "wall end/start",
+            "CPU ms (start)",
+            "CPU ms (end)",
+            "CPU end/start (target <= 2)",
+            "max wall ms",
+            "snapshots at end",
+        ],
+        flat,
+    )
+    body += (
+        "\n\nMedians over the first (after 5 warm-up cycles) and the last 10% of the cycles. pyiceberg copies "
+        "the whole table metadata on each commit, so the steady-state cost follows the number of snapshots "
+        "kept (expiry trims to half of `tiering.max_snapshots` once it is exceeded); compaction runs at "
+        "`tiering.compact_min_files`. CPU time is this process's, unaffected by other load on the machine."
+    )
     body += "\n\n### (b) Lake delay per layer of a running 4-layer flow\n\n"
     if delays is None:
         body += "Not measured in this run (`--skip-b`).\n"
     else:
-        body += markdown_table(["T", "layer", "p50 lake delay s", "max lake delay s (target <= T+3)",
-                                "max / ODS max (target <= 1.5)", "chained lake: max delay s",
-                                "chained: / ODS", "samples"], delays)
-        body += ("\n\nTidehouse: `ods.events -> dwd.events -> dws.user_activity (PK) -> ads.top_users (PK)` "
-                 f"under steady input ({args.rate} events/s), every table tiered every T; lake delay = how far "
-                 "the table's lake copy is behind its hot copy (backlog age, sampled every 0.5 s after a warm-up "
-                 "until every layer has a lake snapshot, plus T). Chained lake (baseline, simulated with pyiceberg, no Spark): each layer is a lake "
-                 "table refreshed every T from the previous layer's lake table; its delay is measured against "
-                 "the source arrival time (it has no hot copy).\n")
-    write_section("tiering", "Tiering", f"python -m benchmarks.tiering --rows {args.rows} --cycles {args.cycles}"
-                  f" --intervals {args.intervals} --periods {args.periods} --rate {args.rate}", body)
+        body += markdown_table(
+            [
+                "T",
+                "layer",
+                "p50 lake delay s",
+                "max lake delay s (target <= T+3)",
+                "max / ODS max (target <= 1.5)",
+                "chained lake: max delay s",
+                "chained: / ODS",
+                "samples",
+            ],
+            delays,
+        )
+        body += (
+            "\n\nTidehouse: `ods.events -> dwd.events -> dws.user_activity (PK) -> ads.top_users (PK)` "
+            f"under steady input ({args.rate} events/s), every table tiered every T; lake delay = how far "
+            "the table's lake copy is behind its hot copy (backlog age, sampled every 0.5 s after a warm-up "
+            "until every layer has a lake snapshot, plus T). Chained lake (baseline, simulated with pyiceberg, no Spark): each layer is a lake "
+            "table refreshed every T from the previous layer's lake table; its delay is measured against "
+            "the source arrival time (it has no hot copy).\n"
+        )
+    write_section(
+        "tiering",
+        "Tiering",
+        f"python -m benchmarks.tiering --rows {args.rows} --cycles {args.cycles}"
+        f" --intervals {args.intervals} --periods {args.periods} --rate {args.rate}",
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -25,23 +25,32 @@ import sys
 import tokenize
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
-_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?:.*?\n)?(<!-- END GENERATED: (?P=name) -->)", re.S)
+_BLOCK = re.compile(
+    r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?:.*?\n)?(<!-- END GENERATED: (?P=name) -->)", re.S
+)
 
 
 # -- spec models -> field tables ------------------------------------------------------------------------
 
 _VALIDATOR_WORDS = {  # BeforeValidator function -> how the value is written in YAML
-    "identifier": "name", "column": "column", "duration": "duration", "strict_text": "string",
-    "_action_ref": "action (`name` or `name@N`)", "_spark_type": "Spark type", "_output": "Spark DDL or list of columns",
-    "_string_map": None, "_layers": None,
+    "identifier": "name",
+    "column": "column",
+    "duration": "duration",
+    "strict_text": "string",
+    "_action_ref": "action (`name` or `name@N`)",
+    "_spark_type": "Spark type",
+    "_output": "Spark DDL or list of columns",
+    "_string_map": None,
+    "_layers": None,
 }
 
 
@@ -69,8 +78,14 @@ def type_name(annotation: Any, links: dict[type, str]) -> str:
         return f"mapping {type_name(args[0], links)} → {type_name(args[1], links)}"
     if annotation in links:
         return f"[{annotation.__name__}](#{links[annotation]})"
-    return {str: "string", int: "integer", float: "number", bool: "boolean", Any: "any",
-            typing.Any: "any"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    return {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        Any: "any",
+        typing.Any: "any",
+    }.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _default(field) -> str:
@@ -91,14 +106,19 @@ def _default(field) -> str:
     if isinstance(value, float):
         from runtime.core.durations import format_duration
 
-        annotation = typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        annotation = (
+            typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        )
         return f"`{format_duration(value)}`" if _is_duration(annotation) else f"`{value:g}`"
     return f"`{value}`"
 
 
 def _is_duration(annotation: Any) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:
-        return any(getattr(getattr(m, "func", None), "__name__", "") == "duration" for m in typing.get_args(annotation)[1:])
+        return any(
+            getattr(getattr(m, "func", None), "__name__", "") == "duration"
+            for m in typing.get_args(annotation)[1:]
+        )
     return any(_is_duration(a) for a in typing.get_args(annotation))
 
 
@@ -115,7 +135,9 @@ def model_table(model, links: dict[type, str]) -> str:
             continue
         key = field.alias or name
         desc = (field.description or "").replace("|", "\\|").replace("\n", " ")
-        annotation = typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        annotation = (
+            typing.Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        )
         rows.append(f"| `{key}` | {type_name(annotation, links)} | {_default(field)} | {desc} |")
     return "\n".join(rows)
 
@@ -125,8 +147,10 @@ def models_section(models: list[type]) -> str:
     parts = []
     for model in models:
         doc = inspect.getdoc(model) or ""
-        parts.append(f'### {model.__name__}\n<a id="{links[model]}"></a>\n\n{doc.splitlines()[0] if doc else ""}\n\n'
-                     f"{model_table(model, links)}")
+        parts.append(
+            f'### {model.__name__}\n<a id="{links[model]}"></a>\n\n{doc.splitlines()[0] if doc else ""}\n\n'
+            f"{model_table(model, links)}"
+        )
     return "\n\n".join(parts)
 
 
@@ -151,10 +175,15 @@ def action_library() -> str:
     for path in sorted((REPO / "actions").glob("*.sql")):
         spec = parse_action(path)
         first = " ".join(spec.description.split())
-        parts.append(f"| [`{spec.name}`](#action-{spec.name.replace('_', '-')}) | "
-                     f"{', '.join(spec.inputs)} | {_first_sentence(first)} |")
-        body = [f'### {spec.name}\n<a id="action-{spec.name.replace("_", "-")}"></a>\n',
-                f"{first}\n", f"*File:* `actions/{path.name}` · *inputs:* {', '.join(f'`{i}`' for i in spec.inputs)}"]
+        parts.append(
+            f"| [`{spec.name}`](#action-{spec.name.replace('_', '-')}) | "
+            f"{', '.join(spec.inputs)} | {_first_sentence(first)} |"
+        )
+        body = [
+            f'### {spec.name}\n<a id="action-{spec.name.replace("_", "-")}"></a>\n',
+            f"{first}\n",
+            f"*File:* `actions/{path.name}` · *inputs:* {', '.join(f'`{i}`' for i in spec.inputs)}",
+        ]
         if spec.output:
             body.append(f" · *output:* `{spec.output}`")
         body.append("\n")
@@ -178,6 +207,7 @@ def _yaml_inline(value: Any) -> str:
 
 
 # -- the CLI ----------------------------------------------------------------------------------------------
+
 
 def cli_reference() -> str:
     import click
@@ -207,10 +237,14 @@ def cli_reference() -> str:
                 shown = f"`{default}`" if default not in (None, False, (), "") else "—"
                 rows.append(f"| {names} | {kind} | {shown} | {(param.help or '').replace('|', '/')} |")
             elif isinstance(param, click.Argument):
-                rows.append(f"| `{param.human_readable_name.replace('|', '/')}` (argument) | {_param_type(param)} | "
-                            f"{'required' if param.required else '`' + str(param.default) + '`'} | |")
+                rows.append(
+                    f"| `{param.human_readable_name.replace('|', '/')}` (argument) | {_param_type(param)} | "
+                    f"{'required' if param.required else '`' + str(param.default) + '`'} | |"
+                )
         if rows:
-            out.append("| option | type | default | description |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+            out.append(
+                "| option | type | default | description |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
+            )
         if isinstance(cmd, click.Group):
             for name in sorted(cmd.commands):
                 walk(cmd.commands[name], path + [name], ctx)
@@ -232,6 +266,7 @@ def _param_type(param) -> str:
 
 
 # -- configuration and error codes --------------------------------------------------------------------------
+
 
 def settings_reference() -> str:
     from runtime.core.durations import format_duration, parse_duration
@@ -320,7 +355,12 @@ def error_codes() -> str:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT and tok.line.strip().startswith("#"):
             current = tok.string.lstrip("# ").strip()
-        elif tok.type == tokenize.NAME and tok.string.isupper() and tok.start[1] == 4 and tok.start[0] not in line_of:
+        elif (
+            tok.type == tokenize.NAME
+            and tok.string.isupper()
+            and tok.start[1] == 4
+            and tok.start[0] not in line_of
+        ):
             line_of[tok.start[0]] = tok.string
             if not groups or groups[-1][0] != current:
                 groups.append((current, []))
@@ -333,7 +373,9 @@ def error_codes() -> str:
         out.append("| code | name | exit | note |\n|---|---|---|---|")
         for name, _ in members:
             code = ErrorCode[name]
-            out.append(f"| `{code.value}` | `{name}` | {code.exit_code} | {comments.get(name) or MEANINGS.get(name, '')} |")
+            out.append(
+                f"| `{code.value}` | `{name}` | {code.exit_code} | {comments.get(name) or MEANINGS.get(name, '')} |"
+            )
         out.append("")
     return "\n".join(out).rstrip()
 
@@ -392,11 +434,14 @@ def stale_pages() -> dict[str, str]:
 # -- flow pictures (need Spark: `python docs/gen.py --plan`) -------------------------------------------------
 
 PLAN_PAGE = "architecture.md"
-_PLAN_BLOCK = re.compile(r"(<!-- BEGIN PLAN: (?P<name>\w+) -->\n)(?:.*?\n)?(<!-- END PLAN: (?P=name) -->)", re.S)
+_PLAN_BLOCK = re.compile(
+    r"(<!-- BEGIN PLAN: (?P<name>\w+) -->\n)(?:.*?\n)?(<!-- END PLAN: (?P=name) -->)", re.S
+)
 
 
 def with_plans(text: str, mermaid: dict[str, str]) -> str:
     """``text`` with each ``BEGIN PLAN: flow`` block holding that flow's mermaid plan."""
+
     def replace(match: re.Match) -> str:
         name = match.group("name")
         if name not in mermaid:
@@ -409,6 +454,7 @@ def with_plans(text: str, mermaid: dict[str, str]) -> str:
 def plan_mermaid(flows: list[str]) -> dict[str, str]:
     """``tidehouse flow plan flows/<name>.yaml --format mermaid`` for each flow (a scratch home)."""
     import tempfile
+
     from runtime.project import Project
 
     with tempfile.TemporaryDirectory() as home:

@@ -36,7 +36,9 @@ from runtime.core.literals import DEFAULT_MERGE_ENGINE, LOG, PRIMARY_KEY, is_sys
 from runtime.core.sparktypes import parse_columns, parse_type
 
 log = logging.getLogger(__name__)
-PASSTHROUGH_REASON = "; the SQL returns its input unchanged, so each micro-batch's rows are written as they are"
+PASSTHROUGH_REASON = (
+    "; the SQL returns its input unchanged, so each micro-batch's rows are written as they are"
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,9 @@ def bind_params(action_spec, given: Mapping[str, Any]) -> tuple[Param, ...]:
         elif getattr(pspec, "default", None) is not None:
             value = pspec.default
         else:
-            raise TidehouseError(ErrorCode.PARAM_MISSING, f"action {action_spec.name} needs parameter '{name}'")
+            raise TidehouseError(
+                ErrorCode.PARAM_MISSING, f"action {action_spec.name} needs parameter '{name}'"
+            )
         out.append(Param(name, pspec.type, _jsonable(value)))
     return tuple(out)
 
@@ -122,8 +126,11 @@ def spark_args(params: tuple[Param, ...]) -> dict[str, Any]:
     out = {}
     for p in params:
         dtype = to_spark_type(parse_type(p.type))
-        out[p.name] = literal(dtype, p.value) if isinstance(dtype, (T.ArrayType, T.MapType)) \
+        out[p.name] = (
+            literal(dtype, p.value)
+            if isinstance(dtype, (T.ArrayType, T.MapType))
             else convert(dtype, p.value)
+        )
     return out
 
 
@@ -145,12 +152,19 @@ def struct_of(ddl: str, location: Location | None = None):
 
 
 # -- plan inspection --------------------------------------------------------------------------------
-_NONDET = re.compile(r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|spark_partition_id|"
-                     r"input_file_name|random|try_reflect|reflect)\s*\(", re.IGNORECASE)
+_NONDET = re.compile(
+    r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|spark_partition_id|"
+    r"input_file_name|random|try_reflect|reflect)\s*\(",
+    re.IGNORECASE,
+)
 
 
-SESSION_WINDOW_MARK = "spark.sessionWindow"  # metadata of session_window(...) columns (Spark's SessionWindow.marker)
-WATERMARK_DELAY_MARK = "spark.watermarkDelayMs"  # metadata of event-time columns (EventTimeWatermark.delayKey)
+SESSION_WINDOW_MARK = (
+    "spark.sessionWindow"  # metadata of session_window(...) columns (Spark's SessionWindow.marker)
+)
+WATERMARK_DELAY_MARK = (
+    "spark.watermarkDelayMs"  # metadata of event-time columns (EventTimeWatermark.delayKey)
+)
 
 
 def sql_shape(df) -> shape_mod.SqlShape:
@@ -170,9 +184,12 @@ def sql_shape(df) -> shape_mod.SqlShape:
         if name == "Aggregate":
             grouping = node.groupingExpressions()
             session_window = session_window or any(
-                _marked(grouping.apply(i), SESSION_WINDOW_MARK) for i in range(grouping.size()))
+                _marked(grouping.apply(i), SESSION_WINDOW_MARK) for i in range(grouping.size())
+            )
         output = node.output()
-        for i in range(output.size()):  # a batch plan has no EventTimeWatermark node; its columns keep the mark
+        for i in range(
+            output.size()
+        ):  # a batch plan has no EventTimeWatermark node; its columns keep the mark
             column = output.apply(i)
             meta = column.metadata()
             if meta.contains(WATERMARK_DELAY_MARK) and column.dataType().typeName().startswith("timestamp"):
@@ -187,9 +204,17 @@ def sql_shape(df) -> shape_mod.SqlShape:
     if not deterministic:
         found = _NONDET.search(plan.toString())
         hint = f" ({found.group(1).lower()}())" if found else ""
-    return shape_mod.SqlShape(frozenset(nodes), top_node.nodeName(), deterministic, hint, distinct_agg,
-                              bool(nodes & {"GlobalLimit", "LocalLimit"}), _is_identity(plan),
-                              session_window=session_window, watermarks=tuple(sorted(watermarks.items())))
+    return shape_mod.SqlShape(
+        frozenset(nodes),
+        top_node.nodeName(),
+        deterministic,
+        hint,
+        distinct_agg,
+        bool(nodes & {"GlobalLimit", "LocalLimit"}),
+        _is_identity(plan),
+        session_window=session_window,
+        watermarks=tuple(sorted(watermarks.items())),
+    )
 
 
 def _marked(expression, mark: str) -> bool:
@@ -222,7 +247,8 @@ def streaming_refusal(session, action, params, inputs) -> str:
         plan = session.sql(action.sql, args=spark_args(params))._jdf.queryExecution().analyzed()
         jvm = session._jvm
         jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
-            plan, jvm.org.apache.spark.sql.streaming.OutputMode.Update())
+            plan, jvm.org.apache.spark.sql.streaming.OutputMode.Update()
+        )
         return ""
     except Py4JJavaError as exc:
         return _first_line(str(exc.java_exception.getMessage()))
@@ -244,8 +270,10 @@ def _is_identity(plan) -> bool:
 
     def columns(node) -> list[tuple]:
         out = node.output()
-        return [(out.apply(i).name(), out.apply(i).exprId().id(), out.apply(i).dataType().simpleString())
-                for i in range(out.size())]
+        return [
+            (out.apply(i).name(), out.apply(i).exprId().id(), out.apply(i).dataType().simpleString())
+            for i in range(out.size())
+        ]
 
     node = plan
     while node.nodeName() in ("Project", "SubqueryAlias") and node.children().size() == 1:
@@ -278,8 +306,13 @@ def _sql_error(exc: Exception, action_spec, table: str, table_location: Location
 
 
 # -- building the plan ------------------------------------------------------------------------------
-def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping[str, TablePlan] | None = None,
-               ) -> FlowPlan:
+def build_plan(
+    project,
+    resolved: ResolvedFlow,
+    spark=None,
+    *,
+    upstream: Mapping[str, TablePlan] | None = None,
+) -> FlowPlan:
     """Analyse every table of a resolved flow and return its :class:`FlowPlan`.
 
     ``upstream``: plans of tables of other flows that the hot store does not hold yet (a flow checked before
@@ -288,8 +321,9 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
     spec = resolved.spec
     location_of = getattr(spec, "location_of", None)
     table_specs = dict(spec.tables())
-    graph = FlowGraph.build(spec.sources.keys(), {t: dict(s.inputs) for t, s in table_specs.items()},
-                            location_of=location_of)
+    graph = FlowGraph.build(
+        spec.sources.keys(), {t: dict(s.inputs) for t, s in table_specs.items()}, location_of=location_of
+    )
     spark = spark or project.spark()
     session = spark.newSession()
     _quiet_spark_logs()
@@ -325,29 +359,52 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
         shape = sql_shape(df)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
-        decision = shape_mod.decide(name, shape, [(i.name, i.kind) for i in inputs], primary_key=primary_key,
-                                    merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE, location=tloc)
+        decision = shape_mod.decide(
+            name,
+            shape,
+            [(i.name, i.kind) for i in inputs],
+            primary_key=primary_key,
+            merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE,
+            location=tloc,
+        )
         passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
         expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
         _check_expectations(name, df, expect, tloc)
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
-        quarantine = quarantine_name(name) if has_source or any(e.on_violation == "quarantine" for e in expect) \
+        quarantine = (
+            quarantine_name(name)
+            if has_source or any(e.on_violation == "quarantine" for e in expect)
             else None
+        )
         kind = PRIMARY_KEY if primary_key else LOG
         plan = TablePlan(
-            name=name, layer=name.split(".", 1)[0], kind=kind, strategy=decision.strategy,
+            name=name,
+            layer=name.split(".", 1)[0],
+            kind=kind,
+            strategy=decision.strategy,
             reason=decision.reason + (PASSTHROUGH_REASON if passthrough else ""),
             action=f"{action.name}@{version.version}",
-            action_path=_rel(project, action.path), sql_line=int(getattr(action, "sql_line", 1) or 1),
-            sql=action.sql, params=params, inputs=tuple(inputs), ddl=out_ddl, primary_key=primary_key,
+            action_path=_rel(project, action.path),
+            sql_line=int(getattr(action, "sql_line", 1) or 1),
+            sql=action.sql,
+            params=params,
+            inputs=tuple(inputs),
+            ddl=out_ddl,
+            primary_key=primary_key,
             passthrough=passthrough,
             merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE,
-            aggregations=tuple(sorted((tspec.aggregations or {}).items())), buckets=int(tspec.buckets or 1),
+            aggregations=tuple(sorted((tspec.aggregations or {}).items())),
+            buckets=int(tspec.buckets or 1),
             bucket_key=tuple(tspec.bucket_key or ()),
             trigger=float(tspec.trigger if tspec.trigger is not None else flow_trigger),
             tiering_interval=float(spec.tiering_of(name, default_tiering)),
-            expect=expect, quarantine=quarantine, fingerprint="", checkpoint="",
-            exceptions=shape_mod.batch_exceptions(decision.strategy, shape, [(i.ref, i.kind) for i in inputs]),
+            expect=expect,
+            quarantine=quarantine,
+            fingerprint="",
+            checkpoint="",
+            exceptions=shape_mod.batch_exceptions(
+                decision.strategy, shape, [(i.ref, i.kind) for i in inputs]
+            ),
             freshness=spec.freshness_of(name),
         )
         fp = table_fingerprint(plan, {i.ref: known[i.ref][2] for i in inputs})
@@ -355,8 +412,9 @@ def build_plan(project, resolved: ResolvedFlow, spark=None, *, upstream: Mapping
         known[name] = (kind, out_ddl, fp, primary_key)
         tables.append(plan)
     generations = tuple(tuple(g) for g in graph.table_generations())
-    return FlowPlan(spec.flow, resolved.version, tuple(sources.values()), tuple(tables), generations,
-                    tuple(graph.edges()))
+    return FlowPlan(
+        spec.flow, resolved.version, tuple(sources.values()), tuple(tables), generations, tuple(graph.edges())
+    )
 
 
 def _aggregate_candidate(shape: shape_mod.SqlShape, inputs, primary_key) -> bool:
@@ -384,15 +442,20 @@ def _source_plan(project, name: str, src, session) -> SourcePlan:
     if ddl is not None:
         declared = struct_of(ddl)
         required = tuple(f.name for f in declared.fields if not f.nullable)
-        ddl = nullable_ddl(declared)  # file sources read every column as nullable; `required` is checked per row
+        ddl = nullable_ddl(
+            declared
+        )  # file sources read every column as nullable; `required` is checked per row
     else:
         try:
             reader = session.readStream.format(src.format).options(**dict(options))
             ddl = nullable_ddl((reader.load(path) if path else reader.load()).schema)
         except Exception as exc:
-            raise TidehouseError(ErrorCode.SOURCE_INVALID, f"source {name}: cannot read format "
-                                 f"'{src.format}' without a schema: {str(exc).splitlines()[0]}",
-                                 hint="declare the source's schema: as a Spark DDL string") from exc
+            raise TidehouseError(
+                ErrorCode.SOURCE_INVALID,
+                f"source {name}: cannot read format "
+                f"'{src.format}' without a schema: {str(exc).splitlines()[0]}",
+                hint="declare the source's schema: as a Spark DDL string",
+            ) from exc
     payload = {"format": src.format, "path": getattr(src, "path", None), "ddl": ddl, "options": options}
     if required:
         payload["required"] = list(required)
@@ -407,8 +470,11 @@ def _external(project, table: str, planned: TablePlan | None = None) -> tuple[st
         if planned is not None:
             fp = fingerprint({"external": table, "ddl": planned.ddl})
             return planned.kind, planned.ddl, fp, planned.primary_key
-        raise TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"table {table} is produced by another flow that has "
-                             "not run yet", hint="trigger the flow that produces it first")
+        raise TidehouseError(
+            ErrorCode.INPUT_UNKNOWN_TABLE,
+            f"table {table} is produced by another flow that has not run yet",
+            hint="trigger the flow that produces it first",
+        )
     meta = store.get_table(table)
     kind = PRIMARY_KEY if meta.is_primary_key else LOG
     ddl = arrow_to_ddl(meta.schema)
@@ -421,10 +487,14 @@ def _analyse(session, action, params, inputs, table: str, tloc):
     from materializer.checks import action_sql_error, is_query
 
     args = spark_args(params)
-    if not is_query(session, action.sql, args):  # spark.sql() would *run* a command (DROP TABLE ...) right here
+    if not is_query(
+        session, action.sql, args
+    ):  # spark.sql() would *run* a command (DROP TABLE ...) right here
         raise action_sql_error(session, action) or TidehouseError(
-            ErrorCode.ACTION_SQL_INVALID, f"action {action.name}: the SQL is not a query (used by {table})",
-            location=Location(action.path or f"<action {action.name}>", getattr(action, "sql_line", None)))
+            ErrorCode.ACTION_SQL_INVALID,
+            f"action {action.name}: the SQL is not a query (used by {table})",
+            location=Location(action.path or f"<action {action.name}>", getattr(action, "sql_line", None)),
+        )
     for inp in inputs:
         session.createDataFrame([], struct_of(inp.ddl)).createOrReplaceTempView(inp.name)
     try:
@@ -442,31 +512,50 @@ def _check_output(table: str, df, action, primary_key, tspec, tloc, location_of=
     columns = df.columns
     bad = [c for c in columns if is_system_column(c)]
     if bad:
-        raise TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"table {table}: output column '{bad[0]}' starts with "
-                             "two underscores, which are reserved for system columns", location=tloc,
-                             hint="rename it with AS, or select only the user columns")
+        raise TidehouseError(
+            ErrorCode.ACTION_SQL_INVALID,
+            f"table {table}: output column '{bad[0]}' starts with "
+            "two underscores, which are reserved for system columns",
+            location=tloc,
+            hint="rename it with AS, or select only the user columns",
+        )
     if len(set(columns)) != len(columns):
         dup = sorted({c for c in columns if columns.count(c) > 1})[0]
-        raise TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"table {table}: output column '{dup}' appears twice",
-                             location=tloc, hint="give each output column its own name with AS")
-    for label, cols in (("primary_key", primary_key), ("bucket_key", tuple(tspec.bucket_key or ())),
-                        ("aggregations", tuple((tspec.aggregations or {}).keys()))):
+        raise TidehouseError(
+            ErrorCode.ACTION_SQL_INVALID,
+            f"table {table}: output column '{dup}' appears twice",
+            location=tloc,
+            hint="give each output column its own name with AS",
+        )
+    for label, cols in (
+        ("primary_key", primary_key),
+        ("bucket_key", tuple(tspec.bucket_key or ())),
+        ("aggregations", tuple((tspec.aggregations or {}).keys())),
+    ):
         missing = [c for c in cols if c not in columns]
         if missing:
-            field = f"aggregations.{missing[0]}" if label == "aggregations" \
+            field = (
+                f"aggregations.{missing[0]}"
+                if label == "aggregations"
                 else f"{label}[{cols.index(missing[0])}]"
-            raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table}: {label} column '{missing[0]}' is "
-                                 f"not an output column of action {action.name} ({', '.join(columns)})",
-                                 location=node_location(location_of, f"{table}.{field}") or tloc)
+            )
+            raise TidehouseError(
+                ErrorCode.PRIMARY_KEY_INVALID,
+                f"table {table}: {label} column '{missing[0]}' is "
+                f"not an output column of action {action.name} ({', '.join(columns)})",
+                location=node_location(location_of, f"{table}.{field}") or tloc,
+            )
     output = getattr(action, "output", None)
     if output:
         expected = [c.name for c in parse_columns(output, untyped=True)]  # a contract may name columns only
         if sorted(expected) != sorted(columns):
-            raise TidehouseError(ErrorCode.ACTION_SQL_INVALID,
-                                 f"action {action.name}: the SQL's output columns ({', '.join(columns)}) do not "
-                                 f"match its output contract ({', '.join(expected)})",
-                                 location=Location(action.path or action.name, getattr(action, "sql_line", None)),
-                                 params={"table": table})
+            raise TidehouseError(
+                ErrorCode.ACTION_SQL_INVALID,
+                f"action {action.name}: the SQL's output columns ({', '.join(columns)}) do not "
+                f"match its output contract ({', '.join(expected)})",
+                location=Location(action.path or action.name, getattr(action, "sql_line", None)),
+                params={"table": table},
+            )
 
 
 def _check_expectations(table: str, df, expect, tloc) -> None:
@@ -476,9 +565,12 @@ def _check_expectations(table: str, df, expect, tloc) -> None:
         try:
             df.selectExpr(f"CAST(({e.condition}) AS BOOLEAN) AS ok").schema  # noqa: B018
         except PySparkException as exc:
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"table {table}: expectation '{e.name}' is not a valid "
-                                 f"condition over the output columns: {str(exc).splitlines()[0]}",
-                                 location=tloc) from exc
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE,
+                f"table {table}: expectation '{e.name}' is not a valid "
+                f"condition over the output columns: {str(exc).splitlines()[0]}",
+                location=tloc,
+            ) from exc
 
 
 def _quiet_spark_logs() -> None:

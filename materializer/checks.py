@@ -41,16 +41,30 @@ def action_sql_error(spark, action) -> TidehouseError | None:
     args = parse_args(action)
     try:
         spark.sql(_EXPLAIN + action.sql, args=args)
-    except AnalysisException as exc:  # ParseException is one; EXPLAIN reports the other analysis errors as text
+    except (
+        AnalysisException
+    ) as exc:  # ParseException is one; EXPLAIN reports the other analysis errors as text
         line, col = _position(exc, action.sql, len(_EXPLAIN), 1)
-        if _condition(exc) == "UNBOUND_SQL_PARAMETER":  # Spark names a positional marker `_34`: say what it is
-            return _located(action, "the SQL uses a parameter marker that the header does not declare", line, col,
-                            hint="parameters are named markers (:name) declared under params:; '?' is not one")
+        if (
+            _condition(exc) == "UNBOUND_SQL_PARAMETER"
+        ):  # Spark names a positional marker `_34`: say what it is
+            return _located(
+                action,
+                "the SQL uses a parameter marker that the header does not declare",
+                line,
+                col,
+                hint="parameters are named markers (:name) declared under params:; '?' is not one",
+            )
         return _located(action, f"the SQL does not parse: {_message(exc)}", line, col)
     if not is_query(spark, action.sql, args):
-        return _located(action, "the SQL is not a query: Spark parses it as a command, which would run when a "
-                                "flow using it is analysed", 1, 1,
-                        hint="an action is one SELECT (or WITH ... SELECT, VALUES, FROM ... SELECT) statement")
+        return _located(
+            action,
+            "the SQL is not a query: Spark parses it as a command, which would run when a "
+            "flow using it is analysed",
+            1,
+            1,
+            hint="an action is one SELECT (or WITH ... SELECT, VALUES, FROM ... SELECT) statement",
+        )
     return None
 
 
@@ -83,9 +97,17 @@ def parse_args(action) -> dict[str, Any]:
 
 def _placeholder(name: str, type_: str) -> Any:
     kind = type_.strip().lower()
-    for prefix, value in (("array", []), ("map", {}), ("struct", None), ("boolean", True), ("date", "1970-01-01"),
-                          ("timestamp", "1970-01-01T00:00:00"), ("string", name), ("varchar", name),
-                          ("char", name)):
+    for prefix, value in (
+        ("array", []),
+        ("map", {}),
+        ("struct", None),
+        ("boolean", True),
+        ("date", "1970-01-01"),
+        ("timestamp", "1970-01-01T00:00:00"),
+        ("string", name),
+        ("varchar", name),
+        ("char", name),
+    ):
         if kind.startswith(prefix):
             return value
     return 1  # the numeric types: int, bigint, smallint, tinyint, double, float, decimal(p,s)
@@ -103,7 +125,9 @@ def _message(exc: Exception) -> str:
     return _POSITION.sub("", text).strip()
 
 
-def _position(exc: Exception, sql: str, prefix_chars: int, prefix_lines: int) -> tuple[int | None, int | None]:
+def _position(
+    exc: Exception, sql: str, prefix_chars: int, prefix_lines: int
+) -> tuple[int | None, int | None]:
     """Line and column (1-based, in ``sql``) of a Spark error raised for ``prefix + sql``."""
     contexts = exc.getQueryContext() if hasattr(exc, "getQueryContext") else []
     for context in contexts or []:
@@ -116,12 +140,16 @@ def _position(exc: Exception, sql: str, prefix_chars: int, prefix_lines: int) ->
     return None, None
 
 
-def _located(action, message: str, line: int | None, col: int | None, hint: str | None = None) -> TidehouseError:
+def _located(
+    action, message: str, line: int | None, col: int | None, hint: str | None = None
+) -> TidehouseError:
     first = int(getattr(action, "sql_line", 1) or 1)
-    return TidehouseError(ErrorCode.ACTION_SQL_INVALID, f"action {action.name}: {message}",
-                          location=Location(action.path or f"<action {action.name}>",
-                                            first + (line or 1) - 1, col),
-                          hint=hint)
+    return TidehouseError(
+        ErrorCode.ACTION_SQL_INVALID,
+        f"action {action.name}: {message}",
+        location=Location(action.path or f"<action {action.name}>", first + (line or 1) - 1, col),
+        hint=hint,
+    )
 
 
 class EngineChecks:
@@ -178,8 +206,12 @@ class EngineChecks:
     def _plan(self, spec, resolved: Mapping[str, Any], seen: Sequence[str]):
         from materializer.analyze import ResolvedFlow, build_plan
 
-        return build_plan(self.project, ResolvedFlow(spec, None, dict(resolved)), self.spark,
-                          upstream=self._upstream(spec, seen))
+        return build_plan(
+            self.project,
+            ResolvedFlow(spec, None, dict(resolved)),
+            self.spark,
+            upstream=self._upstream(spec, seen),
+        )
 
     def _upstream(self, spec, seen: Sequence[str]) -> dict[str, Any]:
         """Plans of the tables ``spec`` reads from other flows that have not run yet (the hot store has no

@@ -35,9 +35,12 @@ class RunLock:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise TidehouseError(ErrorCode.FLOW_RUNNING, f"flow {self.path.stem} is already running "
-                                 f"(pid {holder})", hint="stop it first (Ctrl-C or kill -TERM), or watch it "
-                                 f"with `tidehouse flow status {self.path.stem}`") from None
+            raise TidehouseError(
+                ErrorCode.FLOW_RUNNING,
+                f"flow {self.path.stem} is already running (pid {holder})",
+                hint="stop it first (Ctrl-C or kill -TERM), or watch it "
+                f"with `tidehouse flow status {self.path.stem}`",
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))

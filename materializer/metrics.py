@@ -53,65 +53,150 @@ def _flag(test: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], A
 
 
 TABLE_METRICS: tuple[Metric, ...] = (
-    Metric("table_rows_in", "counter", "Rows the table's query read from its input in this run (a recomputed "
-           "table re-reads its inputs' state: 0).", _key("rows_in")),
-    Metric("table_rows_out", "counter", "Rows the table's query wrote to the hot table in this run.",
-           _key("rows_written")),
+    Metric(
+        "table_rows_in",
+        "counter",
+        "Rows the table's query read from its input in this run (a recomputed "
+        "table re-reads its inputs' state: 0).",
+        _key("rows_in"),
+    ),
+    Metric(
+        "table_rows_out",
+        "counter",
+        "Rows the table's query wrote to the hot table in this run.",
+        _key("rows_written"),
+    ),
     Metric("table_batches", "counter", "Micro-batches that wrote to the table in this run.", _key("batches")),
-    Metric("table_spark_batches", "counter", "Micro-batches Spark ran for the table's query in this run (from "
-           "its progress events).", _key("spark_batches")),
-    Metric("table_batch_seconds", "counter", "Seconds of the table's micro-batches in this run, by phase: plan, "
-           "commit and total from Spark's progress; read, sql and write measured in the batch function.",
-           lambda row: row.get("batch_seconds") or {}, labels=("phase",)),
-    Metric("table_hot_delay_seconds", "gauge", "Hot delay: seconds from the first layer's commit of the oldest "
-           "source data in the newest batch to its commit in this table.", _key("hot_delay_s")),
-    Metric("table_lake_delay_seconds", "gauge", "Lake delay: how far the table's lake copy is behind its hot "
-           "copy, in seconds.", _key("lake_delay_s")),
-    Metric("table_lake_pending_rows", "gauge", "Hot log rows not tiered to the lake yet.",
-           _key("lake_pending_rows")),
-    Metric("table_hot_rows", "gauge", "Rows in the table's hot log (a primary-key table: changelog rows).",
-           _key("hot_rows")),
-    Metric("table_rows_per_second", "gauge", "Rows per second committed to the hot table over the last 10 s.",
-           _key("rows_per_s")),
+    Metric(
+        "table_spark_batches",
+        "counter",
+        "Micro-batches Spark ran for the table's query in this run (from its progress events).",
+        _key("spark_batches"),
+    ),
+    Metric(
+        "table_batch_seconds",
+        "counter",
+        "Seconds of the table's micro-batches in this run, by phase: plan, "
+        "commit and total from Spark's progress; read, sql and write measured in the batch function.",
+        lambda row: row.get("batch_seconds") or {},
+        labels=("phase",),
+    ),
+    Metric(
+        "table_hot_delay_seconds",
+        "gauge",
+        "Hot delay: seconds from the first layer's commit of the oldest "
+        "source data in the newest batch to its commit in this table.",
+        _key("hot_delay_s"),
+    ),
+    Metric(
+        "table_lake_delay_seconds",
+        "gauge",
+        "Lake delay: how far the table's lake copy is behind its hot copy, in seconds.",
+        _key("lake_delay_s"),
+    ),
+    Metric(
+        "table_lake_pending_rows",
+        "gauge",
+        "Hot log rows not tiered to the lake yet.",
+        _key("lake_pending_rows"),
+    ),
+    Metric(
+        "table_hot_rows",
+        "gauge",
+        "Rows in the table's hot log (a primary-key table: changelog rows).",
+        _key("hot_rows"),
+    ),
+    Metric(
+        "table_rows_per_second",
+        "gauge",
+        "Rows per second committed to the hot table over the last 10 s.",
+        _key("rows_per_s"),
+    ),
     Metric("table_quarantined_rows", "gauge", "Rows in the table's quarantine table.", _key("quarantined")),
-    Metric("table_expectation_dropped", "counter", "Rows dropped by expectations in this run.", _key("dropped")),
-    Metric("table_late_dropped", "counter", "Rows a watermark dropped as late in this run.", _key("late_dropped")),
-    Metric("table_active", "gauge", "1 while the table's streaming query is active.",
-           lambda row: int(row.get("state") == "active")),
-    Metric("table_failed", "gauge", "1 when the table's query failed (flow status shows the error).",
-           lambda row: int(bool(row.get("error")))),
-    Metric("table_freshness_target_seconds", "gauge", "The table's freshness target (flow key freshness:).",
-           _key("freshness_s")),
-    Metric("table_fresh", "gauge", "1 while neither the hot nor the lake delay exceeds the freshness target, "
-           "0 when one does (tables with a target only).", _flag(_key("fresh"))),
+    Metric(
+        "table_expectation_dropped", "counter", "Rows dropped by expectations in this run.", _key("dropped")
+    ),
+    Metric(
+        "table_late_dropped", "counter", "Rows a watermark dropped as late in this run.", _key("late_dropped")
+    ),
+    Metric(
+        "table_active",
+        "gauge",
+        "1 while the table's streaming query is active.",
+        lambda row: int(row.get("state") == "active"),
+    ),
+    Metric(
+        "table_failed",
+        "gauge",
+        "1 when the table's query failed (flow status shows the error).",
+        lambda row: int(bool(row.get("error"))),
+    ),
+    Metric(
+        "table_freshness_target_seconds",
+        "gauge",
+        "The table's freshness target (flow key freshness:).",
+        _key("freshness_s"),
+    ),
+    Metric(
+        "table_fresh",
+        "gauge",
+        "1 while neither the hot nor the lake delay exceeds the freshness target, "
+        "0 when one does (tables with a target only).",
+        _flag(_key("fresh")),
+    ),
 )
 
 TIERING_METRICS: tuple[Metric, ...] = (
     Metric("tiering_cycles", "counter", "Tiering cycles run for the table by this process.", _key("runs")),
     Metric("tiering_commits", "counter", "Tiering cycles that committed a lake snapshot.", _key("commits")),
-    Metric("tiering_failures", "counter", "Tiering cycles that failed (the next one retries).", _key("errors")),
-    Metric("tiering_cycle_seconds", "counter", "Seconds spent in the table's tiering cycles, failed ones "
-           "included.", _key("seconds")),
-    Metric("tiering_last_cycle_seconds", "gauge", "Seconds of the table's last tiering cycle.",
-           _key("last_seconds")),
+    Metric(
+        "tiering_failures", "counter", "Tiering cycles that failed (the next one retries).", _key("errors")
+    ),
+    Metric(
+        "tiering_cycle_seconds",
+        "counter",
+        "Seconds spent in the table's tiering cycles, failed ones included.",
+        _key("seconds"),
+    ),
+    Metric(
+        "tiering_last_cycle_seconds",
+        "gauge",
+        "Seconds of the table's last tiering cycle.",
+        _key("last_seconds"),
+    ),
     Metric("tiering_interval_seconds", "gauge", "The table's tiering interval.", _key("interval")),
 )
 
 FLOW_METRICS: tuple[Metric, ...] = (
-    Metric("flow_running", "gauge", "1 while the flow runs in this process (its state is running).",
-           lambda snap: int(snap.get("state") == "running")),
-    Metric("flow_started_timestamp_seconds", "gauge", "When this run of the flow started (Unix time).",
-           _key("started_at")),
-    Metric("flow_status_timestamp_seconds", "gauge", "When the figures served were taken (the status snapshot, "
-           "refreshed every couple of seconds).", _key("updated_at")),
+    Metric(
+        "flow_running",
+        "gauge",
+        "1 while the flow runs in this process (its state is running).",
+        lambda snap: int(snap.get("state") == "running"),
+    ),
+    Metric(
+        "flow_started_timestamp_seconds",
+        "gauge",
+        "When this run of the flow started (Unix time).",
+        _key("started_at"),
+    ),
+    Metric(
+        "flow_status_timestamp_seconds",
+        "gauge",
+        "When the figures served were taken (the status snapshot, refreshed every couple of seconds).",
+        _key("updated_at"),
+    ),
 )
 
 
 def metric_names() -> list[tuple[str, str, str, str]]:
     """(name, type, labels, help) of every metric, for the docs."""
     out = []
-    for group, labels in ((FLOW_METRICS, ("flow",)), (TABLE_METRICS, ("flow", "table", "layer")),
-                          (TIERING_METRICS, ("flow", "table"))):
+    for group, labels in (
+        (FLOW_METRICS, ("flow",)),
+        (TABLE_METRICS, ("flow", "table", "layer")),
+        (TIERING_METRICS, ("flow", "table")),
+    ):
         for m in group:
             out.append((m.full_name, m.kind, ", ".join(labels + m.labels), m.help))
     return out
@@ -196,9 +281,12 @@ class MetricsEndpoint:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         except OSError as exc:
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"cannot serve metrics on {host}:{port}: "
-                                 f"{exc.strerror or exc}", location=Location(path="metrics.port"),
-                                 hint="choose a free port (or remove metrics.port to turn the endpoint off)") from exc
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}",
+                location=Location(path="metrics.port"),
+                hint="choose a free port (or remove metrics.port to turn the endpoint off)",
+            ) from exc
         self.host, self.port = host, int(self._server.server_port)
         self._stopped = threading.Event()
         log.info("serving Prometheus metrics on http://%s:%d/metrics", host, self.port)

@@ -130,7 +130,9 @@ class FlowPlan:
     sources: tuple[SourcePlan, ...]
     tables: tuple[TablePlan, ...]  # topological order
     generations: tuple[tuple[str, ...], ...]  # table names by topological generation
-    edges: tuple[tuple[str, str, str], ...]  # (upstream, table, relation): the flow graph the plan was made of
+    edges: tuple[
+        tuple[str, str, str], ...
+    ]  # (upstream, table, relation): the flow graph the plan was made of
 
     def table(self, name: str) -> TablePlan:
         for plan in self.tables:
@@ -146,7 +148,9 @@ class FlowPlan:
 
     def graph(self) -> FlowGraph:
         """The flow's DAG, from the plan's own edges: the graph the plan was built from, not a new one."""
-        return FlowGraph.from_edges([t.name for t in self.tables], self.edges, sources=[s.name for s in self.sources])
+        return FlowGraph.from_edges(
+            [t.name for t in self.tables], self.edges, sources=[s.name for s in self.sources]
+        )
 
     # -- rendering --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -165,9 +169,12 @@ class FlowPlan:
     def to_text(self) -> str:
         lines = [f"flow {self.flow}" + (f" (version {self.version})" if self.version else "")]
         for src in self.sources:
-            lines.append(f"  source {src.name}: {src.format}" + (f" {src.path}" if src.path else "")
-                         + (f"  schema: {src.ddl}" if src.ddl else "")
-                         + (f"  required: {', '.join(src.required)}" if src.required else ""))
+            lines.append(
+                f"  source {src.name}: {src.format}"
+                + (f" {src.path}" if src.path else "")
+                + (f"  schema: {src.ddl}" if src.ddl else "")
+                + (f"  required: {', '.join(src.required)}" if src.required else "")
+            )
         by_name = {t.name: t for t in self.tables}
         for i, gen in enumerate(self.generations):
             layers = sorted({by_name[n].layer for n in gen})
@@ -177,18 +184,28 @@ class FlowPlan:
                 key = f" primary key ({', '.join(t.primary_key)})" if t.primary_key else ""
                 lines.append(f"  {t.name}: {t.kind}{key}, {t.buckets} bucket(s), strategy {t.strategy}")
                 lines.append(f"    why: {t.reason}")
-                lines.append(f"    action {t.action}" + (f" ({t.action_path}:{t.sql_line})" if t.action_path else ""))
+                lines.append(
+                    f"    action {t.action}" + (f" ({t.action_path}:{t.sql_line})" if t.action_path else "")
+                )
                 lines.append("    inputs: " + ", ".join(f"{i.name} <- {i.ref} [{i.kind}]" for i in t.inputs))
                 if t.params:
-                    lines.append("    params: " + ", ".join(f":{p.name} = {json.dumps(p.value, default=str)}"
-                                                          f" ({p.type})" for p in t.params))
+                    lines.append(
+                        "    params: "
+                        + ", ".join(
+                            f":{p.name} = {json.dumps(p.value, default=str)} ({p.type})" for p in t.params
+                        )
+                    )
                 lines.append(f"    schema: {t.ddl}")
-                lines.append(f"    trigger {format_duration(t.trigger)}, tiering every "
-                             f"{format_duration(t.tiering_interval)}, fingerprint {t.fingerprint[:12]}"
-                             + (f", freshness {format_duration(t.freshness)}" if t.freshness is not None else ""))
+                lines.append(
+                    f"    trigger {format_duration(t.trigger)}, tiering every "
+                    f"{format_duration(t.tiering_interval)}, fingerprint {t.fingerprint[:12]}"
+                    + (f", freshness {format_duration(t.freshness)}" if t.freshness is not None else "")
+                )
                 if t.expect:
-                    lines.append("    expect: " + "; ".join(f"{e.name}: {e.condition} ({e.on_violation})"
-                                                           for e in t.expect))
+                    lines.append(
+                        "    expect: "
+                        + "; ".join(f"{e.name}: {e.condition} ({e.on_violation})" for e in t.expect)
+                    )
                 if t.quarantine:
                     lines.append(f"    quarantine: {t.quarantine}")
                 for exc in t.exceptions:

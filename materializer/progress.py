@@ -34,8 +34,14 @@ log = logging.getLogger(__name__)
 
 
 # Spark's progress durations (ms) -> the phase they belong to
-SPARK_PHASES = {"latestOffset": "plan", "getBatch": "plan", "queryPlanning": "plan", "walCommit": "commit",
-                "commitOffsets": "commit", "triggerExecution": "total"}
+SPARK_PHASES = {
+    "latestOffset": "plan",
+    "getBatch": "plan",
+    "queryPlanning": "plan",
+    "walCommit": "commit",
+    "commitOffsets": "commit",
+    "triggerExecution": "total",
+}
 
 
 class ProgressListener(StreamingQueryListener):

@@ -43,7 +43,11 @@ STATUS_EVERY_S = 2.0
 MAX_RESTARTS = 8  # with back-off 1, 2, 4, 8, 15, 15... s
 MAX_IDLE_PASSES = 20
 # failures that say nothing about the flow, only about the machine: the query is restarted
-TRANSIENT = ("Python worker failed to connect back", "Python worker exited unexpectedly", "CANNOT_OPEN_SOCKET")
+TRANSIENT = (
+    "Python worker failed to connect back",
+    "Python worker exited unexpectedly",
+    "CANNOT_OPEN_SOCKET",
+)
 
 
 @dataclass
@@ -59,9 +63,14 @@ def table_meta(plan: TablePlan) -> TableMeta:
     from runtime.spark.types import spark_to_arrow
 
     return TableMeta(
-        name=plan.name, schema=spark_to_arrow(struct_of(plan.ddl)), kind=plan.kind,
-        primary_key=plan.primary_key, buckets=plan.buckets, bucket_key=plan.bucket_key,
-        merge_engine=plan.merge_engine, aggregations=dict(plan.aggregations),
+        name=plan.name,
+        schema=spark_to_arrow(struct_of(plan.ddl)),
+        kind=plan.kind,
+        primary_key=plan.primary_key,
+        buckets=plan.buckets,
+        bucket_key=plan.bucket_key,
+        merge_engine=plan.merge_engine,
+        aggregations=dict(plan.aggregations),
         properties={"tidehouse.fingerprint": plan.fingerprint, "tidehouse.action": plan.action},
     )
 
@@ -75,8 +84,15 @@ def quarantine_meta(name: str) -> TableMeta:
 class FlowRunner:
     """Runs one flow plan in this process's SparkSession."""
 
-    def __init__(self, project, plan: FlowPlan, *, spark=None,
-                 on_status: Callable[[dict], None] | None = None, lock: RunLock | None = None) -> None:
+    def __init__(
+        self,
+        project,
+        plan: FlowPlan,
+        *,
+        spark=None,
+        on_status: Callable[[dict], None] | None = None,
+        lock: RunLock | None = None,
+    ) -> None:
         self.project = project
         self.plan = plan
         self.spark = spark or project.spark()
@@ -130,9 +146,12 @@ class FlowRunner:
             if others and not Path(t.checkpoint).is_dir():
                 changed.append(t.name)
         if changed:
-            raise TidehouseError(ErrorCode.PLAN_CHANGED, f"flow {self.plan.flow}: the definition of "
-                                 f"{', '.join(changed)} changed since its data was built",
-                                 hint=f"rebuild with --full-refresh {' '.join(changed)}")
+            raise TidehouseError(
+                ErrorCode.PLAN_CHANGED,
+                f"flow {self.plan.flow}: the definition of "
+                f"{', '.join(changed)} changed since its data was built",
+                hint=f"rebuild with --full-refresh {' '.join(changed)}",
+            )
 
     def create_tables(self) -> None:
         for t in self.plan.tables:
@@ -148,13 +167,18 @@ class FlowRunner:
                     self.project.lake.ensure_table(self.store.get_table(name))
 
     # -- queries ----------------------------------------------------------------------------------
-    def _tidehouse_stream(self, session, table: str, columns: list[str] | None = None, *,
-                          max_rows: int | None = None):
+    def _tidehouse_stream(
+        self, session, table: str, columns: list[str] | None = None, *, max_rows: int | None = None
+    ):
         """A stream of table ``table`` of this project (its tasks read the lake below the hot log's first
         offsets); ``max_rows`` caps the rows of one micro-batch (admission control)."""
         config = self.project.config
-        reader = session.readStream.format("tidehouse").option("home", str(config.home)) \
-            .option("project", str(config.project_dir)).option("table", table)
+        reader = (
+            session.readStream.format("tidehouse")
+            .option("home", str(config.home))
+            .option("project", str(config.project_dir))
+            .option("table", table)
+        )
         if columns:
             reader = reader.option("columns", ",".join(columns))
         if max_rows:
@@ -201,8 +225,12 @@ class FlowRunner:
                 part = self._tidehouse_stream(session, inp.ref, [first]).select(F.lit(1).alias("changed"))
                 stream = part if stream is None else stream.union(part)
         fn = _guarded(BATCH_FUNCTIONS[t.strategy](ctx), ctx)
-        writer = (stream.writeStream.queryName(t.name).option("checkpointLocation", t.checkpoint)
-                  .trigger(processingTime=f"{int(round(t.trigger * 1000))} milliseconds").foreachBatch(fn))
+        writer = (
+            stream.writeStream.queryName(t.name)
+            .option("checkpointLocation", t.checkpoint)
+            .trigger(processingTime=f"{int(round(t.trigger * 1000))} milliseconds")
+            .foreachBatch(fn)
+        )
         if t.strategy == "aggregate":
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +239,11 @@ class FlowRunner:
         try:
             query = writer.start()
         except PySparkException as exc:  # refused by Spark when it starts (the plan should have known)
-            raise TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {t.name} could not start: "
-                                 f"{str(exc).splitlines()[0]}", hint="report this: `tidehouse flow plan` "
-                                 "accepted a table Spark refuses to run") from exc
+            raise TidehouseError(
+                ErrorCode.QUERY_FAILED,
+                f"the query of table {t.name} could not start: {str(exc).splitlines()[0]}",
+                hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
+            ) from exc
         finally:
             sc.setLocalProperty("spark.scheduler.pool", None)
         self.queries[t.name] = query
@@ -247,8 +277,13 @@ class FlowRunner:
         stats = self.stats[name]
         if stats.failure is not None:
             cause = stats.failure
-            return TidehouseError(cause.code, f"the query of table {name} failed: {cause.message}",
-                                  location=cause.location, hint=cause.hint, params=cause.params)
+            return TidehouseError(
+                cause.code,
+                f"the query of table {name} failed: {cause.message}",
+                location=cause.location,
+                hint=cause.hint,
+                params=cause.params,
+            )
         raised = _raised_in_spark(str(exc))  # e.g. by the tidehouse source in a Python worker
         if raised is not None:
             code, message = raised
@@ -265,9 +300,14 @@ class FlowRunner:
         self._restarts[name] = self._restarts.get(name, 0) + 1
         if self._restarts[name] > MAX_RESTARTS:
             return False
-        log.warning("restarting the query of %s after a transient failure (%d/%d): %s", name,
-                    self._restarts[name], MAX_RESTARTS, text.splitlines()[0],
-                    extra={"flow": self.plan.flow, "table": name})
+        log.warning(
+            "restarting the query of %s after a transient failure (%d/%d): %s",
+            name,
+            self._restarts[name],
+            MAX_RESTARTS,
+            text.splitlines()[0],
+            extra={"flow": self.plan.flow, "table": name},
+        )
         time.sleep(min(2 ** (self._restarts[name] - 1), 15))
         self.stats[name].error = None
         self.start_query(self.plan.table(name))
@@ -280,16 +320,18 @@ class FlowRunner:
         session = new_session(self.spark)
         writer = f"{t.writer_id}:reconcile"
         used = [(t.name, writer)] + ([(t.quarantine, f"{writer}:qe")] if t.quarantine else [])
-        seq = 1 + max((self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table))
+        seq = 1 + max(
+            (self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table)
+        )
         return recompute(ctx, session, seq, writer=writer, origin=None)
 
     def _context(self, t: TablePlan) -> QueryContext:
         """The batch functions' context of a table: one per run, shared by its query (restarts included)
         and by reconciles, so the run's figures count each row once."""
         if t.name not in self.contexts:
-            self.contexts[t.name] = QueryContext(self.store, self.root, self.plan, t, self.stats[t.name],
-                                                 history=self.history,
-                                                 pool=t.layer)
+            self.contexts[t.name] = QueryContext(
+                self.store, self.root, self.plan, t, self.stats[t.name], history=self.history, pool=t.layer
+            )
         return self.contexts[t.name]
 
     def _ends(self) -> dict[str, list[int]]:
@@ -311,8 +353,12 @@ class FlowRunner:
         except Exception as exc:  # noqa: BLE001 - status must never kill the flow, but it must be seen
             text = f"{type(exc).__name__}: {exc}"
             if text != self._status_failure:  # once per distinct failure, not every 2 s
-                log.warning("flow %s: the status snapshot failed (flow status shows the last one): %s",
-                            self.plan.flow, text, extra={"flow": self.plan.flow})
+                log.warning(
+                    "flow %s: the status snapshot failed (flow status shows the last one): %s",
+                    self.plan.flow,
+                    text,
+                    extra={"flow": self.plan.flow},
+                )
             self._status_failure = text
             return {}
         self._status_failure = None
@@ -324,8 +370,15 @@ class FlowRunner:
         return snap
 
     # -- the run ----------------------------------------------------------------------------------
-    def run(self, *, until_idle: bool = False, duration: float | None = None, full_refresh: Iterable[str] = (),
-            stop_event: threading.Event | None = None, tiering: bool = True) -> RunReport:
+    def run(
+        self,
+        *,
+        until_idle: bool = False,
+        duration: float | None = None,
+        full_refresh: Iterable[str] = (),
+        stop_event: threading.Event | None = None,
+        tiering: bool = True,
+    ) -> RunReport:
         from runtime.lake.scheduler import TieringService
 
         stop_event = stop_event or threading.Event()
@@ -354,15 +407,24 @@ class FlowRunner:
                 for name in gen:
                     self.start_query(self.plan.table(name))
                 started += gen
-                log.info("flow %s: started %s in %.1fs", self.plan.flow, ", ".join(gen), time.time() - began,
-                         extra={"flow": self.plan.flow})
+                log.info(
+                    "flow %s: started %s in %.1fs",
+                    self.plan.flow,
+                    ", ".join(gen),
+                    time.time() - began,
+                    extra={"flow": self.plan.flow},
+                )
             if until_idle:
                 self._until_idle(stop_event)
                 if self.tiering is not None and not stop_event.is_set():
                     began = time.time()
                     self.tiering.run_all_now().raise_for_errors()  # the lake must equal the hot tables
-                    log.info("flow %s: final tiering cycle in %.1fs", self.plan.flow, time.time() - began,
-                             extra={"flow": self.plan.flow})
+                    log.info(
+                        "flow %s: final tiering cycle in %.1fs",
+                        self.plan.flow,
+                        time.time() - began,
+                        extra={"flow": self.plan.flow},
+                    )
             else:
                 deadline = time.time() + duration if duration else None
                 while not stop_event.is_set():
@@ -383,10 +445,16 @@ class FlowRunner:
             self.progress.close()  # every progress event delivered: the last snapshot counts them all
             self.write_status()
             self.lock.release()
-        report = RunReport(self.plan.flow, mode, time.time() - self.started,
-                           {n: {**s.to_dict(), "late_dropped": self.progress.late_dropped(n)}
-                            for n, s in self.stats.items()},
-                           self.tiering.summary() if self.tiering else {})
+        report = RunReport(
+            self.plan.flow,
+            mode,
+            time.time() - self.started,
+            {
+                n: {**s.to_dict(), "late_dropped": self.progress.late_dropped(n)}
+                for n, s in self.stats.items()
+            },
+            self.tiering.summary() if self.tiering else {},
+        )
         return report
 
     def _has_lookups(self, name: str) -> bool:
@@ -406,20 +474,30 @@ class FlowRunner:
                     if t.strategy == "recompute":
                         self.reconcile(t)
             ends = self._ends()
-            log.info("flow %s: until-idle pass in %.1fs", self.plan.flow, time.time() - began,
-                     extra={"flow": self.plan.flow})
+            log.info(
+                "flow %s: until-idle pass in %.1fs",
+                self.plan.flow,
+                time.time() - began,
+                extra={"flow": self.plan.flow},
+            )
             if ends == previous:
                 return
             previous = ends
-        log.warning("flow %s: still moving after %d until-idle passes (is a source still growing?); stopping",
-                    self.plan.flow, MAX_IDLE_PASSES, extra={"flow": self.plan.flow})
+        log.warning(
+            "flow %s: still moving after %d until-idle passes (is a source still growing?); stopping",
+            self.plan.flow,
+            MAX_IDLE_PASSES,
+            extra={"flow": self.plan.flow},
+        )
 
     def _stop_all(self) -> None:
         for name in reversed(list(self.queries)):
             try:
                 self.queries[name].stop()
             except Exception as exc:  # stopping is best effort; checkpoints stay consistent
-                log.warning("stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name})
+                log.warning(
+                    "stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name}
+                )
         if self.tiering is not None:
             self.tiering.stop(wait=True)
 

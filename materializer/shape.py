@@ -47,10 +47,23 @@ InputKind = Literal["source", "log", "primary_key"]
 
 APPEND_ONLY: frozenset[str] = frozenset({"source", "log"})
 # logical plan nodes that need state across rows of different micro-batches
-STATEFUL_NODES = frozenset({
-    "Aggregate", "Window", "Distinct", "GlobalLimit", "LocalLimit", "Tail", "Offset", "Deduplicate",
-    "DeduplicateWithinWatermark", "Intersect", "Except", "WindowGroupLimit", "Sort",
-})
+STATEFUL_NODES = frozenset(
+    {
+        "Aggregate",
+        "Window",
+        "Distinct",
+        "GlobalLimit",
+        "LocalLimit",
+        "Tail",
+        "Offset",
+        "Deduplicate",
+        "DeduplicateWithinWatermark",
+        "Intersect",
+        "Except",
+        "WindowGroupLimit",
+        "Sort",
+    }
+)
 PASS_THROUGH = frozenset({"Project", "SubqueryAlias", "View", "EventTimeWatermark"})
 
 
@@ -66,7 +79,9 @@ class SqlShape:
     has_limit: bool = False
     identity: bool = False  # the SQL returns its one input unchanged (same columns, order and types)
     session_window: bool = False  # groups by session_window(...)
-    watermarks: tuple[tuple[str, float], ...] = ()  # (event-time column, delay in seconds) of WATERMARK clauses
+    watermarks: tuple[
+        tuple[str, float], ...
+    ] = ()  # (event-time column, delay in seconds) of WATERMARK clauses
     streaming_refusal: str = ""  # why Spark refuses the SQL as a streaming aggregation in update mode ("": it
     #                              accepts it, or it was not asked because the SQL is no aggregation candidate)
 
@@ -87,8 +102,9 @@ class Decision:
 
 
 def _refuse(table: str, why: str, fix: str, location: Location | None) -> TidehouseError:
-    return TidehouseError(ErrorCode.SHAPE_UNSUPPORTED, f"table {table} cannot be maintained: {why}",
-                          location=location, hint=fix)
+    return TidehouseError(
+        ErrorCode.SHAPE_UNSUPPORTED, f"table {table} cannot be maintained: {why}", location=location, hint=fix
+    )
 
 
 def decide(
@@ -102,58 +118,87 @@ def decide(
 ) -> Decision:
     """Pick the strategy for ``table`` or raise ``TidehouseError(SHAPE_UNSUPPORTED)``."""
     if not shape.deterministic:
-        raise _refuse(table, f"its SQL calls a non-deterministic function{shape.nondeterministic_hint}, so a "
-                      "replayed micro-batch or a re-run would give different rows than the batch result",
-                      "compute such values upstream in the source data, or derive them deterministically "
-                      "(e.g. xxhash64 of columns)", location)
+        raise _refuse(
+            table,
+            f"its SQL calls a non-deterministic function{shape.nondeterministic_hint}, so a "
+            "replayed micro-batch or a re-run would give different rows than the batch result",
+            "compute such values upstream in the source data, or derive them deterministically "
+            "(e.g. xxhash64 of columns)",
+            location,
+        )
     appends = sorted(name for name, kind in inputs if kind in APPEND_ONLY)
     lookups = sorted(name for name, kind in inputs if kind == "primary_key")
     if not inputs:
-        raise _refuse(table, "its SQL reads no input", "name the inputs the SQL reads in the action header",
-                      location)
+        raise _refuse(
+            table, "its SQL reads no input", "name the inputs the SQL reads in the action header", location
+        )
     stateful = shape.stateful
     is_pk = bool(primary_key)
     sources = sorted(name for name, kind in inputs if kind == "source")
     if sources and (stateful - {"Sort"} or len(inputs) > 1):
-        raise _refuse(table, f"it reads source {sources[0]} with SQL that is not a plain projection/filter of "
-                      "one source (sources are read as a stream of raw records, with malformed ones "
-                      "quarantined)", "ingest the source into an ODS log table first, and aggregate or join "
-                      "in a later table", location)
+        raise _refuse(
+            table,
+            f"it reads source {sources[0]} with SQL that is not a plain projection/filter of "
+            "one source (sources are read as a stream of raw records, with malformed ones "
+            "quarantined)",
+            "ingest the source into an ODS log table first, and aggregate or join in a later table",
+            location,
+        )
 
     if not is_pk:
         return _decide_log(table, shape, appends, lookups, location)
 
     if merge_engine != "last_row" and (stateful - {"Sort"} or len(appends) != 1):
-        raise _refuse(table, f"merge engine '{merge_engine}' combines the rows a stateless query writes, but "
-                      "this SQL is not stateless over one append-only input",
-                      "use merge_engine: last_row (the default), or move the aggregation into the merge "
-                      "engine and keep the SQL a plain projection", location)
+        raise _refuse(
+            table,
+            f"merge engine '{merge_engine}' combines the rows a stateless query writes, but "
+            "this SQL is not stateless over one append-only input",
+            "use merge_engine: last_row (the default), or move the aggregation into the merge "
+            "engine and keep the SQL a plain projection",
+            location,
+        )
 
     if not (stateful - {"Sort"}) and len(appends) == 1:
         how = f"stateless over {appends[0]}; upserts each micro-batch's rows"
         if lookups:
             how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
         return Decision("append", how)
-    if (shape.top == "Aggregate" and len(appends) == 1 and not lookups and stateful == {"Aggregate"}
-            and not shape.distinct_aggregate and "Join" not in shape.nodes and not shape.session_window
-            and not shape.streaming_refusal):
-        return Decision("aggregate", f"streaming aggregation over {appends[0]} (output mode update), "
-                                     "changed groups upserted per micro-batch")
+    if (
+        shape.top == "Aggregate"
+        and len(appends) == 1
+        and not lookups
+        and stateful == {"Aggregate"}
+        and not shape.distinct_aggregate
+        and "Join" not in shape.nodes
+        and not shape.session_window
+        and not shape.streaming_refusal
+    ):
+        return Decision(
+            "aggregate",
+            f"streaming aggregation over {appends[0]} (output mode update), "
+            "changed groups upserted per micro-batch",
+        )
     if not (stateful - {"Sort"}) and len(lookups) == 1 and not appends and "Join" not in shape.nodes:
-        return Decision("changelog", f"follows the changelog of {lookups[0]}: before-images delete, "
-                                     "after-images upsert")
+        return Decision(
+            "changelog", f"follows the changelog of {lookups[0]}: before-images delete, after-images upsert"
+        )
     why = []
     if shape.session_window:
-        why.append("session window (Spark cannot update a session in place: no streaming aggregation in "
-                   "update mode)")
+        why.append(
+            "session window (Spark cannot update a session in place: no streaming aggregation in update mode)"
+        )
     elif shape.streaming_refusal:
         why.append(f"Spark refuses it as a streaming aggregation in update mode ({shape.streaming_refusal})")
     if shape.distinct_aggregate:
         why.append("DISTINCT aggregate")
     if "Aggregate" in stateful and shape.top != "Aggregate":
         why.append("filter or join over an aggregation")
-    for node, label in (("Window", "window function"), ("GlobalLimit", "LIMIT / top-N"),
-                        ("Distinct", "DISTINCT"), ("Join", "join")):
+    for node, label in (
+        ("Window", "window function"),
+        ("GlobalLimit", "LIMIT / top-N"),
+        ("Distinct", "DISTINCT"),
+        ("Join", "join"),
+    ):
         if node in shape.nodes:
             why.append(label)
     if lookups and "Aggregate" in stateful:
@@ -161,45 +206,73 @@ def decide(
     if len(appends) + len(lookups) > 1:
         why.append(f"{len(inputs)} inputs")
     detail = ", ".join(dict.fromkeys(why)) or "not incrementally maintainable"
-    return Decision("recompute", f"{detail}: re-evaluated over the current state of its inputs when they "
-                                 "change, difference written (O(input) per micro-batch)")
+    return Decision(
+        "recompute",
+        f"{detail}: re-evaluated over the current state of its inputs when they "
+        "change, difference written (O(input) per micro-batch)",
+    )
 
 
-def _decide_log(table: str, shape: SqlShape, appends: list[str], lookups: list[str],
-                location: Location | None) -> Decision:
+def _decide_log(
+    table: str, shape: SqlShape, appends: list[str], lookups: list[str], location: Location | None
+) -> Decision:
     stateful = shape.stateful
     if not appends:
-        raise _refuse(table, f"it is a log table (append-only) but reads only primary-key tables "
-                      f"({', '.join(lookups)}), whose rows change and disappear",
-                      "declare a primary_key for this table", location)
+        raise _refuse(
+            table,
+            f"it is a log table (append-only) but reads only primary-key tables "
+            f"({', '.join(lookups)}), whose rows change and disappear",
+            "declare a primary_key for this table",
+            location,
+        )
     if len(appends) > 1:
-        raise _refuse(table, f"it reads several append-only inputs ({', '.join(appends)}); joining or "
-                      "merging two streams into a log table is not supported",
-                      "make all but one input a primary-key table (read as a lookup), or declare a "
-                      "primary_key for this table", location)
+        raise _refuse(
+            table,
+            f"it reads several append-only inputs ({', '.join(appends)}); joining or "
+            "merging two streams into a log table is not supported",
+            "make all but one input a primary-key table (read as a lookup), or declare a "
+            "primary_key for this table",
+            location,
+        )
     if shape.sort_only:
-        raise _refuse(table, "ORDER BY without LIMIT has no meaning for a log table (rows arrive in micro-"
-                      "batches and are never re-sorted)", "drop the ORDER BY; sort when you query the table",
-                      location)
+        raise _refuse(
+            table,
+            "ORDER BY without LIMIT has no meaning for a log table (rows arrive in micro-"
+            "batches and are never re-sorted)",
+            "drop the ORDER BY; sort when you query the table",
+            location,
+        )
     if {"Aggregate", "Distinct"} & stateful:
-        raise _refuse(table, "it aggregates into a log table, which is append-only and cannot correct a "
-                      "group's earlier result", "declare primary_key: [<the GROUP BY columns>]", location)
+        raise _refuse(
+            table,
+            "it aggregates into a log table, which is append-only and cannot correct a "
+            "group's earlier result",
+            "declare primary_key: [<the GROUP BY columns>]",
+            location,
+        )
     if {"GlobalLimit", "LocalLimit", "Tail", "Offset"} & stateful:
-        raise _refuse(table, "LIMIT into a log table would keep the first rows that ever arrived, not the "
-                      "batch result", "declare a primary_key so the table holds the current top rows",
-                      location)
+        raise _refuse(
+            table,
+            "LIMIT into a log table would keep the first rows that ever arrived, not the batch result",
+            "declare a primary_key so the table holds the current top rows",
+            location,
+        )
     if stateful:
-        raise _refuse(table, f"{', '.join(sorted(stateful))} needs rows from several micro-batches at once",
-                      "declare a primary_key for this table (it is then recomputed as inputs change)",
-                      location)
+        raise _refuse(
+            table,
+            f"{', '.join(sorted(stateful))} needs rows from several micro-batches at once",
+            "declare a primary_key for this table (it is then recomputed as inputs change)",
+            location,
+        )
     how = f"stateless over {appends[0]}; appends each micro-batch's rows"
     if lookups:
         how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
     return Decision("append", how)
 
 
-def batch_exceptions(strategy: str, shape: SqlShape,
-                     inputs: Sequence[tuple[str, InputKind]]) -> tuple[BatchException, ...]:
+def batch_exceptions(
+    strategy: str, shape: SqlShape, inputs: Sequence[tuple[str, InputKind]]
+) -> tuple[BatchException, ...]:
     """How a table kept by ``strategy`` can differ from its SQL's batch result, by design (``inputs`` are
     ``(table or source, kind)``).
 
@@ -211,13 +284,21 @@ def batch_exceptions(strategy: str, shape: SqlShape,
     out = []
     lookups = sorted(name for name, kind in inputs if kind == "primary_key")
     if strategy == "append" and lookups:
-        out.append(BatchException(
-            "lookup", f"processing-time lookups of {', '.join(lookups)}: each row keeps the values they had when "
-                      "it was processed; a later change to them does not update it (a batch run joins the "
-                      "latest values)"))
+        out.append(
+            BatchException(
+                "lookup",
+                f"processing-time lookups of {', '.join(lookups)}: each row keeps the values they had when "
+                "it was processed; a later change to them does not update it (a batch run joins the "
+                "latest values)",
+            )
+        )
     if strategy == "aggregate" and shape.watermarks:
         marks = ", ".join(f"{column} - {format_duration(delay)}" for column, delay in shape.watermarks)
-        out.append(BatchException(
-            "watermark", f"rows later than the watermark ({marks}) are dropped, and counted as late_dropped in "
-                         "`tidehouse flow status`; a batch run counts them"))
+        out.append(
+            BatchException(
+                "watermark",
+                f"rows later than the watermark ({marks}) are dropped, and counted as late_dropped in "
+                "`tidehouse flow status`; a batch run counts them",
+            )
+        )
     return tuple(out)

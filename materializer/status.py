@@ -106,9 +106,14 @@ def batch_seconds(stats, spark_seconds: dict[str, float]) -> dict[str, float]:
     """Seconds per phase over the run: Spark's (plan, commit, total) and the batch functions' (read, sql, write)."""
     with stats.lock:
         ours = dict(stats.phase_seconds)
-    return {"plan": spark_seconds.get("plan", 0.0), "read": round(ours.get("read", 0.0), 6),
-            "sql": round(ours.get("sql", 0.0), 6), "write": round(ours.get("write", 0.0), 6),
-            "commit": spark_seconds.get("commit", 0.0), "total": spark_seconds.get("total", 0.0)}
+    return {
+        "plan": spark_seconds.get("plan", 0.0),
+        "read": round(ours.get("read", 0.0), 6),
+        "sql": round(ours.get("sql", 0.0), 6),
+        "write": round(ours.get("write", 0.0), 6),
+        "commit": spark_seconds.get("commit", 0.0),
+        "total": spark_seconds.get("total", 0.0),
+    }
 
 
 def tiering_figures(service) -> dict[str, dict[str, Any]]:
@@ -121,7 +126,9 @@ def tiering_figures(service) -> dict[str, dict[str, Any]]:
 
 def table_figures(store, lake, table: str, quarantine: str | None) -> dict[str, Any]:
     row = {"table": table, **hot_figures(store, table)}
-    row["quarantined"] = sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
+    row["quarantined"] = (
+        sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
+    )
     if lake is not None and store.has_table(table):
         row.update(lake_figures(store, lake, table))
     return row
@@ -144,22 +151,38 @@ def run_snapshot(runner) -> dict[str, Any]:
         row = table_figures(runner.store, lake, t.name, t.quarantine)
         if lake_error:
             row["lake_error"] = lake_error
-        row.update({
-            "layer": t.layer, "strategy": t.strategy, "state": state,
-            "rows_per_s": runner.rates.rate(t.name, row["hot_rows"], now),
-            "batches": stats.batches, "rows_in": stats.rows_in, "rows_written": stats.rows_out,
-            "last_batch_id": stats.last_batch_id,
-            "last_batch_time": stats.last_batch_time, "last_batch_seconds": stats.last_batch_seconds,
-            "spark_batches": runner.progress.batches(t.name),
-            "batch_seconds": batch_seconds(stats, runner.progress.seconds(t.name)),
-            "dropped": stats.dropped, "expectations": dict(stats.expectations), "error": stats.error,
-            "late_dropped": runner.progress.late_dropped(t.name),
-        })
+        row.update(
+            {
+                "layer": t.layer,
+                "strategy": t.strategy,
+                "state": state,
+                "rows_per_s": runner.rates.rate(t.name, row["hot_rows"], now),
+                "batches": stats.batches,
+                "rows_in": stats.rows_in,
+                "rows_written": stats.rows_out,
+                "last_batch_id": stats.last_batch_id,
+                "last_batch_time": stats.last_batch_time,
+                "last_batch_seconds": stats.last_batch_seconds,
+                "spark_batches": runner.progress.batches(t.name),
+                "batch_seconds": batch_seconds(stats, runner.progress.seconds(t.name)),
+                "dropped": stats.dropped,
+                "expectations": dict(stats.expectations),
+                "error": stats.error,
+                "late_dropped": runner.progress.late_dropped(t.name),
+            }
+        )
         row.update(freshness(row, t.freshness))
         tables.append(row)
-    return {"flow": runner.plan.flow, "version": runner.plan.version, "state": runner.state, "pid": _pid(),
-            "started_at": runner.started, "updated_at": now, "tables": tables,
-            "tiering": tiering_figures(runner.tiering)}
+    return {
+        "flow": runner.plan.flow,
+        "version": runner.plan.version,
+        "state": runner.state,
+        "pid": _pid(),
+        "started_at": runner.started,
+        "updated_at": now,
+        "tables": tables,
+        "tiering": tiering_figures(runner.tiering),
+    }
 
 
 def open_lake(project) -> tuple[Any, str | None]:
@@ -198,21 +221,43 @@ def flow_status(project, name: str) -> dict[str, Any]:
         quarantine = last.get(table, {}).get("quarantine") or _quarantine_of(store, table)
         row = {"table": table, "layer": table.split(".", 1)[0]}
         prev = last.get(table, {})
-        for key in ("strategy", "rows_per_s", "batches", "rows_in", "rows_written", "last_batch_id", "last_batch_time",
-                    "last_batch_seconds", "spark_batches", "batch_seconds", "dropped", "expectations", "error",
-                    "late_dropped"):
+        for key in (
+            "strategy",
+            "rows_per_s",
+            "batches",
+            "rows_in",
+            "rows_written",
+            "last_batch_id",
+            "last_batch_time",
+            "last_batch_seconds",
+            "spark_batches",
+            "batch_seconds",
+            "dropped",
+            "expectations",
+            "error",
+            "late_dropped",
+        ):
             row[key] = prev.get(key)
-        row["state"] = prev.get("state", "never run") if running else (
-            "failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
+        row["state"] = (
+            prev.get("state", "never run")
+            if running
+            else ("failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
+        )
         row["rows_per_s"] = row["rows_per_s"] if running else 0.0
         row.update(table_figures(store, lake, table, quarantine))
         if lake_error:
             row["lake_error"] = lake_error
         row.update(freshness(row, version.spec.freshness_of(table)))
         tables.append(row)
-    out = {"flow": name, "version": version.version, "running": running,
-           "state": snap.get("state") if running else ("stopped" if snap else "never run"),
-           "updated_at": snap.get("updated_at"), "tables": tables, "tiering": snap.get("tiering", {})}
+    out = {
+        "flow": name,
+        "version": version.version,
+        "running": running,
+        "state": snap.get("state") if running else ("stopped" if snap else "never run"),
+        "updated_at": snap.get("updated_at"),
+        "tables": tables,
+        "tiering": snap.get("tiering", {}),
+    }
     if "snapshot_error" in snap:
         out["snapshot_error"] = snap["snapshot_error"]
     return out

@@ -69,8 +69,16 @@ class TableStats:
 class QueryContext:
     """What a query's batch function needs: the store, the plan, the stats sink."""
 
-    def __init__(self, store: TableStore, root: str, plan: FlowPlan, table: TablePlan, stats: TableStats,
-                 pool: str, history: TableHistory | None = None) -> None:
+    def __init__(
+        self,
+        store: TableStore,
+        root: str,
+        plan: FlowPlan,
+        table: TablePlan,
+        stats: TableStats,
+        pool: str,
+        history: TableHistory | None = None,
+    ) -> None:
         self.store = store
         self.history = history or TableHistory(store, None)  # reads that may need what retention deleted
         self.root = root
@@ -92,8 +100,10 @@ def conform_to(data: pa.Table, ddl: str) -> pa.Table:
     target = spark_to_arrow(struct_of(ddl))
     if not len(target):
         return data
-    cols = [data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
-            for f in target]
+    cols = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in target
+    ]
     return pa.Table.from_arrays(cols, schema=target)
 
 
@@ -109,7 +119,9 @@ def bind_lookups(ctx: QueryContext, session, inputs: list[Input]) -> None:
     first offsets, then the hot log: retention never hides rows from a recompute)."""
     for inp in inputs:
         user = [f.name for f in struct_of(inp.ddl).fields]
-        data = ctx.store.scan(inp.ref) if inp.kind == "primary_key" else ctx.history.rows(inp.ref, columns=user)
+        data = (
+            ctx.store.scan(inp.ref) if inp.kind == "primary_key" else ctx.history.rows(inp.ref, columns=user)
+        )
         local_df(session, data, inp.ddl).createOrReplaceTempView(inp.name)
 
 
@@ -130,8 +142,10 @@ def read_batch(ctx: QueryContext, inp: Input, batch_id: int) -> pa.Table | None:
     for bucket, end in sorted(ends.items(), key=lambda item: int(item[0])):
         start = int(starts.get(bucket, 0))
         if int(end) > start:  # below the hot log's first offset (retention): from the lake
-            parts.extend(pa.Table.from_batches([b]) for b in
-                         ctx.history.read(inp.ref, int(bucket), start, int(end), columns=user))
+            parts.extend(
+                pa.Table.from_batches([b])
+                for b in ctx.history.read(inp.ref, int(bucket), start, int(end), columns=user)
+            )
     return pa.concat_tables(parts) if parts else None
 
 
@@ -140,7 +154,9 @@ def behind_retention(ctx: QueryContext, inp: Input, batch_id: int) -> bool:
     behind retention): a primary-key input's changelog there is gone (the lake keeps state, not changes)."""
     starts, ends = batch_ranges(ctx.table.checkpoint, batch_id).get(inp.ref, ({}, {}))
     firsts = ctx.store.start_offsets(inp.ref)
-    return any(int(starts.get(b, 0)) < firsts[int(b)] and int(e) > int(starts.get(b, 0)) for b, e in ends.items())
+    return any(
+        int(starts.get(b, 0)) < firsts[int(b)] and int(e) > int(starts.get(b, 0)) for b, e in ends.items()
+    )
 
 
 @timed("sql")
@@ -181,13 +197,20 @@ def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.
     n = len(raw)
     reasons = reason if isinstance(reason, list) else [reason] * n
     now = pa.array([int(time.time() * 1_000_000)] * n, pa.int64()).cast(TS_TYPE)
-    return pa.table({"raw": pa.array(raw, pa.string()), "reason": pa.array(reasons, pa.string()),
-                     "source": pa.array([source] * n, pa.string()), "quarantined_at": now})
+    return pa.table(
+        {
+            "raw": pa.array(raw, pa.string()),
+            "reason": pa.array(reasons, pa.string()),
+            "source": pa.array([source] * n, pa.string()),
+            "quarantined_at": now,
+        }
+    )
 
 
 @timed("write")
-def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *,
-                     writer: str | None = None) -> None:
+def write_quarantine(
+    ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *, writer: str | None = None
+) -> None:
     """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer,
     derived from the writer of the table's data (``writer``, default the query's): one batch can quarantine
     malformed records, rows lacking a required column and expectation violators, and a second write under
@@ -195,8 +218,9 @@ def write_quarantine(ctx: QueryContext, rows: pa.Table, batch_id: int, part: str
     sequence, must never advance the sequence of the query's quarantine writer."""
     if rows.num_rows == 0 or not ctx.table.quarantine:
         return
-    result = ctx.store.write(ctx.table.quarantine, rows, writer=f"{writer or ctx.table.writer_id}:{part}",
-                             seq=int(batch_id))
+    result = ctx.store.write(
+        ctx.table.quarantine, rows, writer=f"{writer or ctx.table.writer_id}:{part}", seq=int(batch_id)
+    )
     with ctx.stats.lock:
         ctx.stats.quarantined += result.rows
 
@@ -212,8 +236,15 @@ def already_quarantined(ctx: QueryContext) -> set[str]:
 
 
 @timed("sql")
-def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int, *, writer: str | None = None,
-                       whole_result: bool = False) -> tuple[pa.Table, pa.Table]:
+def apply_expectations(
+    ctx: QueryContext,
+    session,
+    out: pa.Table,
+    batch_id: int,
+    *,
+    writer: str | None = None,
+    whole_result: bool = False,
+) -> tuple[pa.Table, pa.Table]:
     """Split output rows into (kept, violating); quarantine/count the violators, or fail the flow.
 
     ``whole_result``: ``out`` is the table's whole result (``recompute``), which holds the violators found by
@@ -224,8 +255,9 @@ def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int,
     if not expect or out.num_rows == 0:
         return out, out.slice(0, 0)
     df = local_df(session, out, ctx.table.ddl)
-    checks = df.selectExpr(*[f"coalesce(CAST(({e.condition}) AS BOOLEAN), false) AS `e{i}`"
-                             for i, e in enumerate(expect)]).toArrow()
+    checks = df.selectExpr(
+        *[f"coalesce(CAST(({e.condition}) AS BOOLEAN), false) AS `e{i}`" for i, e in enumerate(expect)]
+    ).toArrow()
     failed = [pc.invert(checks.column(f"e{i}").combine_chunks()) for i in range(len(expect))]
     bad = failed[0]
     for mask in failed[1:]:
@@ -248,9 +280,13 @@ def apply_expectations(ctx: QueryContext, session, out: pa.Table, batch_id: int,
             with ctx.stats.lock:
                 ctx.stats.expectations[e.name] = ctx.stats.expectations.get(e.name, 0) + count
         if e.on_violation == "fail" and pc.any(mask).as_py():
-            raise TidehouseError(ErrorCode.QUERY_FAILED, f"table {ctx.table.name}: {pc.sum(mask.cast(pa.int64()))}"
-                                 f" row(s) violate expectation '{e.name}' ({e.condition}), which is set to fail "
-                                 "the flow", hint="fix the input, or set on_violation: drop or quarantine")
+            raise TidehouseError(
+                ErrorCode.QUERY_FAILED,
+                f"table {ctx.table.name}: {pc.sum(mask.cast(pa.int64()))}"
+                f" row(s) violate expectation '{e.name}' ({e.condition}), which is set to fail "
+                "the flow",
+                hint="fix the input, or set on_violation: drop or quarantine",
+            )
         for j, flag in enumerate(mask.to_pylist()):
             if flag and reasons[j] is None:
                 reasons[j] = f"expectation {e.name} failed: {e.condition}"
@@ -275,8 +311,9 @@ def _write(ctx: QueryContext, data: pa.Table, batch_id: int, origin: float | Non
     if data.num_rows == 0:
         return
     prepared = prepare(ctx.store, ctx.table.name, data)
-    ctx.store.write(ctx.table.name, prepared, writer=writer or ctx.table.writer_id, seq=int(batch_id),
-                    origin_ts=origin)
+    ctx.store.write(
+        ctx.table.name, prepared, writer=writer or ctx.table.writer_id, seq=int(batch_id), origin_ts=origin
+    )
 
 
 def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: int) -> pa.Table:
@@ -288,8 +325,11 @@ def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: in
         parts.append(keys_table(meta.schema, violators, ctx.table.primary_key, DELETE))
     if kept.num_rows:
         parts.append(keys_table(meta.schema, kept, ctx.table.primary_key, UPDATE_AFTER))
-    return pa.concat_tables(parts) if parts else keys_table(meta.schema, out.slice(0, 0), ctx.table.primary_key,
-                                                            UPDATE_AFTER)
+    return (
+        pa.concat_tables(parts)
+        if parts
+        else keys_table(meta.schema, out.slice(0, 0), ctx.table.primary_key, UPDATE_AFTER)
+    )
 
 
 def _quarantine_missing(ctx: QueryContext, source: SourcePlan, data: pa.Table, batch_id: int) -> pa.Table:
@@ -306,13 +346,24 @@ def _quarantine_missing(ctx: QueryContext, source: SourcePlan, data: pa.Table, b
     if not bad.num_rows:
         return data
     user = [c for c in bad.column_names if c != CORRUPT and not is_system_column(c)]
-    absent = [[c for c, m in zip(required, flags) if m] for flags in
-              zip(*[m.filter(mask).to_pylist() for m in missing])]
-    write_quarantine(ctx, quarantine_rows(
-        [json.dumps(r, default=str, sort_keys=True) for r in bad.select(user).to_pylist()],
-        [f"{source.format} record lacks required column(s) {', '.join(a)} (declared NOT NULL in the "
-         f"source schema; a renamed or dropped field?)" for a in absent], source.name),
-        batch_id, part="qn")
+    absent = [
+        [c for c, m in zip(required, flags) if m]
+        for flags in zip(*[m.filter(mask).to_pylist() for m in missing])
+    ]
+    write_quarantine(
+        ctx,
+        quarantine_rows(
+            [json.dumps(r, default=str, sort_keys=True) for r in bad.select(user).to_pylist()],
+            [
+                f"{source.format} record lacks required column(s) {', '.join(a)} (declared NOT NULL in the "
+                f"source schema; a renamed or dropped field?)"
+                for a in absent
+            ],
+            source.name,
+        ),
+        batch_id,
+        part="qn",
+    )
     return data.filter(pc.invert(mask))
 
 
@@ -335,10 +386,15 @@ def append_batch(ctx: QueryContext) -> Callable:
                 corrupt = pc.is_valid(data.column(CORRUPT))
                 bad = data.filter(corrupt)
                 if bad.num_rows:
-                    write_quarantine(ctx, quarantine_rows(
-                        bad.column(CORRUPT).to_pylist(),
-                        f"malformed {source.format} record: does not parse with the source schema", source.name),
-                        batch_id)
+                    write_quarantine(
+                        ctx,
+                        quarantine_rows(
+                            bad.column(CORRUPT).to_pylist(),
+                            f"malformed {source.format} record: does not parse with the source schema",
+                            source.name,
+                        ),
+                        batch_id,
+                    )
                 data = data.filter(pc.invert(corrupt))
             data = _quarantine_missing(ctx, source, data, batch_id)
             origin = None
@@ -467,12 +523,16 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
     try:
         con.register("new_rows", new)
         con.register("old_rows", old)
-        dup = con.execute(f"SELECT {key}, count(*) FROM new_rows GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
-                          ).fetchall()
+        dup = con.execute(
+            f"SELECT {key}, count(*) FROM new_rows GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
+        ).fetchall()
         if dup:
-            raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, f"table {table.name}: the SQL of "
-                                 f"{table.action} yields several rows for primary key {dup[0][:-1]}",
-                                 hint="make the primary key the columns that identify one output row")
+            raise TidehouseError(
+                ErrorCode.PRIMARY_KEY_INVALID,
+                f"table {table.name}: the SQL of "
+                f"{table.action} yields several rows for primary key {dup[0][:-1]}",
+                hint="make the primary key the columns that identify one output row",
+            )
         upserts = con.sql("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
         deletes = con.sql(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
     finally:

@@ -117,16 +117,42 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
             for name, value in phases.items():
                 stats.phase_seconds[name] = stats.phase_seconds.get(name, 0.0) + value
             stats.last_batch_id = int(batch_id)
-            rows_in, rows_out, quarantined = (stats.rows_in - before[0], stats.rows_out - before[1],
-                                              stats.quarantined - before[2])
+            rows_in, rows_out, quarantined = (
+                stats.rows_in - before[0],
+                stats.rows_out - before[1],
+                stats.quarantined - before[2],
+            )
         fields = batch_fields(ctx, batch_id)
         if failed is not None:
             first = str(failed).splitlines()[0] if str(failed) else ""
-            log.error("batch %d of %s failed after %.3fs: %s: %s", batch_id, ctx.table.name, seconds,
-                      type(failed).__name__, first, extra=fields)
+            log.error(
+                "batch %d of %s failed after %.3fs: %s: %s",
+                batch_id,
+                ctx.table.name,
+                seconds,
+                type(failed).__name__,
+                first,
+                extra=fields,
+            )
         elif log.isEnabledFor(logging.DEBUG):
-            fields.update(rows_in=rows_in, rows_out=rows_out, quarantined=quarantined, seconds=round(seconds, 6),
-                          **{f"{name}_s": round(phases.get(name, 0.0), 6) for name in PHASES})
-            log.debug("batch %d of %s: %d rows in, %d out, %d quarantined in %.3fs (read %.3fs, sql %.3fs, "
-                      "write %.3fs)", batch_id, ctx.table.name, rows_in, rows_out, quarantined, seconds,
-                      phases.get("read", 0.0), phases.get("sql", 0.0), phases.get("write", 0.0), extra=fields)
+            fields.update(
+                rows_in=rows_in,
+                rows_out=rows_out,
+                quarantined=quarantined,
+                seconds=round(seconds, 6),
+                **{f"{name}_s": round(phases.get(name, 0.0), 6) for name in PHASES},
+            )
+            log.debug(
+                "batch %d of %s: %d rows in, %d out, %d quarantined in %.3fs (read %.3fs, sql %.3fs, "
+                "write %.3fs)",
+                batch_id,
+                ctx.table.name,
+                rows_in,
+                rows_out,
+                quarantined,
+                seconds,
+                phases.get("read", 0.0),
+                phases.get("sql", 0.0),
+                phases.get("write", 0.0),
+                extra=fields,
+            )

@@ -21,7 +21,9 @@ import networkx as nx
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 SOURCE_PREFIX = "source:"
-LocationOf = Callable[[str], Location]  # a dotted YAML path ("layers.dwd.clicks.inputs.events") -> where it is
+LocationOf = Callable[
+    [str], Location
+]  # a dotted YAML path ("layers.dwd.clicks.inputs.events") -> where it is
 
 
 def source_node(name: str) -> str:
@@ -55,18 +57,28 @@ class FlowGraph:
         and their inputs, so that a cycle through them is found too. ``check`` raises the first cycle.
         """
         source_names = set(sources)
-        edges = [(source_node(ref) if ref in source_names and "." not in ref else ref, table, relation)
-                 for table in sorted(tables) for relation, ref in sorted(tables[table].items())]
-        context_edges = [(ref, table) for table, inputs in (context or {}).items() for ref in inputs.values()
-                         if "." in ref]
+        edges = [
+            (source_node(ref) if ref in source_names and "." not in ref else ref, table, relation)
+            for table in sorted(tables)
+            for relation, ref in sorted(tables[table].items())
+        ]
+        context_edges = [
+            (ref, table) for table, inputs in (context or {}).items() for ref in inputs.values() if "." in ref
+        ]
         dag = cls.from_edges(tables, edges, sources=source_names, context=context_edges)
         if check:
             dag.check_acyclic(location_of)
         return dag
 
     @classmethod
-    def from_edges(cls, tables: Iterable[str], edges: Iterable[tuple[str, str, str]], *, sources: Iterable[str] = (),
-                   context: Iterable[tuple[str, str]] = ()) -> FlowGraph:
+    def from_edges(
+        cls,
+        tables: Iterable[str],
+        edges: Iterable[tuple[str, str, str]],
+        *,
+        sources: Iterable[str] = (),
+        context: Iterable[tuple[str, str]] = (),
+    ) -> FlowGraph:
         """The graph of ``edges`` ``(upstream node, table, relation)``, as :meth:`edges` returns them (and a
         plan keeps them); ``context`` edges ``(upstream, table)`` belong to other flows."""
         dag = cls()
@@ -103,10 +115,14 @@ class FlowGraph:
             a, b = next(((x, y) for x, y in cycle if self.relation(x, y) is not None), cycle[0])
             relation = self.relation(a, b)
             where = f"layers.{b}.inputs.{relation}" if relation is not None else f"layers.{b}"
-            errors.append(TidehouseError(
-                ErrorCode.FLOW_CYCLE, "cycle: " + " --> ".join(nodes),
-                location=node_location(location_of, where, prefixed=True),
-                hint="a table cannot depend on itself, directly or through other tables"))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.FLOW_CYCLE,
+                    "cycle: " + " --> ".join(nodes),
+                    location=node_location(location_of, where, prefixed=True),
+                    hint="a table cannot depend on itself, directly or through other tables",
+                )
+            )
         return errors
 
     def check_acyclic(self, location_of: LocationOf | None = None) -> None:
@@ -151,15 +167,20 @@ class FlowGraph:
         wanted: set[str] = set()
         for node in nodes:
             if node not in self.graph:
-                raise TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"the flow has no table '{node}'",
-                                     hint="name a table of the flow as layer.name")
+                raise TidehouseError(
+                    ErrorCode.INPUT_UNKNOWN_TABLE,
+                    f"the flow has no table '{node}'",
+                    hint="name a table of the flow as layer.name",
+                )
             wanted.add(node)
             wanted |= nx.descendants(self.graph, node)
         return [n for n in self.order() if n in wanted and self.kind(n) == "table"]
 
     def edges(self) -> list[tuple[str, str, str]]:
         """``(upstream, table, relation)`` of this flow's edges, sorted, for rendering and for a plan."""
-        return sorted((a, b, d["relation"]) for a, b, d in self.graph.edges(data=True) if d["relation"] is not None)
+        return sorted(
+            (a, b, d["relation"]) for a, b, d in self.graph.edges(data=True) if d["relation"] is not None
+        )
 
 
 def node_location(location_of: LocationOf | None, node: str, *, prefixed: bool = False) -> Location | None:

@@ -94,7 +94,9 @@ def action_files(paths: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             out.append(path)
         else:
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "no such file or folder", location=Location(str(path)))
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE, "no such file or folder", location=Location(str(path))
+            )
     return out
 
 
@@ -142,8 +144,9 @@ class Registry:
         self.store.close()
 
     # -- actions -----------------------------------------------------------------------------------
-    def register_action(self, path_or_text: str | Path, *, path: str | None = None,
-                        checks: SpecChecks | None = None) -> ActionVersion:
+    def register_action(
+        self, path_or_text: str | Path, *, path: str | None = None, checks: SpecChecks | None = None
+    ) -> ActionVersion:
         """Register one action from a file, or from its text (anything containing ``/*---``)."""
         if isinstance(path_or_text, str) and "/*---" in path_or_text:
             text, where = path_or_text, path or "<string>"
@@ -155,8 +158,12 @@ class Registry:
             TidehouseErrors.raise_if_any(checks.check_actions([spec]))
         return self._store_action(spec, text)
 
-    def register_actions(self, paths: Sequence[str | Path], *, checks: SpecChecks | None = None,
-                         ) -> list[ActionVersion]:
+    def register_actions(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        checks: SpecChecks | None = None,
+    ) -> list[ActionVersion]:
         """Register action files and folders. Every file is parsed (and given to ``checks``) first: any error
         registers nothing."""
         parsed: list[tuple[ActionSpec, str]] = []
@@ -173,9 +180,14 @@ class Registry:
                 errors.append(exc)
                 continue
             if spec.name in first_file:
-                errors.append(TidehouseError(
-                    ErrorCode.ACTION_DUPLICATE, f"action '{spec.name}' is also defined in {first_file[spec.name]}",
-                    location=Location(str(file), path="name"), hint="give each action its own name"))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.ACTION_DUPLICATE,
+                        f"action '{spec.name}' is also defined in {first_file[spec.name]}",
+                        location=Location(str(file), path="name"),
+                        hint="give each action its own name",
+                    )
+                )
                 continue
             first_file[spec.name] = str(file)
             parsed.append((spec, text))
@@ -203,9 +215,17 @@ class Registry:
     def _action_version(self, stored: StoredVersion, spec: ActionSpec | None = None) -> ActionVersion:
         if spec is not None:
             self._specs.setdefault(("action", stored.name, stored.version), spec)
-        return ActionVersion(name=stored.name, version=stored.version, spec=spec or self._action_spec(stored),
-                             content_hash=stored.content_hash, created_at=stored.created_at, text=stored.text,
-                             path=stored.path, unchanged=not stored.created, version_count=stored.version_count)
+        return ActionVersion(
+            name=stored.name,
+            version=stored.version,
+            spec=spec or self._action_spec(stored),
+            content_hash=stored.content_hash,
+            created_at=stored.created_at,
+            text=stored.text,
+            path=stored.path,
+            unchanged=not stored.created,
+            version_count=stored.version_count,
+        )
 
     _UNKNOWN = {
         "action": (ErrorCode.ACTION_UNKNOWN, ErrorCode.ACTION_VERSION_UNKNOWN),
@@ -221,11 +241,17 @@ class Registry:
         unknown_name, unknown_version = self._UNKNOWN[kind]
         if version is not None and self.store.get(kind, name) is not None:
             versions = ", ".join(str(v.version) for v in self.store.versions(kind, name))
-            raise TidehouseError(unknown_version, f"{kind} '{name}' has no version {version}",
-                                 hint=f"registered versions: {versions}")
+            raise TidehouseError(
+                unknown_version,
+                f"{kind} '{name}' has no version {version}",
+                hint=f"registered versions: {versions}",
+            )
         names = [v.name for v in self.store.latest(kind)]
-        raise TidehouseError(unknown_name, f"unknown {kind} '{name}'",
-                             hint=did_you_mean(name, names) or f"see `tidehouse {kind} list`")
+        raise TidehouseError(
+            unknown_name,
+            f"unknown {kind} '{name}'",
+            hint=did_you_mean(name, names) or f"see `tidehouse {kind} list`",
+        )
 
     def get_action(self, name: str, version: int | None = None) -> ActionVersion:
         """An action version (the latest when ``version`` is None); unknown ones raise with a 'did you mean'."""
@@ -253,17 +279,30 @@ class Registry:
         return self._parsed("flow", stored, parse_flow_text)
 
     def _flow_version(self, stored: StoredVersion, spec: FlowSpec | None = None) -> FlowVersion:
-        return FlowVersion(name=stored.name, version=stored.version, spec=spec or self._flow_spec(stored),
-                           pins=dict(stored.pins), source_text=stored.text, path=stored.path,
-                           created_at=stored.created_at, content_hash=stored.content_hash,
-                           unchanged=not stored.created, version_count=stored.version_count)
+        return FlowVersion(
+            name=stored.name,
+            version=stored.version,
+            spec=spec or self._flow_spec(stored),
+            pins=dict(stored.pins),
+            source_text=stored.text,
+            path=stored.path,
+            created_at=stored.created_at,
+            content_hash=stored.content_hash,
+            unchanged=not stored.created,
+            version_count=stored.version_count,
+        )
 
     def other_flows(self, except_name: str | None = None) -> dict[str, FlowSpec]:
         """The latest spec of every registered flow (but ``except_name``), to check tables across flows."""
         return {s.name: self._flow_spec(s) for s in self.store.latest("flow") if s.name != except_name}
 
-    def check_flow(self, spec: FlowSpec, *, local_actions: Iterable[ActionSpec] = (),
-                   pins: Mapping[str, str] | None = None) -> FlowCheck:
+    def check_flow(
+        self,
+        spec: FlowSpec,
+        *,
+        local_actions: Iterable[ActionSpec] = (),
+        pins: Mapping[str, str] | None = None,
+    ) -> FlowCheck:
         """All semantic problems of a parsed flow (not raised) and the action each table resolves to."""
         return validate_flow_spec(spec, self.catalog(local_actions), self.other_flows(spec.flow), pins)
 
@@ -275,23 +314,31 @@ class Registry:
             TidehouseErrors.raise_if_any(checks.check_flow(spec, check.resolved))
         return check
 
-    def validate_flow(self, path: str | Path, *, text: str | None = None,
-                      local_actions: Iterable[ActionSpec] = (), checks: SpecChecks | None = None) -> FlowSpec:
+    def validate_flow(
+        self,
+        path: str | Path,
+        *,
+        text: str | None = None,
+        local_actions: Iterable[ActionSpec] = (),
+        checks: SpecChecks | None = None,
+    ) -> FlowSpec:
         """Parse and validate a flow file (or ``text``); raises every problem found at once."""
         where = str(path)
         spec = parse_flow_text(read_text(where) if text is None else text, where)
         self._checked(spec, checks, local_actions=local_actions)
         return spec
 
-    def validate_registered_flow(self, name: str, version: int | None = None, *,
-                                 checks: SpecChecks | None = None) -> FlowVersion:
+    def validate_registered_flow(
+        self, name: str, version: int | None = None, *, checks: SpecChecks | None = None
+    ) -> FlowVersion:
         """Re-check a registered flow against today's registry (its pins, the other flows)."""
         flow = self.get_flow(name, version)
         self._checked(flow.spec, checks, pins=flow.pins)
         return flow
 
-    def register_flow(self, path: str | Path, *, text: str | None = None,
-                      checks: SpecChecks | None = None) -> FlowVersion:
+    def register_flow(
+        self, path: str | Path, *, text: str | None = None, checks: SpecChecks | None = None
+    ) -> FlowVersion:
         """Validate (with ``checks`` too, when given) and register a flow, pinning each unpinned action to its
         latest version."""
         where = str(path)

@@ -54,18 +54,23 @@ _COMMON = lambda: (
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 actions_table = Table(
-    "actions", metadata, *_COMMON(),
+    "actions",
+    metadata,
+    *_COMMON(),
     UniqueConstraint("name", "version", name="uq_actions_version"),
     UniqueConstraint("name", "content_hash", name="uq_actions_content"),
 )
 flows_table = Table(
-    "flows", metadata, *_COMMON(),
+    "flows",
+    metadata,
+    *_COMMON(),
     Column("pins", JSON, nullable=False),
     UniqueConstraint("name", "version", name="uq_flows_version"),
     UniqueConstraint("name", "content_hash", name="uq_flows_content"),
 )
 meta_table = Table(
-    "registry_meta", metadata,
+    "registry_meta",
+    metadata,
     Column("key", String(64), primary_key=True),
     Column("value", String(256), nullable=False),
 )
@@ -92,8 +97,15 @@ class VersionStore(abc.ABC):
     """Immutable versions per (kind, name)."""
 
     @abc.abstractmethod
-    def put(self, kind: Kind, name: str, content_hash: str, text: str, path: str | None,
-            pins: dict[str, str] | None = None) -> StoredVersion:
+    def put(
+        self,
+        kind: Kind,
+        name: str,
+        content_hash: str,
+        text: str,
+        path: str | None,
+        pins: dict[str, str] | None = None,
+    ) -> StoredVersion:
         """Store content as the next version, or answer the existing version with the same hash."""
 
     @abc.abstractmethod
@@ -130,8 +142,11 @@ class SqlStore(VersionStore):
             else:
                 engine = create_engine(url, pool_pre_ping=True)
         except (ArgumentError, ImportError, SQLAlchemyError) as exc:
-            raise TidehouseError(ErrorCode.REGISTRY_UNAVAILABLE, f"cannot open the registry database: {exc}",
-                                 hint="check registry.url in tidehouse.yaml") from exc
+            raise TidehouseError(
+                ErrorCode.REGISTRY_UNAVAILABLE,
+                f"cannot open the registry database: {exc}",
+                hint="check registry.url in tidehouse.yaml",
+            ) from exc
         return cls(engine)
 
     # -- schema ------------------------------------------------------------------------------------
@@ -140,13 +155,18 @@ class SqlStore(VersionStore):
             try:
                 with self.engine.begin() as conn:
                     metadata.create_all(conn, checkfirst=True)
-                    found = conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema")).scalar()
+                    found = conn.execute(
+                        select(meta_table.c.value).where(meta_table.c.key == "schema")
+                    ).scalar()
                     if found is None:
                         conn.execute(insert(meta_table).values(key="schema", value=str(SCHEMA_VERSION)))
                     elif int(found) > SCHEMA_VERSION:
-                        raise TidehouseError(ErrorCode.REGISTRY_UNAVAILABLE,
-                                             f"the registry database has schema version {found}; this Tidehouse "
-                                             f"knows up to {SCHEMA_VERSION}", hint="upgrade tidehouse")
+                        raise TidehouseError(
+                            ErrorCode.REGISTRY_UNAVAILABLE,
+                            f"the registry database has schema version {found}; this Tidehouse "
+                            f"knows up to {SCHEMA_VERSION}",
+                            hint="upgrade tidehouse",
+                        )
                 return
             except (IntegrityError, OperationalError, DBAPIError) as exc:  # another process created it first
                 if attempt == self.RETRIES - 1 or not _is_race(exc):
@@ -159,13 +179,22 @@ class SqlStore(VersionStore):
         except TidehouseError:
             raise
         except SQLAlchemyError as exc:
-            raise TidehouseError(ErrorCode.REGISTRY_UNAVAILABLE,
-                                 f"registry database error: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
-                                 hint="check registry.url and that the database is reachable") from exc
+            raise TidehouseError(
+                ErrorCode.REGISTRY_UNAVAILABLE,
+                f"registry database error: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
+                hint="check registry.url and that the database is reachable",
+            ) from exc
 
     # -- writes ------------------------------------------------------------------------------------
-    def put(self, kind: Kind, name: str, content_hash: str, text: str, path: str | None,
-            pins: dict[str, str] | None = None) -> StoredVersion:
+    def put(
+        self,
+        kind: Kind,
+        name: str,
+        content_hash: str,
+        text: str,
+        path: str | None,
+        pins: dict[str, str] | None = None,
+    ) -> StoredVersion:
         return self._guard(self._put, kind, name, content_hash, text, path, pins)
 
     def _put(self, kind, name, content_hash, text, path, pins) -> StoredVersion:
@@ -173,14 +202,22 @@ class SqlStore(VersionStore):
         for attempt in range(self.RETRIES):
             try:
                 with self.engine.begin() as conn:
-                    row = conn.execute(select(table).where(table.c.name == name,
-                                                           table.c.content_hash == content_hash)).first()
+                    row = conn.execute(
+                        select(table).where(table.c.name == name, table.c.content_hash == content_hash)
+                    ).first()
                     if row is not None:
                         return _stored(kind, row)
-                    current = conn.execute(select(func.max(table.c.version)).where(table.c.name == name)).scalar()
+                    current = conn.execute(
+                        select(func.max(table.c.version)).where(table.c.name == name)
+                    ).scalar()
                     values: dict[str, Any] = {
-                        "name": name, "version": (current or 0) + 1, "content_hash": content_hash, "text": text,
-                        "path": path, "created_at": datetime.now(timezone.utc)}
+                        "name": name,
+                        "version": (current or 0) + 1,
+                        "content_hash": content_hash,
+                        "text": text,
+                        "path": path,
+                        "created_at": datetime.now(timezone.utc),
+                    }
                     if kind == "flow":
                         values["pins"] = dict(pins or {})
                     conn.execute(insert(table).values(**values))
@@ -195,8 +232,11 @@ class SqlStore(VersionStore):
     def get(self, kind: Kind, name: str, version: int | None = None) -> StoredVersion | None:
         table = _TABLES[kind]
         query = select(table).where(table.c.name == name)
-        query = query.where(table.c.version == version) if version is not None else \
-            query.order_by(table.c.version.desc()).limit(1)
+        query = (
+            query.where(table.c.version == version)
+            if version is not None
+            else query.order_by(table.c.version.desc()).limit(1)
+        )
         row = self._guard(self._first, query)
         return _stored(kind, row) if row is not None else None
 
@@ -207,10 +247,16 @@ class SqlStore(VersionStore):
 
     def latest(self, kind: Kind) -> list[StoredVersion]:
         table = _TABLES[kind]
-        counts = (select(table.c.name, func.max(table.c.version).label("latest"),
-                         func.count().label("n")).group_by(table.c.name).subquery())
-        query = (select(table, counts.c.n).join(counts, (table.c.name == counts.c.name)
-                                                & (table.c.version == counts.c.latest)).order_by(table.c.name))
+        counts = (
+            select(table.c.name, func.max(table.c.version).label("latest"), func.count().label("n"))
+            .group_by(table.c.name)
+            .subquery()
+        )
+        query = (
+            select(table, counts.c.n)
+            .join(counts, (table.c.name == counts.c.name) & (table.c.version == counts.c.latest))
+            .order_by(table.c.name)
+        )
         rows = self._guard(self._all, query)
         return [_stored(kind, r, version_count=r.n) for r in rows]
 
@@ -234,17 +280,35 @@ def _stored(kind: str, row, version_count: int | None = None) -> StoredVersion:
     created = row.created_at
     if created is not None and created.tzinfo is None:  # SQLite keeps no time zone; we store UTC
         created = created.replace(tzinfo=timezone.utc)
-    return StoredVersion(kind=kind, name=row.name, version=row.version, content_hash=row.content_hash,
-                         text=row.text, path=row.path, created_at=created,
-                         pins=dict(getattr(row, "pins", None) or {}), version_count=version_count)
+    return StoredVersion(
+        kind=kind,
+        name=row.name,
+        version=row.version,
+        content_hash=row.content_hash,
+        text=row.text,
+        path=row.path,
+        created_at=created,
+        pins=dict(getattr(row, "pins", None) or {}),
+        version_count=version_count,
+    )
 
 
 def _is_race(exc: Exception) -> bool:
     if isinstance(exc, IntegrityError):
         return True
     text = str(getattr(exc, "orig", exc)).lower()
-    return any(s in text for s in ("locked", "busy", "already exists", "duplicate", "unique", "deadlock",
-                                   "could not serialize"))
+    return any(
+        s in text
+        for s in (
+            "locked",
+            "busy",
+            "already exists",
+            "duplicate",
+            "unique",
+            "deadlock",
+            "could not serialize",
+        )
+    )
 
 
 def _backoff(attempt: int) -> None:

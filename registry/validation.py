@@ -95,7 +95,9 @@ def validate_flow_spec(
     errors: list[TidehouseError] = []
     resolved: dict[str, Resolution] = {}
     own = {q for q, _ in flow.tables()}
-    external = {q: name for name, other in other_flows.items() if name != flow.flow for q, _ in other.tables()}
+    external = {
+        q: name for name, other in other_flows.items() if name != flow.flow for q, _ in other.tables()
+    }
     known_tables = own | set(external)
 
     for qualified, table in flow.tables():
@@ -115,11 +117,14 @@ def validate_flow_spec(
             other = other_flows[external[qualified]]
             where = other.location_of("layers." + qualified).prefix() or other.path or "the registry"
             layer, name = qualified.split(".")
-            errors.append(TidehouseError(
-                ErrorCode.TABLE_DUPLICATE,
-                f"table '{qualified}' is also produced by flow '{external[qualified]}' ({where})",
-                location=loc.at("layers", layer, name, key=True),
-                hint="a table is produced by one flow only: rename one of them, or read it from the other flow"))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.TABLE_DUPLICATE,
+                    f"table '{qualified}' is also produced by flow '{external[qualified]}' ({where})",
+                    location=loc.at("layers", layer, name, key=True),
+                    hint="a table is produced by one flow only: rename one of them, or read it from the other flow",
+                )
+            )
 
     errors += _cycles(flow, other_flows)
     errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))
@@ -138,17 +143,27 @@ def _resolve_action(flow, qualified, table, catalog, pins, loc, errors) -> Resol
         return Resolution(action, None, catalog.local[action])
     versions = catalog.versions.get(action)
     if not versions:
-        errors.append(TidehouseError(ErrorCode.ACTION_UNKNOWN, f"unknown action '{action}'", location=where,
-                                     hint=did_you_mean(action, catalog.names())
-                                     or "register it with `tidehouse action register`"))
+        errors.append(
+            TidehouseError(
+                ErrorCode.ACTION_UNKNOWN,
+                f"unknown action '{action}'",
+                location=where,
+                hint=did_you_mean(action, catalog.names()) or "register it with `tidehouse action register`",
+            )
+        )
         return None
     if version is None:
         version = max(versions)
     if version not in versions:
         listed = ", ".join(str(v) for v in sorted(versions))
-        errors.append(TidehouseError(ErrorCode.ACTION_VERSION_UNKNOWN,
-                                     f"action '{action}' has no version {version}",
-                                     location=where, hint=f"registered versions: {listed}"))
+        errors.append(
+            TidehouseError(
+                ErrorCode.ACTION_VERSION_UNKNOWN,
+                f"action '{action}' has no version {version}",
+                location=where,
+                hint=f"registered versions: {listed}",
+            )
+        )
         return None
     return Resolution(action, version, versions[version])
 
@@ -159,39 +174,73 @@ def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set
         where = loc.at(*base, "inputs", input_name)
         if layer == "ods":
             if "." in ref:
-                errors.append(TidehouseError(
-                    ErrorCode.LAYER_VIOLATION, f"ODS tables read sources only, not the table '{ref}'",
-                    location=where, hint=_hint_choices("sources", flow.sources)))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.LAYER_VIOLATION,
+                        f"ODS tables read sources only, not the table '{ref}'",
+                        location=where,
+                        hint=_hint_choices("sources", flow.sources),
+                    )
+                )
             elif ref not in flow.sources:
-                errors.append(TidehouseError(
-                    ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown source '{ref}'", location=where,
-                    hint=did_you_mean(ref, flow.sources) or _hint_choices("sources", flow.sources)))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.INPUT_UNKNOWN_TABLE,
+                        f"unknown source '{ref}'",
+                        location=where,
+                        hint=did_you_mean(ref, flow.sources) or _hint_choices("sources", flow.sources),
+                    )
+                )
             continue
         if "." not in ref:
             if ref in flow.sources:
                 readers = [q for q, t in flow.tables() if q.startswith("ods.") and ref in t.inputs.values()]
-                errors.append(TidehouseError(
-                    ErrorCode.LAYER_VIOLATION, f"only ODS tables read sources; {layer} tables read tables, "
-                                               f"not the source '{ref}'", location=where,
-                    hint=f"read {readers[0]}" if readers else f"add an ODS table that ingests '{ref}'"))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.LAYER_VIOLATION,
+                        f"only ODS tables read sources; {layer} tables read tables, not the source '{ref}'",
+                        location=where,
+                        hint=f"read {readers[0]}" if readers else f"add an ODS table that ingests '{ref}'",
+                    )
+                )
             else:
-                errors.append(TidehouseError(
-                    ErrorCode.INPUT_UNKNOWN_TABLE, f"'{ref}' is not a table: write 'layer.table'", location=where,
-                    hint=_closest_table(ref, known)))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.INPUT_UNKNOWN_TABLE,
+                        f"'{ref}' is not a table: write 'layer.table'",
+                        location=where,
+                        hint=_closest_table(ref, known),
+                    )
+                )
             continue
         ref_layer = ref.split(".", 1)[0]
         if ref_layer not in LAYERS:
-            errors.append(TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown layer '{ref_layer}' in '{ref}'",
-                                         location=where, hint=did_you_mean(ref, known)
-                                         or "layers are " + ", ".join(LAYERS)))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.INPUT_UNKNOWN_TABLE,
+                    f"unknown layer '{ref_layer}' in '{ref}'",
+                    location=where,
+                    hint=did_you_mean(ref, known) or "layers are " + ", ".join(LAYERS),
+                )
+            )
         elif ref not in known:
-            errors.append(TidehouseError(ErrorCode.INPUT_UNKNOWN_TABLE, f"unknown table '{ref}'", location=where,
-                                         hint=did_you_mean(ref, known)
-                                         or "no flow (this one or a registered one) produces it"))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.INPUT_UNKNOWN_TABLE,
+                    f"unknown table '{ref}'",
+                    location=where,
+                    hint=did_you_mean(ref, known) or "no flow (this one or a registered one) produces it",
+                )
+            )
         elif LAYERS.index(ref_layer) > order:
-            errors.append(TidehouseError(
-                ErrorCode.LAYER_VIOLATION, f"a {layer} table cannot read '{ref}' from the later layer {ref_layer}",
-                location=where, hint="tables read their own or an earlier layer: " + " -> ".join(LAYERS)))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.LAYER_VIOLATION,
+                    f"a {layer} table cannot read '{ref}' from the later layer {ref_layer}",
+                    location=where,
+                    hint="tables read their own or an earlier layer: " + " -> ".join(LAYERS),
+                )
+            )
 
 
 def _closest_table(name: str, known: Iterable[str]) -> str | None:
@@ -208,8 +257,21 @@ def _hint_choices(what: str, names: Iterable[str]) -> str:
     return f"{what}: {', '.join(names)}" if names else f"the flow declares no {what}"
 
 
-def _check_bindings(section: str, noun: str, given, declared, required, base: tuple, action: ActionSpec, loc,
-                    errors, *, codes: tuple[ErrorCode, ErrorCode], unbound_is: str, placeholder) -> None:
+def _check_bindings(
+    section: str,
+    noun: str,
+    given,
+    declared,
+    required,
+    base: tuple,
+    action: ActionSpec,
+    loc,
+    errors,
+    *,
+    codes: tuple[ErrorCode, ErrorCode],
+    unbound_is: str,
+    placeholder,
+) -> None:
     """A table's bindings under ``section`` (``inputs``, ``params``) against what its action declares: a name the
     action does not declare (at its key, with the closest unbound or declared name), and a required name the
     table does not bind (at the section, with what to add)."""
@@ -217,42 +279,82 @@ def _check_bindings(section: str, noun: str, given, declared, required, base: tu
     unbound = [n for n in required if n not in given]
     for name in given:
         if name not in declared:
-            errors.append(TidehouseError(
-                unknown_code, f"action '{action.name}' has no {noun} '{name}'",
-                location=loc.at(*base, section, name, key=True),
-                hint=did_you_mean(name, unbound) or did_you_mean(name, declared)
-                or _hint_choices(f"its {noun}s", declared)))
+            errors.append(
+                TidehouseError(
+                    unknown_code,
+                    f"action '{action.name}' has no {noun} '{name}'",
+                    location=loc.at(*base, section, name, key=True),
+                    hint=did_you_mean(name, unbound)
+                    or did_you_mean(name, declared)
+                    or _hint_choices(f"its {noun}s", declared),
+                )
+            )
     for name in unbound:
-        errors.append(TidehouseError(
-            missing_code, f"{noun} '{name}' of action '{action.name}' is {unbound_is}",
-            location=loc.at(*base, section, shown=base + (section, name)),
-            hint=f"add {section}: {{{name}: <{placeholder(name)}>}}"))
+        errors.append(
+            TidehouseError(
+                missing_code,
+                f"{noun} '{name}' of action '{action.name}' is {unbound_is}",
+                location=loc.at(*base, section, shown=base + (section, name)),
+                hint=f"add {section}: {{{name}: <{placeholder(name)}>}}",
+            )
+        )
 
 
 def _check_inputs(table, base: tuple, action: ActionSpec, loc, errors) -> None:
     read = "source" if base[1] == "ods" else "layer.table"
-    _check_bindings("inputs", "input", list(table.inputs), list(action.inputs), list(action.inputs), base, action,
-                    loc, errors, codes=(ErrorCode.INPUT_EXTRA, ErrorCode.INPUT_MISSING), unbound_is="not bound",
-                    placeholder=lambda _: read)
+    _check_bindings(
+        "inputs",
+        "input",
+        list(table.inputs),
+        list(action.inputs),
+        list(action.inputs),
+        base,
+        action,
+        loc,
+        errors,
+        codes=(ErrorCode.INPUT_EXTRA, ErrorCode.INPUT_MISSING),
+        unbound_is="not bound",
+        placeholder=lambda _: read,
+    )
 
 
 def _check_params(table, base: tuple, action: ActionSpec, loc, errors) -> None:
     declared = action.params
-    _check_bindings("params", "parameter", list(table.params), list(declared),
-                    [n for n, spec in declared.items() if spec.required], base, action, loc, errors,
-                    codes=(ErrorCode.PARAM_UNKNOWN, ErrorCode.PARAM_MISSING), unbound_is="required",
-                    placeholder=lambda name: declared[name].type)
+    _check_bindings(
+        "params",
+        "parameter",
+        list(table.params),
+        list(declared),
+        [n for n, spec in declared.items() if spec.required],
+        base,
+        action,
+        loc,
+        errors,
+        codes=(ErrorCode.PARAM_UNKNOWN, ErrorCode.PARAM_MISSING),
+        unbound_is="required",
+        placeholder=lambda name: declared[name].type,
+    )
     for name, value in table.params.items():
         spec = declared.get(name)
         if spec is None:
             continue
         if value is None:
-            errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"expected a {spec.type} value, got null",
-                                         location=loc.at(*base, "params", name)))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.PARAM_TYPE,
+                    f"expected a {spec.type} value, got null",
+                    location=loc.at(*base, "params", name),
+                )
+            )
             continue
         for sub, message in check_value(value, spec.spark_type):
-            errors.append(TidehouseError(ErrorCode.PARAM_TYPE, f"parameter '{name}' ({spec.type}): {message}",
-                                         location=loc.at(*base, "params", name, *sub)))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.PARAM_TYPE,
+                    f"parameter '{name}' ({spec.type}): {message}",
+                    location=loc.at(*base, "params", name, *sub),
+                )
+            )
 
 
 def _check_columns(table, base: tuple, action: ActionSpec, loc, errors) -> None:
@@ -261,20 +363,31 @@ def _check_columns(table, base: tuple, action: ActionSpec, loc, errors) -> None:
         return
     lowered = {c.lower() for c in columns}
     listed = ", ".join(columns)
-    for field_name, code in (("primary_key", ErrorCode.PRIMARY_KEY_INVALID),
-                             ("bucket_key", ErrorCode.PRIMARY_KEY_INVALID)):
+    for field_name, code in (
+        ("primary_key", ErrorCode.PRIMARY_KEY_INVALID),
+        ("bucket_key", ErrorCode.PRIMARY_KEY_INVALID),
+    ):
         for i, col in enumerate(getattr(table, field_name)):
             if col.lower() not in lowered:
-                errors.append(TidehouseError(
-                    code, f"{field_name.replace('_', ' ')} column '{col}' is not in the output of action "
-                          f"'{action.name}' ({listed})",
-                    location=loc.at(*base, field_name, i), hint=did_you_mean(col, columns)))
+                errors.append(
+                    TidehouseError(
+                        code,
+                        f"{field_name.replace('_', ' ')} column '{col}' is not in the output of action "
+                        f"'{action.name}' ({listed})",
+                        location=loc.at(*base, field_name, i),
+                        hint=did_you_mean(col, columns),
+                    )
+                )
     for col in table.aggregations:
         if col.lower() not in lowered:
-            errors.append(TidehouseError(
-                ErrorCode.SPEC_BAD_VALUE, f"aggregated column '{col}' is not in the output of action "
-                                          f"'{action.name}' ({listed})",
-                location=loc.at(*base, "aggregations", col, key=True), hint=did_you_mean(col, columns)))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.SPEC_BAD_VALUE,
+                    f"aggregated column '{col}' is not in the output of action '{action.name}' ({listed})",
+                    location=loc.at(*base, "aggregations", col, key=True),
+                    hint=did_you_mean(col, columns),
+                )
+            )
 
 
 def _inputs(flow: FlowSpec) -> dict[str, dict[str, str]]:
@@ -283,8 +396,12 @@ def _inputs(flow: FlowSpec) -> dict[str, dict[str, str]]:
 
 def _cycles(flow: FlowSpec, other_flows: Mapping[str, FlowSpec]) -> list[TidehouseError]:
     """Cycles through this flow's tables, also through tables of the other flows (the flow graph's check)."""
-    context = {q: inputs for name, other in other_flows.items() if name != flow.flow
-               for q, inputs in _inputs(other).items()}
+    context = {
+        q: inputs
+        for name, other in other_flows.items()
+        if name != flow.flow
+        for q, inputs in _inputs(other).items()
+    }
     graph = FlowGraph.build(flow.sources, _inputs(flow), context=context, check=False)
     return graph.cycle_errors(flow.location_of)
 

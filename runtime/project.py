@@ -43,7 +43,9 @@ class Project:
         self.config = config
 
     @classmethod
-    def open(cls, home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None) -> Project:
+    def open(
+        cls, home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None
+    ) -> Project:
         return cls(load_config(home=home, project_dir=project_dir))
 
     @property
@@ -77,9 +79,13 @@ class Project:
         """The hot table store."""
         from runtime.storage import open_store
 
-        return open_store(self.config.storage_root, fsync=self.config.get("storage.fsync"),
-                          segment_bytes=self.config.get("storage.segment_bytes"),
-                          metastore=self.config.get("storage.metastore"), s3=self.config.get("storage.s3"))
+        return open_store(
+            self.config.storage_root,
+            fsync=self.config.get("storage.fsync"),
+            segment_bytes=self.config.get("storage.segment_bytes"),
+            metastore=self.config.get("storage.metastore"),
+            s3=self.config.get("storage.s3"),
+        )
 
     @cached_property
     def lake(self) -> Lake:
@@ -94,7 +100,9 @@ class Project:
         lake + hot tail)."""
         from runtime.spark.session import get_spark, register_source
 
-        spark = get_spark(self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir)
+        spark = get_spark(
+            self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir
+        )
         register_source(spark, self.config)
         return spark
 
@@ -105,14 +113,20 @@ class Project:
                 obj.close()
 
     # -- actions -----------------------------------------------------------------------------------
-    def register_actions(self, paths: Sequence[str | os.PathLike], *, quick: bool = False) -> list[ActionVersion]:
+    def register_actions(
+        self, paths: Sequence[str | os.PathLike], *, quick: bool = False
+    ) -> list[ActionVersion]:
         """Register action files and folders: all or nothing. Spark parses each SQL unless ``quick``."""
         from registry.service import action_files
 
         for raw in paths:  # the wrong folder is a mistake, not "nothing to register"
             if Path(raw).is_dir() and not action_files([raw]):
-                raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "the folder holds no action files (*.sql)",
-                                     location=Location(str(raw)), hint="actions are .sql files with a /*--- header")
+                raise TidehouseError(
+                    ErrorCode.SPEC_BAD_VALUE,
+                    "the folder holds no action files (*.sql)",
+                    location=Location(str(raw)),
+                    hint="actions are .sql files with a /*--- header",
+                )
         return self.registry.register_actions(list(paths), checks=self._checks(quick))
 
     def actions(self) -> list[ActionVersion]:
@@ -144,8 +158,13 @@ class Project:
     def flow_versions(self, name: str) -> list[FlowVersion]:
         return self.registry.flow_versions(name)
 
-    def validate_flow(self, flow: str | os.PathLike | FlowRef, *, actions_dir: str | os.PathLike | None = None,
-                      quick: bool = False) -> dict[str, Any]:
+    def validate_flow(
+        self,
+        flow: str | os.PathLike | FlowRef,
+        *,
+        actions_dir: str | os.PathLike | None = None,
+        quick: bool = False,
+    ) -> dict[str, Any]:
         """Check a flow file (with the unregistered actions of ``actions_dir``, default the project's) or a
         registered flow; raise every problem found (``TidehouseErrors``), else a summary of the flow."""
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
@@ -154,7 +173,12 @@ class Project:
             folder = Path(actions_dir) if actions_dir else self.actions_dir
             local = _local_actions(folder, explicit=actions_dir is not None)
             spec = self.registry.validate_flow(ref.path, local_actions=local, checks=checks)
-            return {"ok": True, "flow": spec.flow, "path": str(ref.path), "tables": [q for q, _ in spec.tables()]}
+            return {
+                "ok": True,
+                "flow": spec.flow,
+                "path": str(ref.path),
+                "tables": [q for q, _ in spec.tables()],
+            }
         version = self.registry.validate_registered_flow(ref.ref.name, ref.ref.version, checks=checks)
         return {"ok": True, "flow": version.name, "version": version.version, "tables": list(version.pins)}
 
@@ -175,10 +199,19 @@ class Project:
 
         return build_plan(self, self._resolve(flow, register=register), spark)
 
-    def trigger(self, flow: str | os.PathLike | FlowRef, *, until_idle: bool = False,
-                duration: float | None = None, full_refresh: Iterable[str] = (), spark=None,
-                stop_event: threading.Event | None = None, on_status: Callable[[dict], None] | None = None,
-                tiering: bool = True, plan: FlowPlan | None = None) -> RunReport:
+    def trigger(
+        self,
+        flow: str | os.PathLike | FlowRef,
+        *,
+        until_idle: bool = False,
+        duration: float | None = None,
+        full_refresh: Iterable[str] = (),
+        spark=None,
+        stop_event: threading.Event | None = None,
+        on_status: Callable[[dict], None] | None = None,
+        tiering: bool = True,
+        plan: FlowPlan | None = None,
+    ) -> RunReport:
         """Register (a file), plan and run a flow (see :class:`materializer.runner.FlowRunner` for the modes).
 
         The flow's run lock is taken before anything else, so a second trigger of a running flow is refused
@@ -204,8 +237,13 @@ class Project:
             with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
                 plan = plan or self.plan(flow, register=True, spark=spark)
                 runner = FlowRunner(self, plan, spark=spark, on_status=keep, lock=lock)
-                return runner.run(until_idle=until_idle, duration=duration, full_refresh=full_refresh,
-                                  stop_event=stop_event, tiering=tiering)
+                return runner.run(
+                    until_idle=until_idle,
+                    duration=duration,
+                    full_refresh=full_refresh,
+                    stop_event=stop_event,
+                    tiering=tiering,
+                )
         finally:
             lock.release()
 
@@ -229,26 +267,37 @@ class Project:
             for name, interval in list(wanted.items()):
                 if store.has_table(quarantine_name(name)):
                     wanted[quarantine_name(name)] = interval
-            wanted = {name: iv for name, iv in wanted.items() if store.has_table(name)}  # never triggered: none
+            wanted = {
+                name: iv for name, iv in wanted.items() if store.has_table(name)
+            }  # never triggered: none
         else:
             wanted = {name: default for name in store.list_tables()}
         if table:
             if table not in wanted:
-                raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"no hot table {table}" + (f" in flow {flow}" if flow
-                                     else ""), location=Location(path=table),
-                                     hint="tables: " + (", ".join(sorted(wanted)) or "none"))
+                raise TidehouseError(
+                    ErrorCode.TABLE_UNKNOWN,
+                    f"no hot table {table}" + (f" in flow {flow}" if flow else ""),
+                    location=Location(path=table),
+                    hint="tables: " + (", ".join(sorted(wanted)) or "none"),
+                )
             wanted = {table: wanted[table]}
         return wanted
 
-    def tiering_service(self, tables: dict[str, float], *, on_cycle: Callable[[CycleResult], None] | None = None,
-                        on_error: Callable[[str, BaseException], None] | None = None) -> TieringService:
+    def tiering_service(
+        self,
+        tables: dict[str, float],
+        *,
+        on_cycle: Callable[[CycleResult], None] | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> TieringService:
         """The tiering service of ``tables`` (``start()`` / ``stop()`` it, or ``run_all_now()``)."""
         from runtime.lake.scheduler import TieringService
 
         return TieringService(self, tables, on_cycle=on_cycle, on_error=on_error)
 
-    def metrics_endpoint(self, collector=None, *, tiering: TieringService | None = None,
-                         flow: str | None = None) -> MetricsEndpoint | contextlib.nullcontext:
+    def metrics_endpoint(
+        self, collector=None, *, tiering: TieringService | None = None, flow: str | None = None
+    ) -> MetricsEndpoint | contextlib.nullcontext:
         """The Prometheus endpoint (settings ``metrics.port``, ``metrics.host``) serving ``collector``, or a
         tiering service's figures; a no-op context when ``metrics.port`` is not set. ``stop()`` it, or use it as a
         context manager."""
@@ -257,7 +306,9 @@ class Project:
             return contextlib.nullcontext()
         from materializer.metrics import MetricsEndpoint, TieringCollector
 
-        return MetricsEndpoint(collector or TieringCollector(tiering, flow), self.config.get("metrics.host"), port)
+        return MetricsEndpoint(
+            collector or TieringCollector(tiering, flow), self.config.get("metrics.host"), port
+        )
 
     def tier(self, flow: str | None = None, table: str | None = None) -> TierReport:
         """One tiering cycle of each table now (``tidehouse tier run``): each table's result or error
@@ -282,7 +333,10 @@ class Project:
             "storage_root": config.storage_root,
             "checkpoints": config.checkpoint_root,
             "registry": settings["registry.url"] or "sqlite (embedded, under home)",
-            "lake_catalog": {"name": config.get("lake.catalog_name"), **mask_catalog(config.lake_catalog_properties)},
+            "lake_catalog": {
+                "name": config.get("lake.catalog_name"),
+                **mask_catalog(config.lake_catalog_properties),
+            },
             "settings": settings,
         }
         return redact(report)  # ${ENV} values may sit inside a URI or a path: hide them everywhere
@@ -334,7 +388,9 @@ def _local_actions(folder: Path, *, explicit: bool) -> list:
 
     if not folder.is_dir():
         if explicit:
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"no such folder: {folder}", location=Location(str(folder)))
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE, f"no such folder: {folder}", location=Location(str(folder))
+            )
         return []
     specs, errors = [], []
     for file in action_files([folder]):

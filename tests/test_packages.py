@@ -36,10 +36,17 @@ def test_tests_import_their_helpers_one_way():
             where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.ImportFrom):
                 name = node.module or ""
-                if node.level or name.split(".")[-1] == "conftest" or (name.startswith("_") and name != "__future__"):
+                if (
+                    node.level
+                    or name.split(".")[-1] == "conftest"
+                    or (name.startswith("_") and name != "__future__")
+                ):
                     problems.append(f"{where}: from {'.' * node.level}{name} import ...")
-            elif isinstance(node, ast.Attribute) and node.attr in ("insert", "append") and \
-                    ast.unparse(node.value) == "sys.path":
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("insert", "append")
+                and ast.unparse(node.value) == "sys.path"
+            ):
                 problems.append(f"{where}: edits sys.path")
     for folder in [tests, *(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
         if any(folder.glob("*.py")) and not (folder / "__init__.py").is_file():

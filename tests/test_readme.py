@@ -81,8 +81,9 @@ def test_first_command_on_a_fresh_clone(tmp_path):
         command = command.removeprefix(INSTALL_PREFIX)
         env["PYTHONPATH"] = str(clone)
     started = time.time()
-    proc = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=600
+    )
     seconds = time.time() - started
     print(proc.stdout[-4000:])
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -24,35 +24,70 @@ SAVED_ARGS = ("rate", "probe_interval", "poll", "tiering", "window", "schedule",
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.vs_sdp",
-                                 description=package.__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.vs_sdp",
+        description=package.__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     ap.add_argument("--rate", type=int, default=1000, help="input rows per second (both systems)")
     ap.add_argument("--window", type=float, default=150.0, help="seconds of probing per run")
     ap.add_argument("--probe-interval", type=float, default=4.0, help="seconds between marker events")
     ap.add_argument("--schedule", type=float, default=60.0, help="SDP schedule period in seconds")
-    ap.add_argument("--tiering", type=lambda v: [float(x) for x in v.split(",")], default=[5.0, 30.0],
-                    help="Tidehouse tiering intervals in seconds, comma-separated (one run each)")
-    ap.add_argument("--modes", type=lambda v: v.split(","), default=list(MODES),
-                    help=f"which runs, comma-separated, of {','.join(MODES)}")
-    ap.add_argument("--burst", type=int, default=1_500_000,
-                    help="rows of the catch-up burst written after the SDP loop run and the Tidehouse run "
-                         "with the shortest tiering interval (0: no catch-up measurement)")
-    ap.add_argument("--burst-wait", type=float, default=300.0,
-                    help="max seconds for the marker after the burst to reach ADS")
+    ap.add_argument(
+        "--tiering",
+        type=lambda v: [float(x) for x in v.split(",")],
+        default=[5.0, 30.0],
+        help="Tidehouse tiering intervals in seconds, comma-separated (one run each)",
+    )
+    ap.add_argument(
+        "--modes",
+        type=lambda v: v.split(","),
+        default=list(MODES),
+        help=f"which runs, comma-separated, of {','.join(MODES)}",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=1_500_000,
+        help="rows of the catch-up burst written after the SDP loop run and the Tidehouse run "
+        "with the shortest tiering interval (0: no catch-up measurement)",
+    )
+    ap.add_argument(
+        "--burst-wait",
+        type=float,
+        default=300.0,
+        help="max seconds for the marker after the burst to reach ADS",
+    )
     ap.add_argument("--poll", type=float, default=0.25, help="seconds between reads of every table")
-    ap.add_argument("--sdp-drain", type=float, default=240.0,
-                    help="max seconds after the probe window for SDP runs to show every marker")
+    ap.add_argument(
+        "--sdp-drain",
+        type=float,
+        default=240.0,
+        help="max seconds after the probe window for SDP runs to show every marker",
+    )
     ap.add_argument("--warmup", type=float, default=240.0, help="max seconds for a system to come up")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run (~3-4 min): SDP loop + Tidehouse T=5s, 30 s windows, a marker per second")
-    ap.add_argument("--settle", type=float, default=15.0,
-                    help="seconds to wait after a system is up before the first probe")
-    ap.add_argument("--from-results", type=Path, nargs="+", default=None,
-                    help="re-render the table and plot from vs_sdp-results.json files of earlier runs, "
-                         "merged in order (no measuring)")
-    ap.add_argument("--workdir", type=Path, default=None,
-                    help="where runs keep their files (default: a temp dir)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (~3-4 min): SDP loop + Tidehouse T=5s, 30 s windows, a marker per second",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=15.0,
+        help="seconds to wait after a system is up before the first probe",
+    )
+    ap.add_argument(
+        "--from-results",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="re-render the table and plot from vs_sdp-results.json files of earlier runs, "
+        "merged in order (no measuring)",
+    )
+    ap.add_argument(
+        "--workdir", type=Path, default=None, help="where runs keep their files (default: a temp dir)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--no-write", action="store_true", help="print the table only; do not touch docs/")
     args = ap.parse_args(argv)
@@ -68,14 +103,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def _cause(message: str) -> str:
     """The most telling line of a failure: the last exception or error line, else the first line."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    telling = [ln for ln in lines if ("Exception" in ln or "Error" in ln or "error:" in ln)
-               and not ln.startswith("at ")]
+    telling = [
+        ln
+        for ln in lines
+        if ("Exception" in ln or "Error" in ln or "error:" in ln) and not ln.startswith("at ")
+    ]
     return (telling[-1] if telling else lines[0] if lines else "unknown")[:300]
 
 
 def command_line(argv: Sequence[str]) -> str:
     return " ".join([".venv/bin/python -m benchmarks.vs_sdp", *argv]).strip()
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,10 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = command_line(argv)
 
         def save(phases: dict[str, Phase], failures: dict[str, str]) -> None:
-            results = {"command": command, "started": started, "wall": time.time() - started,
-                       "failures": failures,
-                       "phases": [p.to_json() for p in phases.values()],
-                       "args": {k: getattr(args, k) for k in SAVED_ARGS}}
+            results = {
+                "command": command,
+                "started": started,
+                "wall": time.time() - started,
+                "failures": failures,
+                "phases": [p.to_json() for p in phases.values()],
+                "args": {k: getattr(args, k) for k in SAVED_ARGS},
+            }
             out.write_text(json.dumps(results), encoding="utf-8")
 
         try:
@@ -132,7 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(body)
         return 0
     plot(phases, IMG)
-    write_section("vs_sdp", "Tidehouse vs Spark Declarative Pipelines: freshness per layer (issue 8)",
-                  command, body, measured_at=measured_at)
+    write_section(
+        "vs_sdp",
+        "Tidehouse vs Spark Declarative Pipelines: freshness per layer (issue 8)",
+        command,
+        body,
+        measured_at=measured_at,
+    )
     print(f"wrote {IMG.relative_to(REPO)} and docs/benchmarks.md", flush=True)
     return 0

@@ -26,8 +26,16 @@ class Generator:
     unknown event type or a negative price) so the clean layer has work to do.
     """
 
-    def __init__(self, directory: Path, rate: int, *, file_interval: float = 0.5, seed: int = 8,
-                 users: int = 20_000, pool: int = 50_000) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        rate: int,
+        *,
+        file_interval: float = 0.5,
+        seed: int = 8,
+        users: int = 20_000,
+        pool: int = 50_000,
+    ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.rate, self.file_interval = rate, file_interval
@@ -39,8 +47,17 @@ class Generator:
             bad = rnd.random() < 0.02
             event = "bogus" if bad and rnd.random() < 0.5 else rnd.choice(types)
             price = -1.0 if bad and event != "bogus" else round(rnd.uniform(0.5, 500.0), 2)
-            lines.append(json.dumps({"user_id": f"u{rnd.randrange(users):06d}", "event_type": event,
-                                     "item_id": f"i{rnd.randrange(5000)}", "price": price, "ts": "@TS@"}))
+            lines.append(
+                json.dumps(
+                    {
+                        "user_id": f"u{rnd.randrange(users):06d}",
+                        "event_type": event,
+                        "item_id": f"i{rnd.randrange(5000)}",
+                        "price": price,
+                        "ts": "@TS@",
+                    }
+                )
+            )
         self._pool, self._cursor, self._seq = lines, 0, 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,7 +86,7 @@ class Generator:
     def _write_batch(self, rows: int) -> None:
         chunk = []
         while len(chunk) < rows:
-            take = self._pool[self._cursor:self._cursor + rows - len(chunk)]
+            take = self._pool[self._cursor : self._cursor + rows - len(chunk)]
             chunk.extend(take)
             self._cursor = (self._cursor + len(take)) % len(self._pool)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
@@ -83,8 +100,13 @@ class Generator:
         with self._write_lock:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
             self._seq += 1
-            row = {"user_id": marker, "event_type": "click", "item_id": "probe",
-                   "price": PROBE_PRICE + self._seq, "ts": stamp}
+            row = {
+                "user_id": marker,
+                "event_type": "click",
+                "item_id": "probe",
+                "price": PROBE_PRICE + self._seq,
+                "ts": stamp,
+            }
             written = self._write(f"probe-{self._seq:08d}", json.dumps(row) + "\n")
         with self._lock:
             {"probe": self.probes, "warmup": self.warmups, "burst": self.bursts}[kind][marker] = written
@@ -145,8 +167,9 @@ class Generator:
                 next_file += self.file_interval
                 if next_file < now - 5 * self.file_interval:  # fell far behind: do not burst to catch up
                     next_file = now
-            self._stop.wait(max(0.0, min(next_file, self._next_probe if self.probing() else next_file)
-                                - time.time()))
+            self._stop.wait(
+                max(0.0, min(next_file, self._next_probe if self.probing() else next_file) - time.time())
+            )
 
     def stop(self) -> None:
         self._stop.set()

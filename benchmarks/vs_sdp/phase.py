@@ -40,8 +40,13 @@ class CatchUp:
     peak_rss: int = 0  # resident memory of the system during the catch-up
 
     def to_json(self) -> dict:
-        return {"rows": self.rows, "began": self.began, "written": self.written, "seen": self.seen,
-                "peak_rss": self.peak_rss}
+        return {
+            "rows": self.rows,
+            "began": self.began,
+            "written": self.written,
+            "seen": self.seen,
+            "peak_rss": self.peak_rss,
+        }
 
 
 @dataclass
@@ -74,18 +79,39 @@ class Phase:
         return Summary.of([lake[m] - hot[m] for m in self.probes if m in hot and m in lake])
 
     def to_json(self) -> dict:
-        return {"name": self.name, "rate": self.rate, "probes": self.probes, "peak_rss": self.peak_rss,
-                "rows": self.rows, "seconds": self.seconds, "runs": self.runs, "errors": self.errors,
-                "load": self.load, "ended": self.ended,
-                "catchup": self.catchup.to_json() if self.catchup else None,
-                "seen": {label: obs.seen for label, obs in self.observations.items()}}
+        return {
+            "name": self.name,
+            "rate": self.rate,
+            "probes": self.probes,
+            "peak_rss": self.peak_rss,
+            "rows": self.rows,
+            "seconds": self.seconds,
+            "runs": self.runs,
+            "errors": self.errors,
+            "load": self.load,
+            "ended": self.ended,
+            "catchup": self.catchup.to_json() if self.catchup else None,
+            "seen": {label: obs.seen for label, obs in self.observations.items()},
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Phase:
         obs = {label: Observation(label, dict(seen)) for label, seen in d["seen"].items()}
         catchup = CatchUp(**d["catchup"]) if d.get("catchup") else None
-        return cls(d["name"], d["rate"], d["probes"], obs, d["peak_rss"], d["rows"], d["seconds"],
-                   [tuple(r) for r in d["runs"]], d["errors"], d.get("load"), d.get("ended", 0.0), catchup)
+        return cls(
+            d["name"],
+            d["rate"],
+            d["probes"],
+            obs,
+            d["peak_rss"],
+            d["rows"],
+            d["seconds"],
+            [tuple(r) for r in d["runs"]],
+            d["errors"],
+            d.get("load"),
+            d.get("ended", 0.0),
+            catchup,
+        )
 
     def keeps_up(self, label: str) -> bool | None:
         points = self.observations[label].points(self.probes)
@@ -123,8 +149,7 @@ class Phase:
                 return None
             typical = median(steady)
             overlapping = [e - s for s, e in self.runs if e > c.began and s < c.seen]
-            return (sum(d - typical for d in overlapping),
-                    len(overlapping) * (max(steady) - min(steady)) / 2)
+            return (sum(d - typical for d in overlapping), len(overlapping) * (max(steady) - min(steady)) / 2)
         steady = self.summary(self.ads)
         return (c.seen - c.began) - steady.p50, steady.p95 - steady.p50
 

@@ -33,8 +33,13 @@ class Prober:
 
     It also samples the resident memory of the system's process tree (``pids()`` gives the current roots)."""
 
-    def __init__(self, generator: Generator, readers: dict[str, Reader], pids: Callable[[], Iterable[int]],
-                 interval: float = 0.25) -> None:
+    def __init__(
+        self,
+        generator: Generator,
+        readers: dict[str, Reader],
+        pids: Callable[[], Iterable[int]],
+        interval: float = 0.25,
+    ) -> None:
         self.generator, self.readers, self.pids, self.interval = generator, readers, pids, interval
         self.observations = {label: Observation(label) for label in readers}
         self.peak_rss = 0
@@ -74,8 +79,9 @@ class Prober:
         markers = set(markers)
         return all(markers <= set(o.seen) for o in self.observations.values())
 
-    def wait_seen(self, markers: Iterable[str], timeout: float,
-                  alive: Callable[[], bool] = lambda: True) -> bool:
+    def wait_seen(
+        self, markers: Iterable[str], timeout: float, alive: Callable[[], bool] = lambda: True
+    ) -> bool:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.all_seen(markers):

@@ -22,8 +22,10 @@ def cell(s: Summary | None) -> str:
 
 def rate_cell(rate: tuple[float, float, float]) -> str:
     """``rows/s (low–high)`` of a catch-up rate; ∞ where the cost is within the noise."""
+
     def num(v: float) -> str:
         return "∞" if math.isinf(v) else f"{v:,.0f}"
+
     mid, low, high = rate
     return f"{num(mid)} ({num(low)}–{num(high)})"
 
@@ -36,10 +38,12 @@ def _ratio(a: Summary | None, b: Summary | None) -> str:
 
 def ordered(phases: dict[str, Phase]) -> dict[str, Phase]:
     """Display order: SDP loop, SDP schedule, then Tidehouse by tiering interval (runs happen in another)."""
+
     def rank(name: str) -> tuple[int, float]:
         if name.startswith("SDP"):
             return (0 if name == "SDP loop" else 1, 0.0)
         return (2, float(name.split("T=", 1)[1].rstrip("s")))
+
     return dict(sorted(phases.items(), key=lambda item: rank(item[0])))
 
 
@@ -61,7 +65,8 @@ CATCHUP_INTRO = (
     "the steady window, the burst is written at once while the steady input goes on, then a marker; the time "
     "the burst cost is the marker's extra delay (Tidehouse: its ADS delay from the start of the burst minus "
     "the steady p50; SDP: the excess duration of the runs that overlapped the burst over the median steady "
-    "run). Method: [docs/vs_sdp.md](vs_sdp.md).")
+    "run). Method: [docs/vs_sdp.md](vs_sdp.md)."
+)
 
 
 def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
@@ -78,8 +83,12 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         row += [_ratio(sdp_s, p.summary(f"{layer} hot")) for _, p in th_runs]
         row.append(_ratio(sdp_s, fast_lake.summary(f"{layer} lake") if fast_lake else None))
         rows.append(row)
-    headers = ["layer", *[c[0] for c in cols], *[f"SDP loop ÷ TH hot (T={t}), p50" for t, _ in th_runs],
-               f"SDP loop ÷ TH lake (T={min(args.tiering):g}s), p50"]
+    headers = [
+        "layer",
+        *[c[0] for c in cols],
+        *[f"SDP loop ÷ TH hot (T={t}), p50" for t, _ in th_runs],
+        f"SDP loop ÷ TH lake (T={min(args.tiering):g}s), p50",
+    ]
     delays = markdown_table(headers, rows)
 
     run_rows = []
@@ -91,15 +100,35 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         holds = p.keeps_up(ads)
         if name.startswith("SDP") and len(runs) < 4:  # warm-up + fewer than 3 measured runs: no trend
             holds = None
-        run_rows.append([name, p.rate, f"{p.rows:,}", f"{seen}/{len(p.probes)}",
-                         f"{p.slope(ads):+.2f}", {True: "yes", False: "no", None: "— (too few runs)"}[holds],
-                         f"{p.peak_rss / 2**30:.2f}",
-                         f"{len(runs)} × {mean_run:.0f} s" if runs else "one long-running process",
-                         f"{p.seconds:.0f}", "—" if p.load is None else f"{p.load:.1f}"])
-    runs_table = markdown_table(["run", "input rows/s", "rows written", "ADS probes seen",
-                                 "ADS delay trend (s per min)", "keeps up", "peak RSS (GiB)",
-                                 "spark-pipelines runs × mean duration", "wall (s)",
-                                 "machine load (1-min avg)"], run_rows)
+        run_rows.append(
+            [
+                name,
+                p.rate,
+                f"{p.rows:,}",
+                f"{seen}/{len(p.probes)}",
+                f"{p.slope(ads):+.2f}",
+                {True: "yes", False: "no", None: "— (too few runs)"}[holds],
+                f"{p.peak_rss / 2**30:.2f}",
+                f"{len(runs)} × {mean_run:.0f} s" if runs else "one long-running process",
+                f"{p.seconds:.0f}",
+                "—" if p.load is None else f"{p.load:.1f}",
+            ]
+        )
+    runs_table = markdown_table(
+        [
+            "run",
+            "input rows/s",
+            "rows written",
+            "ADS probes seen",
+            "ADS delay trend (s per min)",
+            "keeps up",
+            "peak RSS (GiB)",
+            "spark-pipelines runs × mean duration",
+            "wall (s)",
+            "machine load (1-min avg)",
+        ],
+        run_rows,
+    )
 
     catchup_rows, rates = [], {}
     for name, p in phases.items():
@@ -110,26 +139,47 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
         steady = p.summary(p.ads)
         if rate is not None:
             rates[name] = rate
-        catchup_rows.append([
-            name, f"{c.rows:,}", "not seen" if c.seen is None else f"{c.seen - c.began:.1f}",
-            f"{steady.p50:.1f}", "—" if cost is None else f"{cost[0]:.1f} ± {cost[1]:.1f}",
-            "—" if rate is None else rate_cell(rate),
-            "—" if rate is None or math.isinf(rate[0]) else f"{rate[0] / p.rate:.0f}×",
-            f"{c.peak_rss / 2**30:.2f}"])
-    catchups = markdown_table(["run", "burst rows", "burst start → its marker in ADS (s)",
-                               "steady ADS delay p50 (s)", "time the burst cost (s)",
-                               "rows/s worked off while behind (range)", "× the steady input rate",
-                               "peak RSS incl. catch-up (GiB)"], catchup_rows) if catchup_rows else ""
+        catchup_rows.append(
+            [
+                name,
+                f"{c.rows:,}",
+                "not seen" if c.seen is None else f"{c.seen - c.began:.1f}",
+                f"{steady.p50:.1f}",
+                "—" if cost is None else f"{cost[0]:.1f} ± {cost[1]:.1f}",
+                "—" if rate is None else rate_cell(rate),
+                "—" if rate is None or math.isinf(rate[0]) else f"{rate[0] / p.rate:.0f}×",
+                f"{c.peak_rss / 2**30:.2f}",
+            ]
+        )
+    catchups = (
+        markdown_table(
+            [
+                "run",
+                "burst rows",
+                "burst start → its marker in ADS (s)",
+                "steady ADS delay p50 (s)",
+                "time the burst cost (s)",
+                "rows/s worked off while behind (range)",
+                "× the steady input rate",
+                "peak RSS incl. catch-up (GiB)",
+            ],
+            catchup_rows,
+        )
+        if catchup_rows
+        else ""
+    )
     th_rate = next((r for n, r in rates.items() if n.startswith("Tidehouse")), None)
     sdp_rate = rates.get("SDP loop")
     if th_rate and sdp_rate:
         unbounded = math.isinf(th_rate[0]) or math.isinf(sdp_rate[0])
         ratio = "—" if unbounded else f"{th_rate[0] / sdp_rate[0]:.1f}×"
-        catchups += (f"\n\nSustained rate: a backlog shrinks while the input rate stays below the rate it is "
-                     f"worked off, so these estimate the highest input rate each system holds without a "
-                     f"growing delay — Tidehouse {rate_cell(th_rate)} rows/s, SDP {rate_cell(sdp_rate)} "
-                     f"rows/s (Tidehouse ÷ SDP {ratio}). Whether each held the steady rate: \"keeps up\" "
-                     f"above.")
+        catchups += (
+            f"\n\nSustained rate: a backlog shrinks while the input rate stays below the rate it is "
+            f"worked off, so these estimate the highest input rate each system holds without a "
+            f"growing delay — Tidehouse {rate_cell(th_rate)} rows/s, SDP {rate_cell(sdp_rate)} "
+            f'rows/s (Tidehouse ÷ SDP {ratio}). Whether each held the steady rate: "keeps up" '
+            f"above."
+        )
 
     lag_rows = []
     th = th_runs
@@ -144,32 +194,50 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
             ok = b.p50 <= a.p50 / 10
             verdict = "met" if ok else "NOT met" if not a.unseen else "not shown"
             bound = f" (SDP's figure is a lower bound: {a.unseen} probes never seen)" if a.unseen else ""
-            verdicts.append(f"* Target ADS hot delay ≤ 1/10 of SDP's looped ADS delay, Tidehouse run T={t}: "
-                            f"{b.p50:.2f} s vs {'≥ ' if a.unseen else ''}{a.p50:.1f} s (p50, "
-                            f"{a.p50 / b.p50:.1f}×) — **{verdict}**{bound}.")
+            verdicts.append(
+                f"* Target ADS hot delay ≤ 1/10 of SDP's looped ADS delay, Tidehouse run T={t}: "
+                f"{b.p50:.2f} s vs {'≥ ' if a.unseen else ''}{a.p50:.1f} s (p50, "
+                f"{a.p50 / b.p50:.1f}×) — **{verdict}**{bound}."
+            )
     for t in args.tiering:
         p = phases.get(f"Tidehouse T={t:g}s")
         if p:
             s, e2e = p.lag("ADS"), p.summary("ADS lake")
             if s.n:
                 verdict = "met" if s.max <= t + 3 else "met at p95 only" if s.p95 <= t + 3 else "NOT met"
-                verdicts.append(f"* Target ADS lake delay (behind its hot table) ≤ T + 3 s = {t + 3:g} s "
-                                f"with T = {t:g} s: p95 {s.p95:.1f} s, max {s.max:.1f} s — **{verdict}** "
-                                f"(end to end, input to lake: p50 {e2e.p50:.1f} s, max {e2e.max:.1f} s).")
-    return "\n".join([
-        (f"Delay in seconds from a marker event's file landing in the input directory to its effect being "
-         f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input "
-         f"rows/s, one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are "
-         f"read as committed Parquet in the warehouse; Tidehouse hot tables through the store, lake tables "
-         f"with plain pyiceberg. "
-         f"The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); plot: "
-         f"[img/vs_sdp.png](img/vs_sdp.png)."), "", delays, "",
-        ("How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus "
-         "hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any "
-         "depth:"), "",
-        lags, "", runs_table, "",
-        *([CATCHUP_INTRO, "", catchups, ""] if catchups else []),
-        *verdicts])
+                verdicts.append(
+                    f"* Target ADS lake delay (behind its hot table) ≤ T + 3 s = {t + 3:g} s "
+                    f"with T = {t:g} s: p95 {s.p95:.1f} s, max {s.max:.1f} s — **{verdict}** "
+                    f"(end to end, input to lake: p50 {e2e.p50:.1f} s, max {e2e.max:.1f} s)."
+                )
+    return "\n".join(
+        [
+            (
+                f"Delay in seconds from a marker event's file landing in the input directory to its effect being "
+                f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input "
+                f"rows/s, one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are "
+                f"read as committed Parquet in the warehouse; Tidehouse hot tables through the store, lake tables "
+                f"with plain pyiceberg. "
+                f"The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); plot: "
+                f"[img/vs_sdp.png](img/vs_sdp.png)."
+            ),
+            "",
+            delays,
+            "",
+            (
+                "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus "
+                "hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any "
+                "depth:"
+            ),
+            "",
+            lags,
+            "",
+            runs_table,
+            "",
+            *([CATCHUP_INTRO, "", catchups, ""] if catchups else []),
+            *verdicts,
+        ]
+    )
 
 
 def plot(phases: dict[str, Phase], path: Path) -> None:
@@ -191,8 +259,9 @@ def plot(phases: dict[str, Phase], path: Path) -> None:
         p50 = [s.p50 if s.n else math.nan for s in sums]
         p95 = [s.p95 if s.n else math.nan for s in sums]
         ax.plot(xs, p50, marker="o", color=color, linewidth=2, label=f"{title} p50")
-        ax.plot(xs, p95, marker="^", color=color, linewidth=1, linestyle="--", alpha=0.8,
-                label=f"{title} p95")
+        ax.plot(
+            xs, p95, marker="^", color=color, linewidth=1, linestyle="--", alpha=0.8, label=f"{title} p95"
+        )
     ax.set_yscale("log")
     ax.set_xticks(xs, LAYERS)
     ax.set_xlabel("layer")

@@ -15,9 +15,21 @@ from benchmarks.vs_sdp.sdp import Sdp
 from benchmarks.vs_sdp.tidehouse import Tidehouse
 
 
-def run_phase(name: str, system, generator: Generator, *, start: Callable[[], None], window: float,
-              probe_interval: float, drain: float, warmup: float | None, poll: float,
-              settle: float = 0.0, burst: int = 0, burst_wait: float = 300.0) -> Phase:
+def run_phase(
+    name: str,
+    system,
+    generator: Generator,
+    *,
+    start: Callable[[], None],
+    window: float,
+    probe_interval: float,
+    drain: float,
+    warmup: float | None,
+    poll: float,
+    settle: float = 0.0,
+    burst: int = 0,
+    burst_wait: float = 300.0,
+) -> Phase:
     """Measure one system in one mode. ``warmup``: seconds to wait for a first marker to reach every table
     (the system's start-up and first run are not measured), then ``settle`` s more; None to skip both (the
     tables are already live). ``burst``: after the probes, write that many rows at once and a marker after
@@ -31,12 +43,16 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
     try:
         if warmup is not None:
             marker = generator.write_probe(f"warmup-{int(began)}", kind="warmup")
-            print(f"[{name}] waiting for the system to come up (warm-up marker through every table)...",
-                  flush=True)
+            print(
+                f"[{name}] waiting for the system to come up (warm-up marker through every table)...",
+                flush=True,
+            )
             if not prober.wait_seen([marker], warmup, alive=system.alive):
                 seen = {k: marker in o.seen for k, o in prober.observations.items()}
-                raise RuntimeError(f"[{name}] the warm-up marker did not reach every table within "
-                                   f"{warmup:.0f} s: {system.failure or 'no failure reported'}; seen: {seen}")
+                raise RuntimeError(
+                    f"[{name}] the warm-up marker did not reach every table within "
+                    f"{warmup:.0f} s: {system.failure or 'no failure reported'}; seen: {seen}"
+                )
             time.sleep(settle)  # let the backlog that built up during start-up drain before measuring
         print(f"[{name}] probing for {window:.0f} s (one marker every {probe_interval:g} s)...", flush=True)
         generator.probe_window(window, probe_interval)
@@ -45,8 +61,9 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
             time.sleep(0.5)
         time.sleep(0.1)
         if not prober.wait_seen(generator.measured(), drain, alive=system.alive):
-            print(f"[{name}] not every marker was visible everywhere within the {drain:.0f} s drain",
-                  flush=True)
+            print(
+                f"[{name}] not every marker was visible everywhere within the {drain:.0f} s drain", flush=True
+            )
         if system.failure:
             raise RuntimeError(f"[{name}] {system.failure}")
         # the steady run ends here; the catch-up follows
@@ -57,26 +74,44 @@ def run_phase(name: str, system, generator: Generator, *, start: Callable[[], No
         ended = ended or time.time()
         system.stop()
         prober.stop()
-    phase = Phase(name, generator.rate, generator.measured(), prober.observations, steady_rss,
-                  steady_rows, ended - began,
-                  runs=list(getattr(system, "runs", [])),
-                  errors=list(getattr(system, "notes", [])) + prober.errors[-5:],
-                  load=sum(prober.loads) / len(prober.loads) if prober.loads else None, ended=ended,
-                  catchup=catchup)
+    phase = Phase(
+        name,
+        generator.rate,
+        generator.measured(),
+        prober.observations,
+        steady_rss,
+        steady_rows,
+        ended - began,
+        runs=list(getattr(system, "runs", [])),
+        errors=list(getattr(system, "notes", [])) + prober.errors[-5:],
+        load=sum(prober.loads) / len(prober.loads) if prober.loads else None,
+        ended=ended,
+        catchup=catchup,
+    )
     for label in phase.observations:
         s = phase.summary(label)
-        print(f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s "
-              f"max={s.max:.2f}s", flush=True)
+        print(
+            f"[{name}] {label:10s} n={s.n}/{len(phase.probes)} p50={s.p50:.2f}s p95={s.p95:.2f}s "
+            f"max={s.max:.2f}s",
+            flush=True,
+        )
     if catchup is not None:
         cost, rate = phase.catchup_cost(), phase.catchup_rate()
-        print(f"[{name}] catch-up: {catchup.rows:,} rows cost "
-              + ("(marker not seen)" if cost is None or rate is None
-                 else f"{cost[0]:.1f} ± {cost[1]:.1f} s -> {rate_cell(rate)} rows/s"), flush=True)
+        print(
+            f"[{name}] catch-up: {catchup.rows:,} rows cost "
+            + (
+                "(marker not seen)"
+                if cost is None or rate is None
+                else f"{cost[0]:.1f} ± {cost[1]:.1f} s -> {rate_cell(rate)} rows/s"
+            ),
+            flush=True,
+        )
     return phase
 
 
-def measure_catchup(name: str, system, generator: Generator, prober: Prober, rows: int,
-                    wait: float) -> CatchUp:
+def measure_catchup(
+    name: str, system, generator: Generator, prober: Prober, rows: int, wait: float
+) -> CatchUp:
     """Write a burst of ``rows`` while the steady input keeps flowing, then a marker; wait until the marker
     is visible in ADS (SDP: and until the run that showed it has ended, so its duration is known)."""
     ads = "ADS SDP" if "ADS SDP" in prober.observations else "ADS hot"
@@ -96,8 +131,9 @@ def measure_catchup(name: str, system, generator: Generator, prober: Prober, row
     return CatchUp(rows, began, written, at, prober.peak_rss)
 
 
-def measure(args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, Phase], dict[str, str]], None]
-            ) -> tuple[dict[str, Phase], dict[str, str]]:
+def measure(
+    args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, Phase], dict[str, str]], None]
+) -> tuple[dict[str, Phase], dict[str, str]]:
     """Run the selected systems one after the other. A run that fails is reported (``failures``) and the
     others still run; ``save`` is called after every run so no measurement is lost."""
     phases: dict[str, Phase] = {}
@@ -119,17 +155,40 @@ def measure(args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, P
         try:
             if "schedule" in args.modes:
                 name = f"SDP every {args.schedule:g} s"
-                attempt(name, lambda: run_phase(
-                    name, sdp, gen, start=lambda: sdp.start(args.schedule), window=args.window,
-                    probe_interval=args.probe_interval, drain=args.schedule + args.sdp_drain,
-                    warmup=args.warmup, poll=args.poll, settle=args.settle))
+                attempt(
+                    name,
+                    lambda: run_phase(
+                        name,
+                        sdp,
+                        gen,
+                        start=lambda: sdp.start(args.schedule),
+                        window=args.window,
+                        probe_interval=args.probe_interval,
+                        drain=args.schedule + args.sdp_drain,
+                        warmup=args.warmup,
+                        poll=args.poll,
+                        settle=args.settle,
+                    ),
+                )
             if "loop" in args.modes:
                 sdp.runs, sdp.failure = [], None
-                attempt("SDP loop", lambda: run_phase(
-                    "SDP loop", sdp, gen, start=lambda: sdp.start(period=None), window=args.window,
-                    probe_interval=args.probe_interval, drain=args.sdp_drain,
-                    warmup=None if phases else args.warmup, poll=args.poll, settle=args.settle,
-                    burst=args.burst, burst_wait=args.burst_wait))
+                attempt(
+                    "SDP loop",
+                    lambda: run_phase(
+                        "SDP loop",
+                        sdp,
+                        gen,
+                        start=lambda: sdp.start(period=None),
+                        window=args.window,
+                        probe_interval=args.probe_interval,
+                        drain=args.sdp_drain,
+                        warmup=None if phases else args.warmup,
+                        poll=args.poll,
+                        settle=args.settle,
+                        burst=args.burst,
+                        burst_wait=args.burst_wait,
+                    ),
+                )
         finally:
             gen.stop()
     if "tidehouse" in args.modes:
@@ -140,10 +199,23 @@ def measure(args: argparse.Namespace, workdir: Path, save: Callable[[dict[str, P
             budget = args.warmup + args.settle + args.window + t + 180.0 + (args.burst_wait if burst else 0)
             name = f"Tidehouse T={t:g}s"
             try:
-                attempt(name, lambda th=th, gen=gen, budget=budget, t=t, name=name, burst=burst: run_phase(
-                    name, th, gen, start=lambda: th.start(budget), window=args.window,
-                    probe_interval=args.probe_interval, drain=t + 60.0, warmup=args.warmup, poll=args.poll,
-                    settle=args.settle, burst=burst, burst_wait=args.burst_wait))
+                attempt(
+                    name,
+                    lambda th=th, gen=gen, budget=budget, t=t, name=name, burst=burst: run_phase(
+                        name,
+                        th,
+                        gen,
+                        start=lambda: th.start(budget),
+                        window=args.window,
+                        probe_interval=args.probe_interval,
+                        drain=t + 60.0,
+                        warmup=args.warmup,
+                        poll=args.poll,
+                        settle=args.settle,
+                        burst=burst,
+                        burst_wait=args.burst_wait,
+                    ),
+                )
             finally:
                 gen.stop()
     return phases, failures

@@ -36,13 +36,19 @@ class Sdp:
         import yaml
 
         self.project = workdir / "sdp"
-        shutil.copytree(REPO / "benchmarks" / "sdp_project", self.project,
-                        ignore=shutil.ignore_patterns("__pycache__", "spark-warehouse", "metastore_db"))
+        shutil.copytree(
+            REPO / "benchmarks" / "sdp_project",
+            self.project,
+            ignore=shutil.ignore_patterns("__pycache__", "spark-warehouse", "metastore_db"),
+        )
         spec_path = self.project / "spark-pipeline.yml"
         spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
         spec["storage"] = (workdir / "sdp-storage").as_uri()
-        spec["configuration"] = {**spec.get("configuration", {}), **SDP_PIPELINE_CONF,
-                                 "tidehouse.bench.input": str(input_dir)}
+        spec["configuration"] = {
+            **spec.get("configuration", {}),
+            **SDP_PIPELINE_CONF,
+            "tidehouse.bench.input": str(input_dir),
+        }
         spec_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
         self.log = workdir / "sdp.log"
         self.warehouse = self.project / "spark-warehouse"
@@ -60,8 +66,10 @@ class Sdp:
         return [str(VENV_BIN / "spark-pipelines"), "--remote", "local[2]", *conf, "run"]
 
     def readers(self) -> dict[str, Reader]:
-        return {f"{layer} SDP": SdpTableReader(self.warehouse / SDP_TABLES[layer], layer in SDP_STREAMING)
-                for layer in LAYERS}
+        return {
+            f"{layer} SDP": SdpTableReader(self.warehouse / SDP_TABLES[layer], layer in SDP_STREAMING)
+            for layer in LAYERS
+        }
 
     def run_once(self) -> None:
         wait_port_free(15002)  # the Spark Connect port every spark-pipelines run binds
@@ -69,16 +77,23 @@ class Sdp:
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"\n===== run at {time.strftime('%H:%M:%S')} =====\n")
             log.flush()
-            self.proc = subprocess.Popen(self.command(), cwd=self.project, env=spark_env(), stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.project,
+                env=spark_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             rc = self.proc.wait()
         terminate(self.proc, 0)  # reap anything the run left behind in its process group
         try:
             if self._stop.is_set():
                 return  # stopped on purpose mid-run
             if rc != 0:
-                raise RuntimeError(f"spark-pipelines run exited {rc}; the end of {self.log}:\n"
-                                   f"{tail(self.log)}")
+                raise RuntimeError(
+                    f"spark-pipelines run exited {rc}; the end of {self.log}:\n{tail(self.log)}"
+                )
             self.runs.append((start, time.time()))
         finally:
             self.running_since = None  # after the run is in `runs`: settled() must not see it missing

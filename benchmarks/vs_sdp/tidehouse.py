@@ -20,8 +20,11 @@ class Tidehouse:
 
         base = workdir / f"th-{tiering_s:g}s"
         self.project, self.home = base / "project", base / "home"
-        shutil.copytree(REPO / "benchmarks" / "vs_sdp_flow", self.project,
-                        ignore=shutil.ignore_patterns("__pycache__", ".tidehouse"))
+        shutil.copytree(
+            REPO / "benchmarks" / "vs_sdp_flow",
+            self.project,
+            ignore=shutil.ignore_patterns("__pycache__", ".tidehouse"),
+        )
         # the flow uses the shipped standard library of actions (ingest, clean_clicks, sum_by_key, top_n)
         shutil.copytree(REPO / "actions", self.project / "actions", dirs_exist_ok=True)
         self.flow_path = self.project / "flows" / "vs_sdp.yaml"
@@ -38,8 +41,16 @@ class Tidehouse:
         self._duration, self._started = 0.0, 0.0
 
     def command(self, duration: float) -> list[str]:
-        return [str(VENV_BIN / "tidehouse"), "--home", str(self.home), "flow", "trigger", str(self.flow_path),
-                "--duration", f"{duration:.0f}"]
+        return [
+            str(VENV_BIN / "tidehouse"),
+            "--home",
+            str(self.home),
+            "flow",
+            "trigger",
+            str(self.flow_path),
+            "--duration",
+            f"{duration:.0f}",
+        ]
 
     def readers(self) -> dict[str, Reader]:
         from runtime.project import Project
@@ -55,17 +66,27 @@ class Tidehouse:
     def start(self, duration: float) -> None:
         self._duration, self._started = duration, time.time()
         with open(self.log, "a", encoding="utf-8") as log:
-            self.proc = subprocess.Popen(self.command(duration), cwd=self.project, env=spark_env(),
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(duration),
+                cwd=self.project,
+                env=spark_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         """True while the flow runs. A flow that failed is triggered again once (it resumes where it stopped,
         as a supervisor would restart it); the restart and its cause are reported with the run."""
         if self.proc is not None and self.proc.poll() not in (None, 0) and self.restarts < self.max_restarts:
-            cause = next((ln for ln in reversed(tail(self.log, 80).splitlines()) if ln.startswith("error:")),
-                         f"exit code {self.proc.returncode}")
-            self.notes.append(f"flow trigger failed after {time.time() - self._started:.0f} s and was "
-                              f"triggered again: {cause}")
+            cause = next(
+                (ln for ln in reversed(tail(self.log, 80).splitlines()) if ln.startswith("error:")),
+                f"exit code {self.proc.returncode}",
+            )
+            self.notes.append(
+                f"flow trigger failed after {time.time() - self._started:.0f} s and was "
+                f"triggered again: {cause}"
+            )
             print(f"[tidehouse] {self.notes[-1]}", flush=True)
             self.restarts += 1
             self.start(self._duration)
@@ -74,8 +95,10 @@ class Tidehouse:
     @property
     def failure(self) -> str | None:
         if self.proc is not None and self.proc.poll() not in (None, 0):
-            return (f"tidehouse flow trigger exited {self.proc.returncode}; the end of {self.log}:\n"
-                    f"{tail(self.log)}")
+            return (
+                f"tidehouse flow trigger exited {self.proc.returncode}; the end of {self.log}:\n"
+                f"{tail(self.log)}"
+            )
         return None
 
     def pids(self) -> list[int]:

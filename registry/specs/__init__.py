@@ -20,7 +20,25 @@ from registry.specs.values import check_value
 from runtime.core.sparktypes import SparkType, SparkTypeError, parse_columns, parse_type
 
 __all__ = [
-    "LAYERS", "ActionHeader", "ActionSpec", "DefaultsSpec", "ExpectSpec", "FlowSpec", "ParamSpec", "SourceSpec",
-    "SparkType", "SparkTypeError", "Spec", "TableSpec", "TieringSpec", "check_value", "did_you_mean",
-    "parse_action", "parse_action_text", "parse_columns", "parse_flow", "parse_flow_text", "parse_type",
+    "LAYERS",
+    "ActionHeader",
+    "ActionSpec",
+    "DefaultsSpec",
+    "ExpectSpec",
+    "FlowSpec",
+    "ParamSpec",
+    "SourceSpec",
+    "SparkType",
+    "SparkTypeError",
+    "Spec",
+    "TableSpec",
+    "TieringSpec",
+    "check_value",
+    "did_you_mean",
+    "parse_action",
+    "parse_action_text",
+    "parse_columns",
+    "parse_flow",
+    "parse_flow_text",
+    "parse_type",
 ]

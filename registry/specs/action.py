@@ -57,17 +57,24 @@ def _output(value: Any) -> str | None:
                 raise custom(WRONG_TYPE, "expected a column name", at=(i,))
         value = ", ".join(value)
     if not isinstance(value, str):
-        raise custom(WRONG_TYPE, "expected Spark DDL like 'user_id string, cnt bigint' or a list of column names")
+        raise custom(
+            WRONG_TYPE, "expected Spark DDL like 'user_id string, cnt bigint' or a list of column names"
+        )
     try:
         columns = parse_columns(value, untyped=True)
     except SparkTypeError as exc:
         raise custom(BAD_VALUE, f"not a column list: {exc}") from None
     for column in columns:
         if is_system_column(column.name):
-            raise custom(BAD_VALUE, f"output column {column.name!r}: columns starting with '__' are system columns")
+            raise custom(
+                BAD_VALUE, f"output column {column.name!r}: columns starting with '__' are system columns"
+            )
         if not column.nullable:
-            raise custom(BAD_VALUE, f"output column {column.name!r}: NOT NULL is for source schemas only (a "
-                                    "contract names the columns the SQL returns, and their types)")
+            raise custom(
+                BAD_VALUE,
+                f"output column {column.name!r}: NOT NULL is for source schemas only (a "
+                "contract names the columns the SQL returns, and their types)",
+            )
     return value.strip()
 
 
@@ -77,10 +84,15 @@ SparkTypeString = Annotated[str, BeforeValidator(_spark_type)]
 class ParamSpec(Spec):
     """One parameter of an action, bound with a named parameter marker (``:name``) - never substituted."""
 
-    type: SparkTypeString = Field(description="Spark SQL type of the value: string, int, bigint, double, boolean, "
-                                              "date, timestamp, decimal(p,s), array<T>, map<K,V>, struct<...>.")
-    default: Any = Field(None, description="Value used when a flow does not set the parameter; without a "
-                                           "default the parameter is required.")
+    type: SparkTypeString = Field(
+        description="Spark SQL type of the value: string, int, bigint, double, boolean, "
+        "date, timestamp, decimal(p,s), array<T>, map<K,V>, struct<...>."
+    )
+    default: Any = Field(
+        None,
+        description="Value used when a flow does not set the parameter; without a "
+        "default the parameter is required.",
+    )
     description: Text = Field("", description="What the parameter means, for the action reference.")
 
     @property
@@ -95,7 +107,9 @@ class ParamSpec(Spec):
     def _default_fits_type(self) -> ParamSpec:
         if "default" in self.model_fields_set and self.default is not None:
             for sub, message in check_value(self.default, self.spark_type):
-                raise custom("th_param_type", f"default does not fit {self.type}: {message}", at=("default",) + sub)
+                raise custom(
+                    "th_param_type", f"default does not fit {self.type}: {message}", at=("default",) + sub
+                )
         return self
 
 
@@ -104,15 +118,20 @@ class ActionHeader(Spec):
 
     name: Identifier = Field(description="Name of the action, referred to by flows as `name` or `name@N`.")
     description: Text = Field("", description="What the action does, for the action reference.")
-    inputs: tuple[Identifier, ...] = Field((), description="Names of the relations the SQL reads; a flow binds "
-                                                           "each one to a source or a table.")
-    params: dict[Identifier, ParamSpec] = Field(default_factory=dict,
-                                                description="Parameters, bound as `:name` markers in the SQL.")
+    inputs: tuple[Identifier, ...] = Field(
+        (), description="Names of the relations the SQL reads; a flow binds each one to a source or a table."
+    )
+    params: dict[Identifier, ParamSpec] = Field(
+        default_factory=dict, description="Parameters, bound as `:name` markers in the SQL."
+    )
     output: Annotated[str | None, BeforeValidator(_output)] = Field(
-        None, description="Optional output contract: Spark DDL ('user_id string, cnt bigint') or a list of "
-                          "column names. Primary keys of tables using the action must be among them.")
+        None,
+        description="Optional output contract: Spark DDL ('user_id string, cnt bigint') or a list of "
+        "column names. Primary keys of tables using the action must be among them.",
+    )
     primary_key: tuple[Column, ...] | None = Field(
-        None, description="Suggested primary key of tables produced by the action (documentation only).")
+        None, description="Suggested primary key of tables produced by the action (documentation only)."
+    )
 
     @field_validator("inputs")
     @classmethod
@@ -125,7 +144,9 @@ class ActionSpec(ActionHeader):
 
     sql: str = Field(description="The SQL statement after the header (a trailing ';' removed).")
     path: str | None = Field(None, description="The file the action was read from.")
-    sql_line: int = Field(1, description="1-based line of the file where the SQL starts (to map Spark errors).")
+    sql_line: int = Field(
+        1, description="1-based line of the file where the SQL starts (to map Spark errors)."
+    )
 
     @property
     def output_contract(self) -> tuple[DdlColumn, ...] | None:

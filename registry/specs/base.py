@@ -68,8 +68,11 @@ def identifier(value: Any) -> str:
     """Names of flows, tables, sources, actions, inputs and parameters: ``[a-z_][a-z0-9_]*``."""
     value = _str(value, "a name (lower-case letters, digits, _)")
     if not IDENTIFIER_RE.match(value) or len(value) > MAX_NAME:
-        raise custom(BAD_IDENTIFIER, f"{value!r} is not a valid name: use lower-case letters, digits and _, "
-                                     f"not starting with a digit (at most {MAX_NAME} characters)")
+        raise custom(
+            BAD_IDENTIFIER,
+            f"{value!r} is not a valid name: use lower-case letters, digits and _, "
+            f"not starting with a digit (at most {MAX_NAME} characters)",
+        )
     if is_system_column(value):
         raise custom(BAD_IDENTIFIER, f"{value!r}: names starting with '__' are reserved for system columns")
     return value

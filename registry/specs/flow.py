@@ -52,8 +52,10 @@ def _action_ref(value: Any) -> str:
     if not isinstance(value, str):
         raise custom(WRONG_TYPE, "expected an action name like 'clean_clicks' or 'clean_clicks@2'")
     if not REF_RE.match(value):
-        raise custom(BAD_IDENTIFIER, f"{value!r} is not an action reference: write 'name' or 'name@N' "
-                                     "(N = a version number from 1)")
+        raise custom(
+            BAD_IDENTIFIER,
+            f"{value!r} is not an action reference: write 'name' or 'name@N' (N = a version number from 1)",
+        )
     return value
 
 
@@ -79,8 +81,10 @@ ActionRef = Annotated[str, BeforeValidator(_action_ref)]
 class TieringSpec(Spec):
     """How fresh a table's lake copy is kept."""
 
-    interval: Duration = Field(description="Tiering interval: the lake copy lags the hot table by at most about "
-                                           "this much ('30s', '1m').")
+    interval: Duration = Field(
+        description="Tiering interval: the lake copy lags the hot table by at most about "
+        "this much ('30s', '1m')."
+    )
 
 
 class ExpectSpec(Spec):
@@ -88,23 +92,31 @@ class ExpectSpec(Spec):
 
     name: Identifier = Field(description="Name of the rule, shown in status and in quarantine records.")
     condition: Text = Field(description="A Spark SQL boolean expression over the table's columns.")
-    on_violation: OnViolation = Field("quarantine", description="What happens to a row that fails: drop it, "
-                                                                "quarantine it (default), or fail the flow.")
+    on_violation: OnViolation = Field(
+        "quarantine",
+        description="What happens to a row that fails: drop it, quarantine it (default), or fail the flow.",
+    )
 
 
 class SourceSpec(Spec):
     """An external streaming input of the flow, read by ODS tables."""
 
-    format: Identifier = Field(description="Spark streaming source format: json, csv, parquet, orc, text, rate, "
-                                           "kafka, ...")
+    format: Identifier = Field(
+        description="Spark streaming source format: json, csv, parquet, orc, text, rate, kafka, ..."
+    )
     path: Text | None = Field(None, description="Where file sources read from (relative to the project).")
-    schema_: Text | None = Field(None, alias="schema", description="Spark DDL schema of the records, e.g. "
-                                                                  "'user_id string NOT NULL, ts timestamp'. A record "
-                                                                  "that does not parse with it, or lacks a NOT NULL "
-                                                                  "column, goes to the ODS table's quarantine; "
-                                                                  "fields it does not declare are ignored.")
+    schema_: Text | None = Field(
+        None,
+        alias="schema",
+        description="Spark DDL schema of the records, e.g. "
+        "'user_id string NOT NULL, ts timestamp'. A record "
+        "that does not parse with it, or lacks a NOT NULL "
+        "column, goes to the ODS table's quarantine; "
+        "fields it does not declare are ignored.",
+    )
     options: Annotated[dict[str, Text], BeforeValidator(_string_map)] = Field(
-        default_factory=dict, description="Options passed to the Spark reader (strings).")
+        default_factory=dict, description="Options passed to the Spark reader (strings)."
+    )
 
     @field_validator("schema_")
     @classmethod
@@ -116,7 +128,9 @@ class SourceSpec(Spec):
                 raise custom(BAD_VALUE, f"not a Spark DDL schema: {exc}") from None
             for column in columns:
                 if is_system_column(column.name):
-                    raise custom(BAD_VALUE, f"column {column.name!r}: columns starting with '__' are system columns")
+                    raise custom(
+                        BAD_VALUE, f"column {column.name!r}: columns starting with '__' are system columns"
+                    )
         return value
 
     @model_validator(mode="after")
@@ -124,38 +138,65 @@ class SourceSpec(Spec):
         if self.format in FILE_FORMATS and not self.path:
             raise custom(MISSING, f"a {self.format} source needs a 'path'", at=("path",))
         if self.format in SCHEMA_REQUIRED and not self.schema_:
-            raise custom(MISSING, f"a streaming {self.format} source needs a 'schema' (Spark DDL)", at=("schema",))
+            raise custom(
+                MISSING, f"a streaming {self.format} source needs a 'schema' (Spark DDL)", at=("schema",)
+            )
         return self
 
 
 class TableSpec(Spec):
     """One table of a layer and the action that produces it."""
 
-    action: ActionRef = Field(description="The action producing the table: 'name' (pinned to the latest version "
-                                          "when the flow is registered) or 'name@N'.")
-    inputs: dict[Identifier, Text] = Field(default_factory=dict, description="Binds each input of the action: to a "
-                                           "source name (ODS tables) or to a table 'layer.table'.")
-    params: dict[Identifier, Any] = Field(default_factory=dict, description="Parameter values of the action, "
-                                                                            "checked against their Spark types.")
-    primary_key: tuple[Column, ...] = Field((), description="Primary key columns; makes this a primary-key table "
-                                                            "with a changelog (otherwise a log table).")
-    merge_engine: MergeEngine = Field(DEFAULT_MERGE_ENGINE, description="How rows with the same key merge: "
-                                      f"{DEFAULT_MERGE_ENGINE} (default), "
-                                      f"{', '.join(e for e in MERGE_ENGINES if e != DEFAULT_MERGE_ENGINE)}.")
-    aggregations: dict[Column, Aggregation] = Field(default_factory=dict, description="With merge_engine "
-                                                    f"aggregate: column -> {'|'.join(AGGREGATIONS)}; a column "
-                                                    "not named takes the incoming value.")
-    buckets: Annotated[int, Field(strict=True, ge=1, le=1024)] = Field(1, description="Number of buckets (>= 1).")
-    bucket_key: tuple[Column, ...] = Field((), description="Columns that choose a row's bucket; default: the "
-                                                           "primary key (must be part of it).")
-    trigger: Duration | None = Field(None, description="Micro-batch interval of this table's query; default: the "
-                                                       "flow's trigger.")
-    tiering: TieringSpec | None = Field(None, description="Lake freshness of this table; default: the flow's, else "
-                                                          "the project setting tiering.interval.")
-    freshness: Duration | None = Field(None, description="Freshness target ('1m'): flow status and the metrics flag "
-                                                         "the table while its hot delay or its lake delay exceeds "
-                                                         "it; default: the flow's (none). Not below the tiering "
-                                                         "interval.")
+    action: ActionRef = Field(
+        description="The action producing the table: 'name' (pinned to the latest version "
+        "when the flow is registered) or 'name@N'."
+    )
+    inputs: dict[Identifier, Text] = Field(
+        default_factory=dict,
+        description="Binds each input of the action: to a "
+        "source name (ODS tables) or to a table 'layer.table'.",
+    )
+    params: dict[Identifier, Any] = Field(
+        default_factory=dict, description="Parameter values of the action, checked against their Spark types."
+    )
+    primary_key: tuple[Column, ...] = Field(
+        (),
+        description="Primary key columns; makes this a primary-key table "
+        "with a changelog (otherwise a log table).",
+    )
+    merge_engine: MergeEngine = Field(
+        DEFAULT_MERGE_ENGINE,
+        description="How rows with the same key merge: "
+        f"{DEFAULT_MERGE_ENGINE} (default), "
+        f"{', '.join(e for e in MERGE_ENGINES if e != DEFAULT_MERGE_ENGINE)}.",
+    )
+    aggregations: dict[Column, Aggregation] = Field(
+        default_factory=dict,
+        description="With merge_engine "
+        f"aggregate: column -> {'|'.join(AGGREGATIONS)}; a column "
+        "not named takes the incoming value.",
+    )
+    buckets: Annotated[int, Field(strict=True, ge=1, le=1024)] = Field(
+        1, description="Number of buckets (>= 1)."
+    )
+    bucket_key: tuple[Column, ...] = Field(
+        (), description="Columns that choose a row's bucket; default: the primary key (must be part of it)."
+    )
+    trigger: Duration | None = Field(
+        None, description="Micro-batch interval of this table's query; default: the flow's trigger."
+    )
+    tiering: TieringSpec | None = Field(
+        None,
+        description="Lake freshness of this table; default: the flow's, else "
+        "the project setting tiering.interval.",
+    )
+    freshness: Duration | None = Field(
+        None,
+        description="Freshness target ('1m'): flow status and the metrics flag "
+        "the table while its hot delay or its lake delay exceeds "
+        "it; default: the flow's (none). Not below the tiering "
+        "interval.",
+    )
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
     description: Text = Field("", description="What the table holds, for docs and `flow plan`.")
 
@@ -194,22 +235,34 @@ class TableSpec(Spec):
     @model_validator(mode="after")
     def _keys_and_engines(self) -> TableSpec:
         if not self.primary_key and "merge_engine" in self.model_fields_set:
-            raise custom(BAD_PRIMARY_KEY, "a merge engine needs a primary key (log tables only append)",
-                         at=("merge_engine",))
+            raise custom(
+                BAD_PRIMARY_KEY,
+                "a merge engine needs a primary key (log tables only append)",
+                at=("merge_engine",),
+            )
         pk = {c.lower() for c in self.primary_key}
         if self.aggregations and self.merge_engine != "aggregate":
             raise custom(BAD_VALUE, "'aggregations' needs merge_engine: aggregate", at=("aggregations",))
         if self.merge_engine == "aggregate" and not self.aggregations:
-            raise custom(MISSING, "merge_engine aggregate needs 'aggregations' (column -> function)",
-                         at=("aggregations",))
+            raise custom(
+                MISSING,
+                "merge_engine aggregate needs 'aggregations' (column -> function)",
+                at=("aggregations",),
+            )
         for name in self.aggregations:
             if name.lower() in pk:
-                raise custom(BAD_VALUE, f"primary key column {name!r} cannot be aggregated", at=("aggregations", name))
+                raise custom(
+                    BAD_VALUE, f"primary key column {name!r} cannot be aggregated", at=("aggregations", name)
+                )
         if self.primary_key:
             for i, name in enumerate(self.bucket_key):
                 if name.lower() not in pk:
-                    raise custom(BAD_PRIMARY_KEY, f"bucket key column {name!r} is not part of the primary key "
-                                                  f"({', '.join(self.primary_key)})", at=("bucket_key", i))
+                    raise custom(
+                        BAD_PRIMARY_KEY,
+                        f"bucket key column {name!r} is not part of the primary key "
+                        f"({', '.join(self.primary_key)})",
+                        at=("bucket_key", i),
+                    )
         return self
 
 
@@ -217,7 +270,8 @@ def _layers(value: Any) -> Any:
     """Layers come back in ods, dwd, dws, ads order whatever order the file uses."""
     if isinstance(value, dict):
         return {layer: value[layer] for layer in LAYERS if layer in value} | {
-            k: v for k, v in value.items() if k not in LAYERS}
+            k: v for k, v in value.items() if k not in LAYERS
+        }
     return value
 
 
@@ -225,8 +279,11 @@ class DefaultsSpec(Spec):
     """Defaults applied to every table of the flow that does not set the key itself."""
 
     buckets: Annotated[int, Field(strict=True, ge=1, le=1024)] | None = Field(
-        None, description="Default number of buckets of the flow's tables.")
-    expect: tuple[ExpectSpec, ...] = Field((), description="Rules added to every table (ODS tables included).")
+        None, description="Default number of buckets of the flow's tables."
+    )
+    expect: tuple[ExpectSpec, ...] = Field(
+        (), description="Rules added to every table (ODS tables included)."
+    )
 
 
 class FlowSpec(Spec):
@@ -235,16 +292,24 @@ class FlowSpec(Spec):
     flow: Identifier = Field(description="Name of the flow.")
     description: Text = Field("", description="What the flow computes.")
     trigger: Duration = Field(1.0, description="Default micro-batch interval of every query ('500ms', '1s').")
-    tiering: TieringSpec | None = Field(None, description="Default lake freshness of every table; default: the "
-                                                          f"project setting tiering.interval ({_TIERING}).")
-    freshness: Duration | None = Field(None, description="Default freshness target of every table (see the table "
-                                                         "key); default: none.")
-    sources: dict[Identifier, SourceSpec] = Field(default_factory=dict, description="External inputs, read by "
-                                                                                    "ODS tables.")
+    tiering: TieringSpec | None = Field(
+        None,
+        description="Default lake freshness of every table; default: the "
+        f"project setting tiering.interval ({_TIERING}).",
+    )
+    freshness: Duration | None = Field(
+        None, description="Default freshness target of every table (see the table key); default: none."
+    )
+    sources: dict[Identifier, SourceSpec] = Field(
+        default_factory=dict, description="External inputs, read by ODS tables."
+    )
     layers: Annotated[dict[Layer, dict[Identifier, TableSpec]], BeforeValidator(_layers)] = Field(
-        description="Tables by layer: ods, dwd, dws, ads (each: table name -> table).")
+        description="Tables by layer: ods, dwd, dws, ads (each: table name -> table)."
+    )
     defaults: DefaultsSpec = Field(DefaultsSpec(), description="Defaults for every table of the flow.")
-    path: str | None = Field(None, exclude=True, description="The file the flow was read from (not a YAML key).")
+    path: str | None = Field(
+        None, exclude=True, description="The file the flow was read from (not a YAML key)."
+    )
 
     _document: Any = PrivateAttr(None)
 
@@ -263,11 +328,19 @@ class FlowSpec(Spec):
             for name, table in tables.items():
                 target, interval = self.freshness_of(f"{layer}.{name}"), self.tiering_of(f"{layer}.{name}")
                 if target is not None and interval is not None and target < interval:
-                    at = ("layers", layer, name, "freshness") if table.freshness is not None else ("freshness",)
-                    raise custom(BAD_VALUE, f"freshness {format_duration(target)} of {layer}.{name} is below its "
-                                 f"tiering interval {format_duration(interval)}: its lake copy lags by up to the "
-                                 "interval, so it would miss the target every cycle (raise freshness or shorten "
-                                 "tiering)", at=at)
+                    at = (
+                        ("layers", layer, name, "freshness")
+                        if table.freshness is not None
+                        else ("freshness",)
+                    )
+                    raise custom(
+                        BAD_VALUE,
+                        f"freshness {format_duration(target)} of {layer}.{name} is below its "
+                        f"tiering interval {format_duration(interval)}: its lake copy lags by up to the "
+                        "interval, so it would miss the target every cycle (raise freshness or shorten "
+                        "tiering)",
+                        at=at,
+                    )
         return self
 
     @model_validator(mode="after")
@@ -292,7 +365,9 @@ class FlowSpec(Spec):
     # -- navigation ---------------------------------------------------------------------------------
     def tables(self) -> list[tuple[str, TableSpec]]:
         """``[("ods.clicks", spec), ("dwd.clicks", spec), ...]`` in layer order, then file order."""
-        return [(f"{layer}.{name}", spec) for layer in LAYERS for name, spec in self.layers.get(layer, {}).items()]
+        return [
+            (f"{layer}.{name}", spec) for layer in LAYERS for name, spec in self.layers.get(layer, {}).items()
+        ]
 
     def table(self, qualified: str) -> TableSpec:
         layer, _, name = qualified.partition(".")

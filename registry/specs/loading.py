@@ -31,15 +31,25 @@ _CUSTOM_CODES = {
     "th_param_type": ErrorCode.PARAM_TYPE,
 }
 _TYPE_WORDS = {
-    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-    "list_type": "a list", "tuple_type": "a list", "string_type": "a string", "int_type": "an integer",
-    "int_parsing": "an integer", "int_from_float": "an integer", "bool_type": "true or false",
-    "bool_parsing": "true or false", "float_type": "a number", "float_parsing": "a number",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "float_type": "a number",
+    "float_parsing": "a number",
 }
 _RESERVED_ACTION_KEYS = ("sql", "path", "sql_line")
 
 
 # -- pydantic errors -> located errors -----------------------------------------------------------------
+
 
 def _unwrap(annotation: Any) -> Any:
     while True:
@@ -123,8 +133,12 @@ def located_errors(exc: ValidationError, doc: Document, model: type[BaseModel]) 
             location = doc.location(real, key=at_key)
         else:
             code, message = ErrorCode.SPEC_BAD_VALUE, err["msg"]
-            bounds = {"greater_than_equal": "at least {ge}", "less_than_equal": "at most {le}",
-                      "greater_than": "more than {gt}", "less_than": "less than {lt}"}
+            bounds = {
+                "greater_than_equal": "at least {ge}",
+                "less_than_equal": "at most {le}",
+                "greater_than": "more than {gt}",
+                "less_than": "less than {lt}",
+            }
             if kind in bounds:
                 message = f"must be {bounds[kind].format(**ctx)}, got {describe(value)}"
             location = doc.location(real, key=at_key)
@@ -134,31 +148,51 @@ def located_errors(exc: ValidationError, doc: Document, model: type[BaseModel]) 
         seen.add(key)
         out.append(TidehouseError(code, message, location=location, hint=hint))
     # a misspelt key is reported once: as unknown (with its 'did you mean'), not also as the missing key
-    misspelt = {(e.location.path.rsplit(".", 1)[0] if "." in (e.location.path or "") else "",
-                 e.hint.split("'")[1]) for e in out
-                if e.code is ErrorCode.SPEC_UNKNOWN_KEY and e.hint and e.hint.startswith("did you mean")}
-    return [e for e in out if not (e.code is ErrorCode.SPEC_MISSING_KEY and e.location.path and
-                                   tuple(e.location.path.rsplit(".", 1)) in misspelt)]
+    misspelt = {
+        (e.location.path.rsplit(".", 1)[0] if "." in (e.location.path or "") else "", e.hint.split("'")[1])
+        for e in out
+        if e.code is ErrorCode.SPEC_UNKNOWN_KEY and e.hint and e.hint.startswith("did you mean")
+    }
+    return [
+        e
+        for e in out
+        if not (
+            e.code is ErrorCode.SPEC_MISSING_KEY
+            and e.location.path
+            and tuple(e.location.path.rsplit(".", 1)) in misspelt
+        )
+    ]
 
 
 def ambiguous_errors(doc: Document) -> list[TidehouseError]:
     """``no``/``yes``/``on``/``off``: YAML 1.1 booleans that YAML 1.2 reads as strings - refuse both readings."""
     return [
-        TidehouseError(ErrorCode.SPEC_WRONG_TYPE, f"'{word}' is ambiguous (a YAML 1.1 boolean)",
-                       location=doc.location(path),
-                       hint=f"write {'true' if word.lower() in ('yes', 'on') else 'false'} for a boolean, "
-                            f"or quote it ('{word}') for a string")
+        TidehouseError(
+            ErrorCode.SPEC_WRONG_TYPE,
+            f"'{word}' is ambiguous (a YAML 1.1 boolean)",
+            location=doc.location(path),
+            hint=f"write {'true' if word.lower() in ('yes', 'on') else 'false'} for a boolean, "
+            f"or quote it ('{word}') for a string",
+        )
         for path, word in doc.ambiguous.items()
     ]
 
 
-def _validate(model: type[BaseModel], doc: Document, extra: dict[str, Any] | None = None,
-              ) -> tuple[Any, list[TidehouseError]]:
+def _validate(
+    model: type[BaseModel],
+    doc: Document,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Any, list[TidehouseError]]:
     errors = ambiguous_errors(doc)
     bad_paths = {e.location.path for e in errors}
     if not isinstance(doc.data, dict):
-        errors.append(TidehouseError(ErrorCode.SPEC_WRONG_TYPE, f"expected a mapping at the top, got "
-                                     f"{describe(doc.data)}", location=doc.location(())))
+        errors.append(
+            TidehouseError(
+                ErrorCode.SPEC_WRONG_TYPE,
+                f"expected a mapping at the top, got {describe(doc.data)}",
+                location=doc.location(()),
+            )
+        )
         return None, errors
     try:
         spec = model.model_validate({**doc.data, **(extra or {})})
@@ -171,6 +205,7 @@ def _validate(model: type[BaseModel], doc: Document, extra: dict[str, Any] | Non
 
 # -- flows ----------------------------------------------------------------------------------------------
 
+
 def load_flow_document(text: str, path: str = "<string>") -> Document:
     return load_yaml(text, path, max_bytes=MAX_BYTES)
 
@@ -179,8 +214,9 @@ def flow_from_document(doc: Document) -> FlowSpec:
     """Validate a loaded document as a flow; raises all errors found."""
     data = doc.data
     if isinstance(data, dict) and "path" in data:
-        raise TidehouseError(ErrorCode.SPEC_UNKNOWN_KEY, "unknown key 'path'",
-                             location=doc.location(("path",), key=True))
+        raise TidehouseError(
+            ErrorCode.SPEC_UNKNOWN_KEY, "unknown key 'path'", location=doc.location(("path",), key=True)
+        )
     spec, errors = _validate(FlowSpec, doc, {"path": None if doc.file.startswith("<") else doc.file})
     TidehouseErrors.raise_if_any(errors)
     spec._document = doc
@@ -199,6 +235,7 @@ def parse_flow(path: str | Path) -> FlowSpec:
 
 # -- actions --------------------------------------------------------------------------------------------
 
+
 def split_action(text: str, path: str) -> tuple[str, int, str, int]:
     """``(header_yaml, header_first_line, sql, sql_line)`` of an action file; lines are 1-based."""
     lines = text.split("\n")
@@ -208,17 +245,23 @@ def split_action(text: str, path: str) -> tuple[str, int, str, int]:
     if i == len(lines):
         raise TidehouseError(ErrorCode.YAML_EMPTY, "the action file is empty", location=Location(path, 1))
     if lines[i].strip() != "/*---":
-        raise TidehouseError(ErrorCode.ACTION_HEADER, "an action starts with a YAML header between '/*---' and "
-                             "'---*/' lines", location=Location(path, i + 1, 1),
-                             hint="see docs for the action format")
+        raise TidehouseError(
+            ErrorCode.ACTION_HEADER,
+            "an action starts with a YAML header between '/*---' and '---*/' lines",
+            location=Location(path, i + 1, 1),
+            hint="see docs for the action format",
+        )
     for j in range(i + 1, len(lines)):
         if lines[j].lstrip().startswith("---*/"):
             break
     else:
-        raise TidehouseError(ErrorCode.ACTION_HEADER, "the header opened here is never closed with '---*/'",
-                             location=Location(path, i + 1, 1))
-    header = "\n".join(lines[i + 1:j])
-    rest = [lines[j].lstrip()[len("---*/"):]] + lines[j + 1:]
+        raise TidehouseError(
+            ErrorCode.ACTION_HEADER,
+            "the header opened here is never closed with '---*/'",
+            location=Location(path, i + 1, 1),
+        )
+    header = "\n".join(lines[i + 1 : j])
+    rest = [lines[j].lstrip()[len("---*/") :]] + lines[j + 1 :]
     sql_line = j + 1
     while rest and not rest[0].strip():
         rest.pop(0)
@@ -248,32 +291,50 @@ def parse_action_text(text: str, path: str = "<string>") -> ActionSpec:
     """Parse an action (``/*--- yaml ---*/`` + SQL); ``path`` is only used in error locations."""
     header, first_line, sql, sql_line = split_action(text, path)
     if not header.strip():
-        raise TidehouseError(ErrorCode.ACTION_HEADER, "the header is empty: it needs at least 'name'",
-                             location=Location(path, first_line - 1, 1))
+        raise TidehouseError(
+            ErrorCode.ACTION_HEADER,
+            "the header is empty: it needs at least 'name'",
+            location=Location(path, first_line - 1, 1),
+        )
     doc = load_yaml(header, path, line_offset=first_line - 1)
     errors: list[TidehouseError] = []
     if isinstance(doc.data, dict):
         for key in _RESERVED_ACTION_KEYS:
             if key in doc.data:
-                errors.append(TidehouseError(ErrorCode.SPEC_UNKNOWN_KEY, f"unknown key '{key}'",
-                                             location=doc.location((key,), key=True),
-                                             hint="the SQL goes after the '---*/' line"))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.SPEC_UNKNOWN_KEY,
+                        f"unknown key '{key}'",
+                        location=doc.location((key,), key=True),
+                        hint="the SQL goes after the '---*/' line",
+                    )
+                )
         data = {k: v for k, v in doc.data.items() if k not in _RESERVED_ACTION_KEYS}
         doc = Document(data, doc.file, doc.values, doc.keys, doc.ambiguous)
     header_spec, header_errors = _validate(ActionHeader, doc)
     errors += header_errors
     if not sql:
-        errors.append(TidehouseError(ErrorCode.ACTION_HEADER, "no SQL after the header",
-                                     location=Location(path, sql_line - 1, 1)))
+        errors.append(
+            TidehouseError(
+                ErrorCode.ACTION_HEADER, "no SQL after the header", location=Location(path, sql_line - 1, 1)
+            )
+        )
     elif header_spec is not None:
         for name, line, col in parameter_markers(sql):
             if name not in header_spec.params:
-                errors.append(TidehouseError(
-                    ErrorCode.PARAM_UNKNOWN, f"the SQL uses :{name} but the header declares no parameter '{name}'",
-                    location=Location(path, sql_line + line - 1, col, "params"),
-                    hint=did_you_mean(name, header_spec.params) or f"declare it under params: {name}: {{type: ...}}"))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.PARAM_UNKNOWN,
+                        f"the SQL uses :{name} but the header declares no parameter '{name}'",
+                        location=Location(path, sql_line + line - 1, col, "params"),
+                        hint=did_you_mean(name, header_spec.params)
+                        or f"declare it under params: {name}: {{type: ...}}",
+                    )
+                )
     TidehouseErrors.raise_if_any(errors)
-    return ActionSpec(**dict(header_spec), sql=sql, path=None if path.startswith("<") else path, sql_line=sql_line)
+    return ActionSpec(
+        **dict(header_spec), sql=sql, path=None if path.startswith("<") else path, sql_line=sql_line
+    )
 
 
 def parse_action(path: str | Path) -> ActionSpec:

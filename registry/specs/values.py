@@ -20,6 +20,7 @@ _INT_RANGES = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 
 # -- values ---------------------------------------------------------------------------------------------
 
+
 def describe(value: Any) -> str:
     """How a YAML value reads in an error message."""
     if value is None:
@@ -55,8 +56,11 @@ def check_value(value: Any, spark_type: SparkType, path: tuple = ()) -> Iterator
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             yield path, f"expected a number ({name}), got {describe(value)}"
     elif name == "decimal":
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or (
-                isinstance(value, float) and not math.isfinite(value)):
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
             yield path, f"expected a number ({spark_type}), got {describe(value)}"
         else:
             precision, scale = spark_type.args
@@ -68,8 +72,11 @@ def check_value(value: Any, spark_type: SparkType, path: tuple = ()) -> Iterator
             yield path, f"expected true or false (boolean), got {describe(value)}"
     elif name in ("string", "binary", "varchar", "char"):
         if not isinstance(value, str):
-            yield path, f"expected a string, got {describe(value)}" + (
-                " (quote it)" if isinstance(value, (int, float, bool)) else "")
+            yield (
+                path,
+                f"expected a string, got {describe(value)}"
+                + (" (quote it)" if isinstance(value, (int, float, bool)) else ""),
+            )
         elif name in ("varchar", "char") and len(value) > spark_type.args[0]:
             yield path, f"string of {len(value)} characters is longer than {spark_type}"
     elif name == "date":

@@ -65,8 +65,12 @@ pass_state = click.make_pass_decorator(State)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="TIDEHOUSE_HOME", type=click.Path(file_okay=False),
-              help="Home directory (default: $TIDEHOUSE_HOME, else .tidehouse/ in the project).")
+@click.option(
+    "--home",
+    envvar="TIDEHOUSE_HOME",
+    type=click.Path(file_okay=False),
+    help="Home directory (default: $TIDEHOUSE_HOME, else .tidehouse/ in the project).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(package_name="tidehouse")
 @click.pass_context
@@ -123,8 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # internal error: one line, trace with --debug
         if debug:
             _print_trace(exc)
-        click.echo(redact(f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
-                          "(run with --debug for the trace)"), err=True)
+        click.echo(
+            redact(
+                f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
+                "(run with --debug for the trace)"
+            ),
+            err=True,
+        )
         return 1
 
 

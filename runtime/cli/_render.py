@@ -20,15 +20,27 @@ def echo_json(value: Any) -> None:
 
 def version_dict(version: Any, **fields: Any) -> dict[str, Any]:
     """A registered action or flow version as JSON-friendly data: what both have, with ``fields`` in between."""
-    out = {"name": version.name, "version": version.version, "ref": version.ref,
-           "description": version.spec.description, **fields}
+    out = {
+        "name": version.name,
+        "version": version.version,
+        "ref": version.ref,
+        "description": version.spec.description,
+        **fields,
+    }
     if version.version_count is not None:
         out["versions"] = version.version_count
     return out
 
 
-def echo_listing(items: Sequence[Any], fmt: str, *, as_dict: Callable[[Any], Any], empty: str,
-                 headers: list[str], row: Callable[[Any], list]) -> None:
+def echo_listing(
+    items: Sequence[Any],
+    fmt: str,
+    *,
+    as_dict: Callable[[Any], Any],
+    empty: str,
+    headers: list[str],
+    row: Callable[[Any], list],
+) -> None:
     """What a ``list`` command prints: every item as JSON, a hint when there is none, or an aligned table."""
     if fmt == "json":
         echo_json([as_dict(item) for item in items])

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from runtime.cli import action, pass_state  # noqa: PLW0406 - the group, not this module
+from runtime.cli import action, pass_state
 from runtime.cli._render import TEXT_OR_JSON, echo_heading, echo_json, echo_listing, version_dict
 
 
@@ -14,19 +14,28 @@ def action_dict(av, *, sql: bool = False) -> dict[str, Any]:
     """An action version as JSON-friendly data (what ``--format json`` prints)."""
     spec = av.spec
     out = version_dict(
-        av, inputs=list(spec.inputs),
-        params={name: {"type": p.type, "required": p.required, "default": p.default, "description": p.description}
-                for name, p in spec.params.items()},
-        output=spec.output, primary_key=list(spec.primary_key) if spec.primary_key else None, path=av.path,
-        content_hash=av.content_hash, created_at=av.created_at.isoformat() if av.created_at else None)
+        av,
+        inputs=list(spec.inputs),
+        params={
+            name: {"type": p.type, "required": p.required, "default": p.default, "description": p.description}
+            for name, p in spec.params.items()
+        },
+        output=spec.output,
+        primary_key=list(spec.primary_key) if spec.primary_key else None,
+        path=av.path,
+        content_hash=av.content_hash,
+        created_at=av.created_at.isoformat() if av.created_at else None,
+    )
     if sql:
         out["sql"] = spec.sql
         out["sql_line"] = spec.sql_line
     return out
 
 
-QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but an SQL "
-              "that does not parse is not caught here).")
+QUICK_HELP = (
+    "Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but an SQL "
+    "that does not parse is not caught here)."
+)
 
 
 @action.command("register")
@@ -42,8 +51,12 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
     """
     versions = state.project.register_actions(list(paths), quick=quick)
     if fmt == "json":
-        echo_json([{"ref": v.ref, "name": v.name, "version": v.version, "unchanged": v.unchanged,
-                    "path": v.path} for v in versions])
+        echo_json(
+            [
+                {"ref": v.ref, "name": v.name, "version": v.version, "unchanged": v.unchanged, "path": v.path}
+                for v in versions
+            ]
+        )
         return
     for v in versions:
         click.echo(f"{v.ref}" + (" (unchanged)" if v.unchanged else ""))
@@ -54,11 +67,20 @@ def register(state, paths: tuple[str, ...], fmt: str, quick: bool) -> None:
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered action."""
-    echo_listing(state.project.actions(), fmt, as_dict=action_dict,
-                 empty="no actions registered (tidehouse action register actions/)",
-                 headers=["action", "latest", "versions", "inputs", "description"],
-                 row=lambda a: [a.name, a.version, a.version_count, ", ".join(a.spec.inputs),
-                                _first_line(a.spec.description)])
+    echo_listing(
+        state.project.actions(),
+        fmt,
+        as_dict=action_dict,
+        empty="no actions registered (tidehouse action register actions/)",
+        headers=["action", "latest", "versions", "inputs", "description"],
+        row=lambda a: [
+            a.name,
+            a.version,
+            a.version_count,
+            ", ".join(a.spec.inputs),
+            _first_line(a.spec.description),
+        ],
+    )
 
 
 @action.command("show")
@@ -70,9 +92,19 @@ def show(state, ref: str, fmt: str) -> None:
     av = state.project.action(ref)
     versions = state.project.action_versions(av.name)
     if fmt == "json":
-        echo_json({**action_dict(av, sql=True), "all_versions": [
-            {"version": v.version, "created_at": v.created_at.isoformat(), "content_hash": v.content_hash}
-            for v in versions]})
+        echo_json(
+            {
+                **action_dict(av, sql=True),
+                "all_versions": [
+                    {
+                        "version": v.version,
+                        "created_at": v.created_at.isoformat(),
+                        "content_hash": v.content_hash,
+                    }
+                    for v in versions
+                ],
+            }
+        )
         return
     spec = av.spec
     echo_heading(av.ref, versions, spec.description)

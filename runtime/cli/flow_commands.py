@@ -9,22 +9,30 @@ from typing import Any
 
 import click
 
-from runtime.cli import flow, pass_state  # noqa: PLW0406 - the group, not this module
+from runtime.cli import flow, pass_state
 from runtime.cli._render import TEXT_OR_JSON, echo_heading, echo_json, echo_listing, table_text, version_dict
 from runtime.core.errors import TidehouseError, TidehouseErrors
 
 
 def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
     """A flow version as JSON-friendly data (what ``--format json`` prints)."""
-    out = version_dict(fv, path=fv.path, created_at=fv.created_at.isoformat() if fv.created_at else None,
-                       content_hash=fv.content_hash, tables=[q for q, _ in fv.spec.tables()], pins=dict(fv.pins))
+    out = version_dict(
+        fv,
+        path=fv.path,
+        created_at=fv.created_at.isoformat() if fv.created_at else None,
+        content_hash=fv.content_hash,
+        tables=[q for q, _ in fv.spec.tables()],
+        pins=dict(fv.pins),
+    )
     if text:
         out["source_text"] = fv.source_text
     return out
 
 
-QUICK_HELP = ("Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but a "
-              "primary key the SQL does not output, or an SQL that does not analyse, is not caught here).")
+QUICK_HELP = (
+    "Skip the Spark parser/analyzer checks: only the checks that need no JVM run (fast, but a "
+    "primary key the SQL does not output, or an SQL that does not analyse, is not caught here)."
+)
 
 
 @flow.command("register")
@@ -51,11 +59,21 @@ def register(state, path: str, fmt: str, quick: bool) -> None:
 @pass_state
 def list_(state, fmt: str) -> None:
     """The latest version of every registered flow."""
-    echo_listing(state.project.flows(), fmt, as_dict=flow_dict,
-                 empty="no flows registered (tidehouse flow register flows/<flow>.yaml)",
-                 headers=["flow", "latest", "versions", "tables", "registered", "file"],
-                 row=lambda f: [f.name, f.version, f.version_count, len(f.pins), f"{f.created_at:%Y-%m-%d %H:%M:%S}",
-                                f.path or "-"])
+    echo_listing(
+        state.project.flows(),
+        fmt,
+        as_dict=flow_dict,
+        empty="no flows registered (tidehouse flow register flows/<flow>.yaml)",
+        headers=["flow", "latest", "versions", "tables", "registered", "file"],
+        row=lambda f: [
+            f.name,
+            f.version,
+            f.version_count,
+            len(f.pins),
+            f"{f.created_at:%Y-%m-%d %H:%M:%S}",
+            f.path or "-",
+        ],
+    )
 
 
 @flow.command("show")
@@ -68,8 +86,15 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
     fv = state.project.flow(ref)
     versions = state.project.flow_versions(fv.name)
     if fmt == "json":
-        echo_json({**flow_dict(fv, text=True), "all_versions": [
-            {"version": v.version, "created_at": v.created_at.isoformat(), "pins": v.pins} for v in versions]})
+        echo_json(
+            {
+                **flow_dict(fv, text=True),
+                "all_versions": [
+                    {"version": v.version, "created_at": v.created_at.isoformat(), "pins": v.pins}
+                    for v in versions
+                ],
+            }
+        )
         return
     spec = fv.spec
     echo_heading(fv.ref, versions, spec.description)
@@ -77,8 +102,15 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
     rows = []
     for qualified, table in spec.tables():
         kind = f"pk({', '.join(table.primary_key)})" if table.primary_key else "log"
-        rows.append([qualified, fv.pins.get(qualified, table.action), kind, table.buckets,
-                     ", ".join(f"{k}={v}" for k, v in table.inputs.items())])
+        rows.append(
+            [
+                qualified,
+                fv.pins.get(qualified, table.action),
+                kind,
+                table.buckets,
+                ", ".join(f"{k}={v}" for k, v in table.inputs.items()),
+            ]
+        )
     click.echo(table_text(["table", "action (pinned)", "kind", "buckets", "inputs"], rows))
     if source:
         click.echo("---")
@@ -87,8 +119,12 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 
 @flow.command("validate")
 @click.argument("target")
-@click.option("--actions", "actions_dir", type=click.Path(file_okay=False),
-              help="Also use the (unregistered) actions in this folder; default: the project's actions/.")
+@click.option(
+    "--actions",
+    "actions_dir",
+    type=click.Path(file_okay=False),
+    help="Also use the (unregistered) actions in this folder; default: the project's actions/.",
+)
 @TEXT_OR_JSON
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state

@@ -28,5 +28,7 @@ def info(state, fmt: str) -> None:
         click.echo(f"  {key}: {value}")
     click.echo("read a lake table from Python:")
     props = ", ".join(f"{k}={v!r}" for k, v in catalog.items())
-    click.echo(f"  from pyiceberg.catalog import load_catalog; "
-               f"load_catalog({report['lake_catalog']['name']!r}, {props}).load_table('ads.top_users').scan().to_arrow()")
+    click.echo(
+        f"  from pyiceberg.catalog import load_catalog; "
+        f"load_catalog({report['lake_catalog']['name']!r}, {props}).load_table('ads.top_users').scan().to_arrow()"
+    )

@@ -18,8 +18,10 @@ def init(directory: str, force: bool, no_data: bool, seed: int, events: int) -> 
     from runtime.scaffold.project import init_project
 
     report = init_project(directory, force=force, seed=seed, events=events, with_data=not no_data)
-    click.echo(f"initialised {report.root}: {len(report.written)} files"
-               + (f", {report.data_files} sample data files under data/" if report.data_files else ""))
+    click.echo(
+        f"initialised {report.root}: {len(report.written)} files"
+        + (f", {report.data_files} sample data files under data/" if report.data_files else "")
+    )
     click.echo("next:")
     where = "" if report.root.samefile(".") else f"cd {directory} && "
     click.echo(f"  {where}tidehouse action register actions/")
@@ -28,12 +30,28 @@ def init(directory: str, force: bool, no_data: bool, seed: int, events: int) -> 
 
 
 @cli.command()
-@click.option("--seconds", type=click.IntRange(5, 170), default=60, show_default=True,
-              help="How long events stream in before the final drain.")
-@click.option("--rate", type=click.IntRange(1, 20000), default=200, show_default=True,
-              help="Events per second written by the generator.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default="tidehouse-demo", show_default=True,
-              help="Demo project folder (wiped and rebuilt on each run when it is a previous demo's).")
+@click.option(
+    "--seconds",
+    type=click.IntRange(5, 170),
+    default=60,
+    show_default=True,
+    help="How long events stream in before the final drain.",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(1, 20000),
+    default=200,
+    show_default=True,
+    help="Events per second written by the generator.",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default="tidehouse-demo",
+    show_default=True,
+    help="Demo project folder (wiped and rebuilt on each run when it is a previous demo's).",
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the generated events.")
 def demo(seconds: int, rate: int, directory: str, seed: int) -> None:
     """Run the shipped e-commerce flow on live generated events, with a view per layer.

@@ -48,10 +48,12 @@ def _layer_lines(snap: dict) -> list[str]:
         lake = [r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None]
         quarantined = sum(r.get("quarantined") or 0 for r in rows)
         late = sum(r.get("late_dropped") or 0 for r in rows)
-        lines.append(f"{layer}: {written} rows in {batches} batches, hot delay {_fmt(max(delays) if delays else None, 2)}s,"
-                     f" lake delay {_fmt(max(lake) if lake else None)}s"
-                     + (f", {quarantined} quarantined" if quarantined else "")
-                     + (f", {late} late rows dropped" if late else ""))
+        lines.append(
+            f"{layer}: {written} rows in {batches} batches, hot delay {_fmt(max(delays) if delays else None, 2)}s,"
+            f" lake delay {_fmt(max(lake) if lake else None)}s"
+            + (f", {quarantined} quarantined" if quarantined else "")
+            + (f", {late} late rows dropped" if late else "")
+        )
     return lines
 
 
@@ -80,13 +82,30 @@ class _Progress:
             from rich.table import Table
 
             table = Table(title=f"flow {snap.get('flow')} ({snap.get('state')})")
-            for col in ("table", "state", "batches", "rows", "rows/s", "hot delay s", "lake delay s", "quarantined",
-                        "late dropped"):
+            for col in (
+                "table",
+                "state",
+                "batches",
+                "rows",
+                "rows/s",
+                "hot delay s",
+                "lake delay s",
+                "quarantined",
+                "late dropped",
+            ):
                 table.add_column(col)
             for r in snap.get("tables", []):
-                table.add_row(r["table"], r.get("state") or "-", _fmt(r.get("batches")), _fmt(r.get("rows_written")),
-                              _fmt(r.get("rows_per_s")), _fmt(r.get("hot_delay_s"), 2), _fmt(r.get("lake_delay_s")),
-                              _fmt(r.get("quarantined")), _fmt(r.get("late_dropped")))
+                table.add_row(
+                    r["table"],
+                    r.get("state") or "-",
+                    _fmt(r.get("batches")),
+                    _fmt(r.get("rows_written")),
+                    _fmt(r.get("rows_per_s")),
+                    _fmt(r.get("hot_delay_s"), 2),
+                    _fmt(r.get("lake_delay_s")),
+                    _fmt(r.get("quarantined")),
+                    _fmt(r.get("late_dropped")),
+                )
             self._live.update(table)
             return
         now = time.time()
@@ -98,13 +117,23 @@ class _Progress:
 
 @flow.command("trigger")
 @click.argument("flow_ref", metavar="PATH|NAME")
-@click.option("--until-idle", is_flag=True, help="Run until every source is exhausted and every layer caught up, "
-              "then tier once more and exit.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Run until every source is exhausted and every layer caught up, then tier once more and exit.",
+)
 @click.option("--duration", type=float, default=None, metavar="S", help="Run for S seconds, then stop.")
-@click.option("--full-refresh", "full_refresh", multiple=True, metavar="TABLE",
-              help="Drop TABLE (hot, lake, checkpoints) and everything downstream, and rebuild. Repeatable.")
+@click.option(
+    "--full-refresh",
+    "full_refresh",
+    multiple=True,
+    metavar="TABLE",
+    help="Drop TABLE (hot, lake, checkpoints) and everything downstream, and rebuild. Repeatable.",
+)
 @pass_state
-def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, full_refresh: tuple[str, ...]) -> None:
+def trigger_cmd(
+    state, flow_ref: str, until_idle: bool, duration: float | None, full_refresh: tuple[str, ...]
+) -> None:
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 
     A PATH is registered first, together with the actions of the project's actions/ folder. Ctrl-C or
@@ -118,18 +147,29 @@ def trigger_cmd(state, flow_ref: str, until_idle: bool, duration: float | None, 
     names = [t for arg in full_refresh for t in arg.replace(",", " ").split()]
     try:
         with _Progress() as progress:
-            report = state.project.trigger(flow_ref, until_idle=until_idle, duration=duration,
-                             full_refresh=names, stop_event=stop, on_status=progress)
+            report = state.project.trigger(
+                flow_ref,
+                until_idle=until_idle,
+                duration=duration,
+                full_refresh=names,
+                stop_event=stop,
+                on_status=progress,
+            )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     click.echo(f"flow {report.flow}: {report.mode} finished in {report.seconds:.1f}s")
     for name, stats in report.tables.items():
-        click.echo(f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
-                   + (f", {stats['quarantined']} quarantined" if stats["quarantined"] else "")
-                   + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else "")
-                   + (f", {stats['late_dropped']} late rows dropped by the watermark"
-                      if stats.get("late_dropped") else ""))
+        click.echo(
+            f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
+            + (f", {stats['quarantined']} quarantined" if stats["quarantined"] else "")
+            + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else "")
+            + (
+                f", {stats['late_dropped']} late rows dropped by the watermark"
+                if stats.get("late_dropped")
+                else ""
+            )
+        )
 
 
 @flow.command("status")
@@ -144,17 +184,44 @@ def status_cmd(state, name: str, as_json: bool) -> None:
     if as_json:
         echo_json(status)
         return
-    click.echo(f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}")
-    headers = ["table", "state", "rows/s", "hot offsets", "quarantined", "late dropped", "hot delay s",
-               "tiered offsets", "lake snapshot", "lake delay s", "freshness"]
-    rows = [[r["table"], r.get("state"), _fmt(r.get("rows_per_s")), _offsets(r.get("hot_end_offsets")),
-             r.get("quarantined", 0), _fmt(r.get("late_dropped")), _fmt(r.get("hot_delay_s"), 2),
-             _offsets(r.get("tiered_offsets")),
-             r.get("lake_snapshot_id") or "-", _fmt(r.get("lake_delay_s")), _freshness(r)] for r in status["tables"]]
+    click.echo(
+        f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}"
+    )
+    headers = [
+        "table",
+        "state",
+        "rows/s",
+        "hot offsets",
+        "quarantined",
+        "late dropped",
+        "hot delay s",
+        "tiered offsets",
+        "lake snapshot",
+        "lake delay s",
+        "freshness",
+    ]
+    rows = [
+        [
+            r["table"],
+            r.get("state"),
+            _fmt(r.get("rows_per_s")),
+            _offsets(r.get("hot_end_offsets")),
+            r.get("quarantined", 0),
+            _fmt(r.get("late_dropped")),
+            _fmt(r.get("hot_delay_s"), 2),
+            _offsets(r.get("tiered_offsets")),
+            r.get("lake_snapshot_id") or "-",
+            _fmt(r.get("lake_delay_s")),
+            _freshness(r),
+        ]
+        for r in status["tables"]
+    ]
     click.echo(table_text(headers, rows))
     for r in status["tables"]:
         if r.get("fresh") is False:
-            delays = ", ".join(f"{kind} delay {_fmt(r.get(f'{kind}_delay_s'), 2)}s" for kind in r["freshness_missed"])
+            delays = ", ".join(
+                f"{kind} delay {_fmt(r.get(f'{kind}_delay_s'), 2)}s" for kind in r["freshness_missed"]
+            )
             click.echo(f"{r['table']}: misses its freshness target of {_fmt(r['freshness_s'])}s ({delays})")
     errors = [r for r in status["tables"] if r.get("error")]
     for r in errors:

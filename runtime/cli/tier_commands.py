@@ -16,8 +16,10 @@ from runtime.core.errors import ErrorCode, TidehouseError
 def _line(result) -> str:
     state = f"snapshot {result.snapshot_id}" if result.committed else "up to date"
     extra = f" ({', '.join(result.maintenance)})" if result.maintenance else ""
-    return (f"{result.table}: {result.rows} rows in {result.seconds:.3f}s, {state}, "
-            f"lake delay {result.lake_delay_s:.1f}s{extra}")
+    return (
+        f"{result.table}: {result.rows} rows in {result.seconds:.3f}s, {state}, "
+        f"lake delay {result.lake_delay_s:.1f}s{extra}"
+    )
 
 
 @tier.command("run")
@@ -29,7 +31,9 @@ def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
     """Run one tiering cycle of each table now."""
     report = state.project.tier(flow, table)
     if fmt == "json":
-        echo_json({"tables": {name: r.to_dict() for name, r in report.results.items()}, "errors": report.errors})
+        echo_json(
+            {"tables": {name: r.to_dict() for name, r in report.results.items()}, "errors": report.errors}
+        )
     else:
         rows = []
         for name in [*report.results, *report.errors]:
@@ -37,16 +41,29 @@ def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
                 rows.append([name, "-", "-", "-", "-", "failed: " + report.errors[name]])
                 continue
             r = report.results[name]
-            rows.append([name, r.rows, f"{r.seconds:.3f}", r.snapshot_id if r.snapshot_id is not None else "-",
-                         f"{r.lake_delay_s:.1f}", "committed" if r.committed else "up to date"])
-        click.echo(table_text(["table", "rows", "seconds", "snapshot", "lake delay s", "state"], rows)
-                   if rows else "no hot tables to tier")
+            rows.append(
+                [
+                    name,
+                    r.rows,
+                    f"{r.seconds:.3f}",
+                    r.snapshot_id if r.snapshot_id is not None else "-",
+                    f"{r.lake_delay_s:.1f}",
+                    "committed" if r.committed else "up to date",
+                ]
+            )
+        click.echo(
+            table_text(["table", "rows", "seconds", "snapshot", "lake delay s", "state"], rows)
+            if rows
+            else "no hot tables to tier"
+        )
     report.raise_for_errors()
 
 
 @tier.command("schedule")
 @click.option("--flow", "flow", help="Tier the tables of this registered flow on their intervals.")
-@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until stopped).")
+@click.option(
+    "--duration", type=float, default=None, help="Stop after this many seconds (default: until stopped)."
+)
 @pass_state
 def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM.
@@ -56,8 +73,11 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     project = state.project
     tables = project.tier_tables(flow)
     if not tables:
-        raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "no hot tables to tier",
-                             hint="trigger a flow first (tidehouse flow trigger)")
+        raise TidehouseError(
+            ErrorCode.TABLE_UNKNOWN,
+            "no hot tables to tier",
+            hint="trigger a flow first (tidehouse flow trigger)",
+        )
     stop = threading.Event()
 
     def _stop(signum, _frame) -> None:
@@ -65,9 +85,14 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    service = project.tiering_service(tables, on_cycle=lambda r: r.committed and click.echo(_line(r)),
-                                      on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True))
-    click.echo(f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items()))
+    service = project.tiering_service(
+        tables,
+        on_cycle=lambda r: r.committed and click.echo(_line(r)),
+        on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True),
+    )
+    click.echo(
+        f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items())
+    )
     deadline = None if duration is None else time.monotonic() + duration
     try:
         with project.metrics_endpoint(tiering=service, flow=flow):
@@ -79,5 +104,7 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = service.summary()
-    click.echo("stopped: " + ", ".join(f"{n} {s['commits']} commits/{s['errors']} errors"
-                                         for n, s in summary.items()))
+    click.echo(
+        "stopped: "
+        + ", ".join(f"{n} {s['commits']} commits/{s['errors']} errors" for n, s in summary.items())
+    )

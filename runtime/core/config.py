@@ -66,6 +66,7 @@ def _expand_env(value: Any, ypath: tuple, where: str, doc: Document, secret_name
     """``${NAME}`` / ``${NAME:-default}`` in every string of ``value`` (at YAML path ``ypath``); ``secret_names``
     collects ``where`` (the dotted setting, plus the key inside a mapping setting) of each expanded value."""
     if isinstance(value, str):
+
         def replace(match: re.Match) -> str:
             name, default = match.group(1), match.group(2)
             secret_names.add(where)
@@ -108,23 +109,37 @@ def _flatten(doc: Document) -> tuple[dict[str, tuple], list[TidehouseError]]:
             if name in SETTINGS_BY_NAME or name == "home":
                 if name in out:
                     first = doc.location(out[name], key=True)
-                    errors.append(TidehouseError(
-                        ErrorCode.CONFIG_INVALID, f"setting '{name}' is also set at line {first.line}",
-                        location=doc.location(kpath, key=True, shown=(name,)), hint="remove one of them"))
+                    errors.append(
+                        TidehouseError(
+                            ErrorCode.CONFIG_INVALID,
+                            f"setting '{name}' is also set at line {first.line}",
+                            location=doc.location(kpath, key=True, shown=(name,)),
+                            hint="remove one of them",
+                        )
+                    )
                     continue
                 out[name] = kpath
             elif is_group and isinstance(value, dict):
                 walk(value, name + ".", kpath)
             elif is_group:
                 members = ", ".join(s for s in SETTINGS_BY_NAME if s.startswith(name + "."))
-                errors.append(TidehouseError(
-                    ErrorCode.CONFIG_INVALID, f"'{name}' is a group of settings: expected a mapping, got "
-                                              f"{value!r}", location=doc.location(kpath, shown=(name,)),
-                    hint=f"its settings: {members}"))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.CONFIG_INVALID,
+                        f"'{name}' is a group of settings: expected a mapping, got {value!r}",
+                        location=doc.location(kpath, shown=(name,)),
+                        hint=f"its settings: {members}",
+                    )
+                )
             else:
-                errors.append(TidehouseError(ErrorCode.CONFIG_INVALID, f"unknown setting '{name}'",
-                                             location=doc.location(kpath, key=True, shown=(name,)),
-                                             hint=_closest_setting(name)))
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.CONFIG_INVALID,
+                        f"unknown setting '{name}'",
+                        location=doc.location(kpath, key=True, shown=(name,)),
+                        hint=_closest_setting(name),
+                    )
+                )
 
     walk(doc.data, "", ())
     return out, errors
@@ -157,7 +172,9 @@ class Config:
     def checkpoint_root(self) -> str:
         """The streaming checkpoints' root as a local path (relative to the project directory)."""
         root = self.get("checkpoints.root")
-        return str(self.home / "checkpoints") if root is None else str(local_path(root, base=self.project_dir))
+        return (
+            str(self.home / "checkpoints") if root is None else str(local_path(root, base=self.project_dir))
+        )
 
     @property
     def registry_url(self) -> str:
@@ -218,7 +235,9 @@ def _mask(value: Any, force: bool = False) -> Any:
     return value
 
 
-def load_config(home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None) -> Config:
+def load_config(
+    home: str | os.PathLike | None = None, project_dir: str | os.PathLike | None = None
+) -> Config:
     """Read ``tidehouse.yaml`` (if any) and resolve the home directory."""
     pdir = Path(project_dir).resolve() if project_dir else find_project_dir()
     path = pdir / PROJECT_FILE
@@ -240,8 +259,12 @@ def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     """
     file = str(path)
     if not path.is_file():
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, "the project file is not a regular file",
-                             location=Location(file), hint=f"{PROJECT_FILE} must be a YAML file")
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            "the project file is not a regular file",
+            location=Location(file),
+            hint=f"{PROJECT_FILE} must be a YAML file",
+        )
     try:
         text = read_text(path)
     except TidehouseError as exc:
@@ -252,19 +275,28 @@ def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     if doc.data is None:
         return {}, set()
     if not isinstance(doc.data, dict):
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, "the project file must be a mapping of settings",
-                             location=doc.location(()), hint="e.g. 'storage: {fsync: false}'")
-    errors = [TidehouseError(ErrorCode.CONFIG_INVALID, f"'{word}' is ambiguous (a YAML 1.1 boolean)",
-                             location=doc.location(ypath),
-                             hint=f"write {'true' if word.lower() in ('yes', 'on') else 'false'} for a boolean, "
-                                  f"or quote it ('{word}') for a string")
-              for ypath, word in doc.ambiguous.items()]
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            "the project file must be a mapping of settings",
+            location=doc.location(()),
+            hint="e.g. 'storage: {fsync: false}'",
+        )
+    errors = [
+        TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"'{word}' is ambiguous (a YAML 1.1 boolean)",
+            location=doc.location(ypath),
+            hint=f"write {'true' if word.lower() in ('yes', 'on') else 'false'} for a boolean, "
+            f"or quote it ('{word}') for a string",
+        )
+        for ypath, word in doc.ambiguous.items()
+    ]
     names, flatten_errors = _flatten(doc)
     errors += flatten_errors
     values: dict[str, Any] = {}
     from_env: set[str] = set()
     for name, ypath in names.items():
-        if any(word_path[:len(ypath)] == ypath for word_path in doc.ambiguous):
+        if any(word_path[: len(ypath)] == ypath for word_path in doc.ambiguous):
             continue  # reported above: the value is neither the boolean nor the string for sure
         setting = HOME if name == "home" else SETTINGS_BY_NAME[name]
         raw = doc.value_at(ypath)
@@ -277,9 +309,13 @@ def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
         except (ValueError, TypeError) as exc:
             at = tuple(getattr(exc, "at", ()))
             # a key inside a mapping setting, or a setting left empty (`root:`), is shown at its key
-            errors.append(TidehouseError(ErrorCode.CONFIG_INVALID, str(exc),
-                                         location=doc.location(ypath + at, key=bool(at) or raw is None,
-                                                               shown=(name, *at))))
+            errors.append(
+                TidehouseError(
+                    ErrorCode.CONFIG_INVALID,
+                    str(exc),
+                    location=doc.location(ypath + at, key=bool(at) or raw is None, shown=(name, *at)),
+                )
+            )
             continue
         from_env |= env_hits
     errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))

@@ -11,9 +11,10 @@ The library never calls ``sys.exit``: the CLI maps errors to exit codes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 
 class ErrorCode(str, Enum):
@@ -111,7 +112,7 @@ class Location:
             parts.append(self.path)
         return ": ".join(parts)
 
-    def with_path(self, path: str | None) -> "Location":
+    def with_path(self, path: str | None) -> Location:
         return Location(self.file, self.line, self.col, path)
 
 

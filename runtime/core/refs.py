@@ -13,7 +13,9 @@ from pathlib import Path
 
 from runtime.core.errors import ErrorCode, TidehouseError
 
-REF_RE = re.compile(r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?\Z")  # \Z, not $ (which allows a trailing newline)
+REF_RE = re.compile(
+    r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?\Z"
+)  # \Z, not $ (which allows a trailing newline)
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -28,8 +30,10 @@ class Ref:
     def parse(cls, text: str, what: str = "action") -> Ref:
         match = REF_RE.match(text or "") if isinstance(text, str) else None
         if not match:
-            raise TidehouseError(ErrorCode.SPEC_BAD_IDENTIFIER, f"{text!r} is not a {what} reference: write "
-                                 "'name' or 'name@N' (N = a version number from 1)")
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_IDENTIFIER,
+                f"{text!r} is not a {what} reference: write 'name' or 'name@N' (N = a version number from 1)",
+            )
         return cls(match.group(1), int(match.group(2)) if match.group(2) else None)
 
     def __str__(self) -> str:
@@ -49,12 +53,18 @@ class FlowRef:
         path = Path(raw)
         if path.suffix in YAML_SUFFIXES or path.is_file() or os.sep in raw:
             if not path.is_file():
-                raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"no flow file {raw}",
-                                     hint="give a path to a flow YAML file or the name of a registered flow")
+                raise TidehouseError(
+                    ErrorCode.FLOW_UNKNOWN,
+                    f"no flow file {raw}",
+                    hint="give a path to a flow YAML file or the name of a registered flow",
+                )
             return cls(path=path)
         if not REF_RE.match(raw):
-            raise TidehouseError(ErrorCode.FLOW_UNKNOWN, f"{raw!r} is neither a flow file nor a flow name",
-                                 hint="a flow file ends in .yaml; a registered flow is NAME or NAME@N")
+            raise TidehouseError(
+                ErrorCode.FLOW_UNKNOWN,
+                f"{raw!r} is neither a flow file nor a flow name",
+                hint="a flow file ends in .yaml; a registered flow is NAME or NAME@N",
+            )
         return cls(ref=Ref.parse(raw, "flow"))
 
     @property

@@ -127,54 +127,134 @@ def _mapping(value: Any) -> dict:
         raise SettingValueError(f"expected a mapping, got {value!r}")
     for key, item in value.items():
         if isinstance(item, dict):
-            raise SettingValueError(f"'{key}' holds a nested mapping: write each property in full with dots "
-                                    f"(e.g. '{key}.<name>: value')", at=(key,))
+            raise SettingValueError(
+                f"'{key}' holds a nested mapping: write each property in full with dots "
+                f"(e.g. '{key}.<name>: value')",
+                at=(key,),
+            )
         if item is None or not isinstance(item, (str, int, float, bool)):
             raise SettingValueError(f"'{key}' must be a string, number or boolean, got {item!r}", at=(key,))
     return {str(k): v for k, v in value.items()}
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("spark.master", "local[*]", "Spark master URL (local[*], spark://host:7077, yarn, k8s://...).", _str),
+    Setting(
+        "spark.master", "local[*]", "Spark master URL (local[*], spark://host:7077, yarn, k8s://...).", _str
+    ),
     Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
-    Setting("registry.url", None, "SQLAlchemy URL of the registry database; default: SQLite under the home.", _str,
-            secret=True),
-    Setting("storage.root", None, "Root of the hot storage: a local (or mounted) path or a file:// URI, relative "
-            "paths from the project directory, or s3://bucket/prefix (object-store hot storage: needs "
-            "storage.metastore); default: <home>/hot.", _storage_place),
-    Setting("storage.metastore", None, "SQLAlchemy URL of the hot storage's metastore (commits, offsets, "
-            "fencing), e.g. postgresql+psycopg://user:${PGPASSWORD}@host/db; required with an s3:// "
-            "storage.root, unused with a local one.", _str, secret=True),
-    Setting("storage.s3", {}, "S3 client options of an s3:// storage.root: endpoint (http(s)://host:port), region, "
-            "access_key, secret_key, session_token (use ${ENV} for secrets); default: AWS's own chain "
-            "(environment, profile, instance role).", _s3_options, secret=True),
-    Setting("storage.fsync", True, "fsync every hot append before acknowledging it (false trades durability "
-            "on power loss for latency).", _bool),
+    Setting(
+        "registry.url",
+        None,
+        "SQLAlchemy URL of the registry database; default: SQLite under the home.",
+        _str,
+        secret=True,
+    ),
+    Setting(
+        "storage.root",
+        None,
+        "Root of the hot storage: a local (or mounted) path or a file:// URI, relative "
+        "paths from the project directory, or s3://bucket/prefix (object-store hot storage: needs "
+        "storage.metastore); default: <home>/hot.",
+        _storage_place,
+    ),
+    Setting(
+        "storage.metastore",
+        None,
+        "SQLAlchemy URL of the hot storage's metastore (commits, offsets, "
+        "fencing), e.g. postgresql+psycopg://user:${PGPASSWORD}@host/db; required with an s3:// "
+        "storage.root, unused with a local one.",
+        _str,
+        secret=True,
+    ),
+    Setting(
+        "storage.s3",
+        {},
+        "S3 client options of an s3:// storage.root: endpoint (http(s)://host:port), region, "
+        "access_key, secret_key, session_token (use ${ENV} for secrets); default: AWS's own chain "
+        "(environment, profile, instance role).",
+        _s3_options,
+        secret=True,
+    ),
+    Setting(
+        "storage.fsync",
+        True,
+        "fsync every hot append before acknowledging it (false trades durability on power loss for latency).",
+        _bool,
+    ),
     Setting("storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _int),
-    Setting("storage.retention", 24 * 3600.0, "Delete hot log segments fully tiered to the lake and older than "
-            "this (a duration).", parse_duration),
-    Setting("lake.catalog", {}, "pyiceberg catalog properties (type: rest|glue|hive|sql, uri, warehouse, "
-            "credentials); default: a SQL catalog on SQLite under the home.", _mapping, secret=True),
+    Setting(
+        "storage.retention",
+        24 * 3600.0,
+        "Delete hot log segments fully tiered to the lake and older than this (a duration).",
+        parse_duration,
+    ),
+    Setting(
+        "lake.catalog",
+        {},
+        "pyiceberg catalog properties (type: rest|glue|hive|sql, uri, warehouse, "
+        "credentials); default: a SQL catalog on SQLite under the home.",
+        _mapping,
+        secret=True,
+    ),
     Setting("lake.catalog_name", "tidehouse", "Name of the pyiceberg catalog.", _str),
-    Setting("tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration),
+    Setting(
+        "tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration
+    ),
     Setting("tiering.max_snapshots", 100, "Expire lake snapshots beyond this many per table.", _int),
-    Setting("tiering.compact_min_files", 32, "Compact a lake partition's files of similar size (within 8x) "
-            "once there are at least this many of them.", _int),
-    Setting("tiering.compact_target_bytes", 128 * 1024 * 1024, "Compaction writes files up to this size and "
-            "never rewrites a file this big.", _int),
-    Setting("checkpoints.root", None, "Where streaming checkpoints live: a local (or mounted) path or a file:// "
-            "URI, relative paths from the project directory; default: <home>/checkpoints.", _local_place),
-    Setting("materializer.max_rows_per_batch", 200_000, "At most this many rows of a hot input per micro-batch "
-            "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
-            "several batches, so driver memory stays bounded.", _int),
-    Setting("metrics.port", None, "Serve Prometheus metrics on this port while flow trigger or tier schedule runs "
-            "(docs/operations.md, Monitoring); default: off.", _port),
-    Setting("metrics.host", "127.0.0.1", "Address the metrics endpoint listens on (0.0.0.0: every interface).", _str),
-    Setting("logging.level", "warning", "Level of Tidehouse's own log records on stderr: debug (a line per "
-            "micro-batch), info, warning or error. Spark's log goes to <home>/logs/spark.log.",
-            _choice("debug", "info", "warning", "error")),
-    Setting("logging.format", "text", "Log records as text lines, or json: one JSON object per line with flow, "
-            "table and batch_id fields.", _choice("text", "json")),
+    Setting(
+        "tiering.compact_min_files",
+        32,
+        "Compact a lake partition's files of similar size (within 8x) "
+        "once there are at least this many of them.",
+        _int,
+    ),
+    Setting(
+        "tiering.compact_target_bytes",
+        128 * 1024 * 1024,
+        "Compaction writes files up to this size and never rewrites a file this big.",
+        _int,
+    ),
+    Setting(
+        "checkpoints.root",
+        None,
+        "Where streaming checkpoints live: a local (or mounted) path or a file:// "
+        "URI, relative paths from the project directory; default: <home>/checkpoints.",
+        _local_place,
+    ),
+    Setting(
+        "materializer.max_rows_per_batch",
+        200_000,
+        "At most this many rows of a hot input per micro-batch "
+        "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
+        "several batches, so driver memory stays bounded.",
+        _int,
+    ),
+    Setting(
+        "metrics.port",
+        None,
+        "Serve Prometheus metrics on this port while flow trigger or tier schedule runs "
+        "(docs/operations.md, Monitoring); default: off.",
+        _port,
+    ),
+    Setting(
+        "metrics.host",
+        "127.0.0.1",
+        "Address the metrics endpoint listens on (0.0.0.0: every interface).",
+        _str,
+    ),
+    Setting(
+        "logging.level",
+        "warning",
+        "Level of Tidehouse's own log records on stderr: debug (a line per "
+        "micro-batch), info, warning or error. Spark's log goes to <home>/logs/spark.log.",
+        _choice("debug", "info", "warning", "error"),
+    ),
+    Setting(
+        "logging.format",
+        "text",
+        "Log records as text lines, or json: one JSON object per line with flow, table and batch_id fields.",
+        _choice("text", "json"),
+    ),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -185,7 +265,12 @@ def default(name: str) -> Any:
     from here (``segment_bytes: int = default("storage.segment_bytes")``): a default is written once, above."""
     return SETTINGS_BY_NAME[name].default
 
+
 # `home:` in the project file: where everything is stored, after --home and $TIDEHOUSE_HOME (not a setting
 # of the running project: `tidehouse info` shows the home it resolved to).
-HOME = Setting("home", None, "Home directory, relative to the project directory; --home and $TIDEHOUSE_HOME "
-               "take precedence.", _str)
+HOME = Setting(
+    "home",
+    None,
+    "Home directory, relative to the project directory; --home and $TIDEHOUSE_HOME take precedence.",
+    _str,
+)

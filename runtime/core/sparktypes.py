@@ -72,8 +72,11 @@ class SparkType:
         if self.name == "map":
             return f"map<{self.args[0]},{self.args[1]}>"
         if self.name == "struct":
-            return "struct<" + ",".join(f"{c.name}:{c.type}" + ("" if c.nullable else " NOT NULL")
-                                        for c in self.args) + ">"
+            return (
+                "struct<"
+                + ",".join(f"{c.name}:{c.type}" + ("" if c.nullable else " NOT NULL") for c in self.args)
+                + ">"
+            )
         if self.args:
             return f"{self.name}({','.join(str(a) for a in self.args)})"
         return self.name
@@ -111,16 +114,22 @@ class _Tokens:
 
     def at(self, *words: str) -> bool:
         """Whether the next tokens are ``words`` (punctuation, or keywords in any case)."""
-        ahead = self.items[self.i:self.i + len(words)]
+        ahead = self.items[self.i : self.i + len(words)]
         return len(ahead) == len(words) and all(
-            value.upper() == word.upper() and kind in ("word", "punct") for (kind, value, _), word in zip(ahead, words))
+            value.upper() == word.upper() and kind in ("word", "punct")
+            for (kind, value, _), word in zip(ahead, words)
+        )
 
     def take(self, expected: str | None = None) -> tuple[str, str, int]:
         item = self.peek()
         if item is None:
-            raise SparkTypeError(f"unexpected end of {self.text!r}" + (f", expected '{expected}'" if expected else ""))
+            raise SparkTypeError(
+                f"unexpected end of {self.text!r}" + (f", expected '{expected}'" if expected else "")
+            )
         if expected is not None and item[1].upper() != expected.upper():
-            raise SparkTypeError(f"expected '{expected}' at character {item[2] + 1} of {self.text!r}, got {item[1]!r}")
+            raise SparkTypeError(
+                f"expected '{expected}' at character {item[2] + 1} of {self.text!r}, got {item[1]!r}"
+            )
         self.i += 1
         return item
 
@@ -163,8 +172,10 @@ def _type(tokens: _Tokens, column: str) -> SparkType:
                 scale = _number(tokens)
             tokens.take(")")
         if not (1 <= precision <= 38 and 0 <= scale <= precision):
-            raise SparkTypeError(f"decimal({precision},{scale}) is out of range (precision 1..38, scale <= "
-                                 "precision)" + (f" for column {column!r}" if column else ""))
+            raise SparkTypeError(
+                f"decimal({precision},{scale}) is out of range (precision 1..38, scale <= "
+                "precision)" + (f" for column {column!r}" if column else "")
+            )
         return SparkType("decimal", (precision, scale))
     if low in ("varchar", "char"):
         tokens.take("(")
@@ -192,8 +203,9 @@ def _name(token: tuple[str, str, int], tokens: _Tokens, what: str) -> str:
     return name
 
 
-def _columns(tokens: _Tokens, *, prefix: str = "", closing: str | None = None,
-             untyped: bool = False) -> tuple[Column, ...]:
+def _columns(
+    tokens: _Tokens, *, prefix: str = "", closing: str | None = None, untyped: bool = False
+) -> tuple[Column, ...]:
     """Columns up to the end of the text (``closing`` None) or up to ``closing`` (a struct's fields)."""
     what = "column" if closing is None else "field"
     out: list[Column] = []

@@ -30,12 +30,16 @@ def local_path(value: str, *, base: Path | None = None) -> Path:
     if scheme == "file":
         parsed = urlparse(value)
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"{value!r}: a file:// URI names a path on this machine (file:///path), not on "
-                             f"host {parsed.netloc!r}")
+            raise ValueError(
+                f"{value!r}: a file:// URI names a path on this machine (file:///path), not on "
+                f"host {parsed.netloc!r}"
+            )
         path = Path(unquote(parsed.path))
     elif scheme:
-        raise ValueError(f"{value!r} uses the URI scheme '{scheme}', which is not supported here: give a local "
-                         "(or mounted) path or a file:// URI")
+        raise ValueError(
+            f"{value!r} uses the URI scheme '{scheme}', which is not supported here: give a local "
+            "(or mounted) path or a file:// URI"
+        )
     else:
         path = Path(value).expanduser()
     if base is not None and not path.is_absolute():

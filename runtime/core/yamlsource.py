@@ -89,7 +89,13 @@ class Document:
         """The longest prefix of ``path`` that exists in the data (parts that do not match are skipped)."""
         node, found = self.data, []
         for part in path:
-            if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            if (
+                (isinstance(node, dict)
+                and part in node)
+                or (isinstance(node, list)
+                and isinstance(part, int)
+                and 0 <= part < len(node))
+            ):
                 node = node[part]
             else:
                 continue
@@ -103,13 +109,19 @@ class Document:
             node = node[part]
         return node
 
-    def location(self, path: Iterable[Any], *, key: bool = False, shown: Iterable[Any] | None = None) -> Location:
+    def location(
+        self, path: Iterable[Any], *, key: bool = False, shown: Iterable[Any] | None = None
+    ) -> Location:
         """Where ``path`` is (its key when ``key``), showing ``shown`` (default: ``path``) as the YAML path."""
         path = tuple(path)
         real = self.resolve(path)
         mark = (self.keys.get(real) if key else None) or self.values.get(real) or self.values.get(())
-        return Location(self.file, mark.line if mark else None, mark.col if mark else None,
-                        format_path(path if shown is None else shown))
+        return Location(
+            self.file,
+            mark.line if mark else None,
+            mark.col if mark else None,
+            format_path(path if shown is None else shown),
+        )
 
     def location_of(self, dotted: str) -> Location:
         """Location of a dotted YAML path as errors print it (``layers.dwd.t.expect[0].name``)."""
@@ -128,7 +140,11 @@ class Document:
                 continue
             for j in range(len(tokens), i, -1):  # longest dotted key first
                 cand = ".".join(t for t in tokens[i:j])
-                if isinstance(node, dict) and cand in node and not any(t.startswith("[") for t in tokens[i:j]):
+                if (
+                    isinstance(node, dict)
+                    and cand in node
+                    and not any(t.startswith("[") for t in tokens[i:j])
+                ):
                     out.append(cand)
                     node, i = node[cand], j
                     break
@@ -166,7 +182,8 @@ class _Loader(Reader, Scanner, Parser, Composer, BaseResolver):
 
 _Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
-    _AMBIGUOUS, re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$"), list("yYnNoO"))
+    _AMBIGUOUS, re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$"), list("yYnNoO")
+)
 _Loader.add_implicit_resolver(_NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
 _Loader.add_implicit_resolver(_INT, _INT_RE, list("-+0123456789"))
 _Loader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
@@ -198,12 +215,18 @@ class _Builder:
         self.count += 1
         if self.count > MAX_NODES:
             mark = self.mark(node)
-            raise TidehouseError(ErrorCode.YAML_TOO_LARGE, f"more than {MAX_NODES:,} values (alias expansion?)",
-                                 location=Location(self.doc.file, mark.line, mark.col),
-                                 hint="do not nest anchors and aliases this deep")
+            raise TidehouseError(
+                ErrorCode.YAML_TOO_LARGE,
+                f"more than {MAX_NODES:,} values (alias expansion?)",
+                location=Location(self.doc.file, mark.line, mark.col),
+                hint="do not nest anchors and aliases this deep",
+            )
         if depth > MAX_DEPTH:
-            raise TidehouseError(ErrorCode.YAML_TOO_DEEP, f"nested deeper than {MAX_DEPTH} levels",
-                                 location=self.loc(node, path))
+            raise TidehouseError(
+                ErrorCode.YAML_TOO_DEEP,
+                f"nested deeper than {MAX_DEPTH} levels",
+                location=self.loc(node, path),
+            )
         self.doc.values.setdefault(path, self.mark(node))
         if isinstance(node, ScalarNode):
             return self.scalar(node, path)
@@ -218,8 +241,12 @@ class _Builder:
         raise self.bad_tag(node, path)  # pragma: no cover - PyYAML has no other node kinds
 
     def bad_tag(self, node: Node, path: tuple) -> TidehouseError:
-        return TidehouseError(ErrorCode.YAML_SYNTAX, f"unsupported YAML tag {node.tag!r}",
-                              location=self.loc(node, path), hint="remove the tag")
+        return TidehouseError(
+            ErrorCode.YAML_SYNTAX,
+            f"unsupported YAML tag {node.tag!r}",
+            location=self.loc(node, path),
+            hint="remove the tag",
+        )
 
     def scalar(self, node: ScalarNode, path: tuple) -> Any:
         tag, value = node.tag, node.value
@@ -252,17 +279,22 @@ class _Builder:
                     return float("nan")
                 return float(value)
         except ValueError:
-            raise TidehouseError(ErrorCode.YAML_SYNTAX, f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}",
-                                 location=self.loc(node, path)) from None
+            raise TidehouseError(
+                ErrorCode.YAML_SYNTAX,
+                f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}",
+                location=self.loc(node, path),
+            ) from None
         if tag == _MERGE:
-            raise TidehouseError(ErrorCode.YAML_SYNTAX, "'<<' is only allowed as a mapping key",
-                                 location=self.loc(node, path))
+            raise TidehouseError(
+                ErrorCode.YAML_SYNTAX, "'<<' is only allowed as a mapping key", location=self.loc(node, path)
+            )
         raise self.bad_tag(node, path)
 
     def key(self, node: Node, path: tuple) -> Any:
         if not isinstance(node, ScalarNode):
-            raise TidehouseError(ErrorCode.YAML_SYNTAX, "mapping keys must be plain scalars",
-                                 location=self.loc(node, path))
+            raise TidehouseError(
+                ErrorCode.YAML_SYNTAX, "mapping keys must be plain scalars", location=self.loc(node, path)
+            )
         if node.tag in (_AMBIGUOUS, _BOOL, _NULL):
             return node.value  # `on:` as a key is the word "on", never a boolean
         return self.scalar(node, path)
@@ -279,9 +311,14 @@ class _Builder:
             kpath = path + (key,)
             if key in explicit:
                 first = explicit[key]
-                self.errors.append(TidehouseError(
-                    ErrorCode.YAML_DUPLICATE_KEY, f"duplicate key '{key}' (first defined at line {first.line})",
-                    location=self.loc(key_node, kpath), hint="remove one of them"))
+                self.errors.append(
+                    TidehouseError(
+                        ErrorCode.YAML_DUPLICATE_KEY,
+                        f"duplicate key '{key}' (first defined at line {first.line})",
+                        location=self.loc(key_node, kpath),
+                        hint="remove one of them",
+                    )
+                )
                 continue
             explicit[key] = self.mark(key_node)
             self.doc.keys[kpath] = explicit[key]
@@ -290,8 +327,9 @@ class _Builder:
             sources = merge.value if isinstance(merge, SequenceNode) else [merge]
             for source in sources:
                 if not isinstance(source, MappingNode):
-                    raise TidehouseError(ErrorCode.YAML_SYNTAX, "'<<' merges mappings only",
-                                         location=self.loc(source, path))
+                    raise TidehouseError(
+                        ErrorCode.YAML_SYNTAX, "'<<' merges mappings only", location=self.loc(source, path)
+                    )
                 merged = _Builder(self.doc, self.line_offset)
                 merged.count = self.count
                 for key_node, value_node in source.value:
@@ -314,19 +352,30 @@ def _error_location(file: str, mark, line_offset: int) -> Location:
 def decode(raw: bytes, file: str, *, max_bytes: int = MAX_BYTES) -> str:
     """Bytes of a spec file -> text, refusing oversized, binary and undecodable input."""
     if len(raw) > max_bytes:
-        raise TidehouseError(ErrorCode.YAML_TOO_LARGE,
-                             f"file is {len(raw):,} bytes; specs are limited to {max_bytes:,} bytes",
-                             location=Location(file), hint="split it, or check you passed the right file")
+        raise TidehouseError(
+            ErrorCode.YAML_TOO_LARGE,
+            f"file is {len(raw):,} bytes; specs are limited to {max_bytes:,} bytes",
+            location=Location(file),
+            hint="split it, or check you passed the right file",
+        )
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
-        raise TidehouseError(ErrorCode.YAML_NOT_TEXT, "file contains NUL bytes (binary data?)",
-                             location=Location(file, line), hint="specs are UTF-8 text")
+        raise TidehouseError(
+            ErrorCode.YAML_NOT_TEXT,
+            "file contains NUL bytes (binary data?)",
+            location=Location(file, line),
+            hint="specs are UTF-8 text",
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise TidehouseError(ErrorCode.YAML_NOT_TEXT, f"file is not UTF-8 text (byte {exc.start})",
-                             location=Location(file, line), hint="save it as UTF-8") from exc
+        raise TidehouseError(
+            ErrorCode.YAML_NOT_TEXT,
+            f"file is not UTF-8 text (byte {exc.start})",
+            location=Location(file, line),
+            hint="save it as UTF-8",
+        ) from exc
 
 
 def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES) -> str:
@@ -335,47 +384,68 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES) -> str:
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise TidehouseError(ErrorCode.YAML_TOO_LARGE,
-                                 f"file is {size:,} bytes; specs are limited to {max_bytes:,} bytes",
-                                 location=Location(str(path)), hint="split it, or check you passed the right file")
+            raise TidehouseError(
+                ErrorCode.YAML_TOO_LARGE,
+                f"file is {size:,} bytes; specs are limited to {max_bytes:,} bytes",
+                location=Location(str(path)),
+                hint="split it, or check you passed the right file",
+            )
         with open(path, "rb") as fh:  # bounded: /dev/zero or a pipe reports size 0 and never ends
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"cannot read file: {exc.strerror or exc}",
-                             location=Location(str(path))) from exc
+        raise TidehouseError(
+            ErrorCode.SPEC_BAD_VALUE, f"cannot read file: {exc.strerror or exc}", location=Location(str(path))
+        ) from exc
     return decode(raw, str(path), max_bytes=max_bytes)
 
 
-def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_bytes: int = MAX_BYTES,
-              allow_empty: bool = False) -> Document:
+def load_yaml(
+    text: str,
+    file: str = "<string>",
+    *,
+    line_offset: int = 0,
+    max_bytes: int = MAX_BYTES,
+    allow_empty: bool = False,
+) -> Document:
     """Parse one YAML document strictly. Raises :class:`TidehouseError` (or ``TidehouseErrors``).
 
     An empty document (nothing, only comments, or ``null``) is an error, unless ``allow_empty``: then the
     document's data is ``None``.
     """
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise TidehouseError(ErrorCode.YAML_TOO_LARGE, f"text is over {max_bytes:,} bytes",
-                             location=Location(file))
+        raise TidehouseError(
+            ErrorCode.YAML_TOO_LARGE, f"text is over {max_bytes:,} bytes", location=Location(file)
+        )
     if "\x00" in text:
-        raise TidehouseError(ErrorCode.YAML_NOT_TEXT, "text contains NUL characters (binary data?)",
-                             location=Location(file, text[: text.index("\x00")].count("\n") + 1 + line_offset))
+        raise TidehouseError(
+            ErrorCode.YAML_NOT_TEXT,
+            "text contains NUL characters (binary data?)",
+            location=Location(file, text[: text.index("\x00")].count("\n") + 1 + line_offset),
+        )
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
     except _TooDeep as exc:
-        raise TidehouseError(ErrorCode.YAML_TOO_DEEP, f"nested deeper than {MAX_DEPTH} levels",
-                             location=_error_location(file, exc.mark, line_offset)) from None
+        raise TidehouseError(
+            ErrorCode.YAML_TOO_DEEP,
+            f"nested deeper than {MAX_DEPTH} levels",
+            location=_error_location(file, exc.mark, line_offset),
+        ) from None
     except yaml.composer.ComposerError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise TidehouseError(ErrorCode.YAML_SYNTAX, _yaml_message(exc),
-                             location=_error_location(file, mark, line_offset)) from exc
+        raise TidehouseError(
+            ErrorCode.YAML_SYNTAX, _yaml_message(exc), location=_error_location(file, mark, line_offset)
+        ) from exc
     except yaml.MarkedYAMLError as exc:
-        raise TidehouseError(ErrorCode.YAML_SYNTAX, _yaml_message(exc),
-                             location=_error_location(file, exc.problem_mark or exc.context_mark, line_offset),
-                             ) from exc
+        raise TidehouseError(
+            ErrorCode.YAML_SYNTAX,
+            _yaml_message(exc),
+            location=_error_location(file, exc.problem_mark or exc.context_mark, line_offset),
+        ) from exc
     except yaml.YAMLError as exc:  # reader errors (control characters)
-        raise TidehouseError(ErrorCode.YAML_NOT_TEXT, str(exc).splitlines()[0],
-                             location=Location(file)) from exc
+        raise TidehouseError(
+            ErrorCode.YAML_NOT_TEXT, str(exc).splitlines()[0], location=Location(file)
+        ) from exc
     except RecursionError:  # pragma: no cover - MAX_DEPTH stops composition first
         raise TidehouseError(ErrorCode.YAML_TOO_DEEP, "nested too deeply", location=Location(file)) from None
     finally:
@@ -383,7 +453,9 @@ def load_yaml(text: str, file: str = "<string>", *, line_offset: int = 0, max_by
     if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL):
         if allow_empty:
             return Document(data=None, file=file)
-        raise TidehouseError(ErrorCode.YAML_EMPTY, "the document is empty", location=Location(file, 1 + line_offset))
+        raise TidehouseError(
+            ErrorCode.YAML_EMPTY, "the document is empty", location=Location(file, 1 + line_offset)
+        )
     doc = Document(data=None, file=file)
     builder = _Builder(doc, line_offset)
     doc.data = builder.build(root, ())

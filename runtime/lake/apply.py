@@ -71,14 +71,17 @@ class _LiveOverwrite(_OverwriteFiles):
 
 def append_producer(tx: Transaction, properties: dict[str, str]) -> _MergeAppendFiles:
     """A merge-append snapshot producer that drops dead manifests (use as a context manager)."""
-    return _LiveMergeAppend(operation=Operation.APPEND, transaction=tx, io=tx._table.io,
-                            snapshot_properties=properties)
+    return _LiveMergeAppend(
+        operation=Operation.APPEND, transaction=tx, io=tx._table.io, snapshot_properties=properties
+    )
 
 
 def overwrite_producer(tx: Transaction, properties: dict[str, str]) -> _OverwriteFiles:
     """An overwrite snapshot producer (files removed and added) that drops dead manifests."""
     operation = Operation.OVERWRITE if tx.table_metadata.current_snapshot() is not None else Operation.APPEND
-    return _LiveOverwrite(operation=operation, transaction=tx, io=tx._table.io, snapshot_properties=properties)
+    return _LiveOverwrite(
+        operation=operation, transaction=tx, io=tx._table.io, snapshot_properties=properties
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,9 @@ def _bucket_files(table: Table, data: pa.Table, write_uuid, counter):
     metadata = table.metadata  # not tx.table_metadata: that deep-copies the whole metadata on every access
     spec = metadata.spec()
     by_bucket = [f for f in spec.fields if f.name == BUCKET]
-    if BUCKET not in data.column_names or (not spec.is_unpartitioned() and len(spec.fields) != len(by_bucket)):
+    if BUCKET not in data.column_names or (
+        not spec.is_unpartitioned() and len(spec.fields) != len(by_bucket)
+    ):
         yield from _dataframe_to_data_files(metadata, data, table.io, write_uuid=write_uuid, counter=counter)
         return
     buckets = data.column(BUCKET).to_numpy()
@@ -126,18 +131,30 @@ def _bucket_files(table: Table, data: pa.Table, write_uuid, counter):
         order = np.argsort(buckets, kind="stable")
         data, buckets = data.take(pa.array(order)), buckets[order]
     cuts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist(), len(buckets)]
-    schema = pyarrow_to_schema(data.schema, name_mapping=metadata.schema().name_mapping,
-                               format_version=metadata.format_version)
+    schema = pyarrow_to_schema(
+        data.schema, name_mapping=metadata.schema().name_mapping, format_version=metadata.format_version
+    )
     target = int(metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
     tasks = []
     for lo, hi in itertools.pairwise(cuts):
         part = data.slice(lo, hi - lo)
         key = None
         if by_bucket:
-            key = PartitionKey(field_values=[PartitionFieldValue(field=by_bucket[0], value=int(buckets[lo]))],
-                               partition_spec=spec, schema=metadata.schema())
-        tasks += [WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches,
-                            partition_key=key, schema=schema) for batches in bin_pack_arrow_table(part, target)]
+            key = PartitionKey(
+                field_values=[PartitionFieldValue(field=by_bucket[0], value=int(buckets[lo]))],
+                partition_spec=spec,
+                schema=metadata.schema(),
+            )
+        tasks += [
+            WriteTask(
+                write_uuid=write_uuid,
+                task_id=next(counter),
+                record_batches=batches,
+                partition_key=key,
+                schema=schema,
+            )
+            for batches in bin_pack_arrow_table(part, target)
+        ]
     yield from write_file(io=table.io, table_metadata=metadata, tasks=iter(tasks))
 
 
@@ -176,8 +193,9 @@ def key_mask(rows: pa.Table, keys: pa.Table, key_columns: Sequence[str]) -> pa.A
     return pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=hit.column(_ROW))
 
 
-def _affected_filter(table: Table, keys: pa.Table, key_columns: Sequence[str],
-                     buckets: list[int] | None) -> BooleanExpression:
+def _affected_filter(
+    table: Table, keys: pa.Table, key_columns: Sequence[str], buckets: list[int] | None
+) -> BooleanExpression:
     expr: BooleanExpression = AlwaysTrue()
     if buckets is not None:
         expr = In(BUCKET, set(buckets))
@@ -192,8 +210,9 @@ def _affected_filter(table: Table, keys: pa.Table, key_columns: Sequence[str],
     return expr
 
 
-def stage_changelog(tx: Transaction, table: Table, changelog: pa.Table, key_columns: Sequence[str],
-                    properties: dict[str, str]) -> Staged:
+def stage_changelog(
+    tx: Transaction, table: Table, changelog: pa.Table, key_columns: Sequence[str], properties: dict[str, str]
+) -> Staged:
     """Apply a primary-key changelog range (user columns + ``__change`` + ``__bucket``) as one snapshot."""
     images, keys = collapse_changelog(changelog, key_columns)
     schema = table.schema()

@@ -48,19 +48,28 @@ def split_name(name: str) -> tuple[str, str]:
     """``"dwd.clicks"`` -> ``("dwd", "clicks")``; anything else is a user error."""
     layer, dot, table = name.partition(".")
     if not dot or not layer or not table or "." in table:
-        raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"'{name}' is not a table name of the form <layer>.<name>",
-                             location=Location(path=name))
+        raise TidehouseError(
+            ErrorCode.TABLE_UNKNOWN,
+            f"'{name}' is not a table name of the form <layer>.<name>",
+            location=Location(path=name),
+        )
     return layer, table
 
 
 class Lake:
     """The Iceberg side of Tidehouse: one pyiceberg catalog plus where tiering keeps its local state."""
 
-    def __init__(self, catalog: Catalog, *, run_dir: Path, properties: dict[str, Any] | None = None,
-                 max_snapshots: int = default("tiering.max_snapshots"),
-                 compact_min_files: int = default("tiering.compact_min_files"),
-                 retention_s: float = default("storage.retention"),
-                 compact_target_bytes: int = default("tiering.compact_target_bytes")) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        run_dir: Path,
+        properties: dict[str, Any] | None = None,
+        max_snapshots: int = default("tiering.max_snapshots"),
+        compact_min_files: int = default("tiering.compact_min_files"),
+        retention_s: float = default("storage.retention"),
+        compact_target_bytes: int = default("tiering.compact_target_bytes"),
+    ) -> None:
         self.catalog = catalog
         self.run_dir = Path(run_dir)
         self.properties = dict(properties or {})
@@ -78,14 +87,21 @@ class Lake:
         try:
             catalog = load_catalog(config.get("lake.catalog_name"), **props)
         except Exception as exc:  # pyiceberg raises many kinds here (ValueError, SQLAlchemy, HTTP, ...)
-            raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot open the lake catalog: {exc}",
-                                 location=Location("tidehouse.yaml", path="lake.catalog"),
-                                 hint="check lake.catalog in the project file (tidehouse info shows it)") from exc
-        return cls(catalog, run_dir=config.run_dir, properties=props,
-                   max_snapshots=config.get("tiering.max_snapshots"),
-                   compact_min_files=config.get("tiering.compact_min_files"),
-                   compact_target_bytes=config.get("tiering.compact_target_bytes"),
-                   retention_s=config.get("storage.retention"))
+            raise TidehouseError(
+                ErrorCode.LAKE_CATALOG,
+                f"cannot open the lake catalog: {exc}",
+                location=Location("tidehouse.yaml", path="lake.catalog"),
+                hint="check lake.catalog in the project file (tidehouse info shows it)",
+            ) from exc
+        return cls(
+            catalog,
+            run_dir=config.run_dir,
+            properties=props,
+            max_snapshots=config.get("tiering.max_snapshots"),
+            compact_min_files=config.get("tiering.compact_min_files"),
+            compact_target_bytes=config.get("tiering.compact_target_bytes"),
+            retention_s=config.get("storage.retention"),
+        )
 
     # -- tables ------------------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -96,9 +112,12 @@ class Lake:
         try:
             return self.catalog.load_table(split_name(name))
         except (iceberg.NoSuchTableError, iceberg.NoSuchNamespaceError) as exc:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"lake table {name} does not exist",
-                                 location=Location(path=name),
-                                 hint="run `tidehouse tier run` to create and fill it") from exc
+            raise TidehouseError(
+                ErrorCode.TABLE_UNKNOWN,
+                f"lake table {name} does not exist",
+                location=Location(path=name),
+                hint="run `tidehouse tier run` to create and fill it",
+            ) from exc
 
     def list_tables(self) -> list[str]:
         out: list[str] = []
@@ -114,17 +133,31 @@ class Lake:
         if not self.exists(meta.name):
             schema = lake_schema(meta)
             props = dict(TABLE_PROPERTIES)
-            props.update({"tidehouse.kind": meta.kind, "tidehouse.primary_key": ",".join(meta.primary_key),
-                          "tidehouse.buckets": str(meta.buckets)})
+            props.update(
+                {
+                    "tidehouse.kind": meta.kind,
+                    "tidehouse.primary_key": ",".join(meta.primary_key),
+                    "tidehouse.buckets": str(meta.buckets),
+                }
+            )
             try:
-                return self.catalog.create_table(split_name(meta.name), schema=schema,
-                                                 partition_spec=partition_spec(meta, schema), properties=props)
+                return self.catalog.create_table(
+                    split_name(meta.name),
+                    schema=schema,
+                    partition_spec=partition_spec(meta, schema),
+                    properties=props,
+                )
             except iceberg.TableAlreadyExistsError:  # another process created it first: fine
                 pass
-            except Exception as exc:  # a racing creator can surface as the catalog's own error (IntegrityError)
+            except (
+                Exception
+            ) as exc:  # a racing creator can surface as the catalog's own error (IntegrityError)
                 if not self.exists(meta.name):
-                    raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake table {meta.name}: {exc}",
-                                         location=Location(path=meta.name)) from exc
+                    raise TidehouseError(
+                        ErrorCode.LAKE_CATALOG,
+                        f"cannot create lake table {meta.name}: {exc}",
+                        location=Location(path=meta.name),
+                    ) from exc
         table = self.load(meta.name)
         new = missing_columns(meta, table.schema())
         if new:
@@ -146,8 +179,11 @@ class Lake:
             pass
         except Exception as exc:  # SQL catalog: two creators racing get an IntegrityError, not AlreadyExists
             if (layer,) not in [tuple(ns) for ns in self.catalog.list_namespaces()]:
-                raise TidehouseError(ErrorCode.LAKE_CATALOG, f"cannot create lake namespace {layer}: {exc}",
-                                     location=Location(path=layer)) from exc
+                raise TidehouseError(
+                    ErrorCode.LAKE_CATALOG,
+                    f"cannot create lake namespace {layer}: {exc}",
+                    location=Location(path=layer),
+                ) from exc
 
     def reset(self, meta: TableMeta) -> Table:
         """A full refresh of the lake table of ``meta`` (the hot table is rebuilt from offset 0): ONE snapshot
@@ -165,8 +201,14 @@ class Lake:
         with table.transaction() as tx:
             with warnings.catch_warnings():  # an empty table is refreshed too: its delete matches nothing
                 warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                tx.delete(AlwaysTrue(), snapshot_properties={OFFSETS_PROPERTY: offsets_json([0] * meta.buckets),
-                                                             "tidehouse.rows": "0", "tidehouse.refresh": "full"})
+                tx.delete(
+                    AlwaysTrue(),
+                    snapshot_properties={
+                        OFFSETS_PROPERTY: offsets_json([0] * meta.buckets),
+                        "tidehouse.rows": "0",
+                        "tidehouse.refresh": "full",
+                    },
+                )
             current = table.schema()
             with tx.update_schema(allow_incompatible_changes=True) as update:  # the table is empty now
                 for field in current.fields:
@@ -174,15 +216,25 @@ class Lake:
                         update.delete_column(field.name)
                 for field in target.fields:
                     if field.name not in current.column_names:
-                        update.add_column(field.name, field.field_type, doc=field.doc, required=field.required)
+                        update.add_column(
+                            field.name, field.field_type, doc=field.doc, required=field.required
+                        )
                         continue
                     old = current.find_field(field.name)
                     if (old.field_type, old.required) != (field.field_type, field.required):
                         update.update_column(field.name, field_type=field.field_type, required=field.required)
-                update.set_identifier_fields(*[target.find_field(i).name for i in target.identifier_field_ids])
+                update.set_identifier_fields(
+                    *[target.find_field(i).name for i in target.identifier_field_ids]
+                )
             _reset_spec(tx, table, meta)
-            tx.set_properties({"tidehouse.kind": meta.kind, "tidehouse.primary_key": ",".join(meta.primary_key),
-                               "tidehouse.buckets": str(meta.buckets), "commit.retry.num-retries": "0"})
+            tx.set_properties(
+                {
+                    "tidehouse.kind": meta.kind,
+                    "tidehouse.primary_key": ",".join(meta.primary_key),
+                    "tidehouse.buckets": str(meta.buckets),
+                    "commit.retry.num-retries": "0",
+                }
+            )
         return self.load(meta.name)
 
     def drop(self, name: str) -> None:
@@ -216,7 +268,7 @@ def _make_local_dirs(props: dict[str, Any]) -> None:
     """Create the directories of a local SQLite catalog and ``file://`` warehouse (no-op for remote ones)."""
     uri = str(props.get("uri", ""))
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     warehouse = str(props.get("warehouse", ""))
     parsed = urlparse(warehouse)
     if parsed.scheme == "file":

@@ -67,30 +67,49 @@ class TableHistory:
         if snapshot_id is not None:
             snap = table.snapshot_by_id(snapshot_id)
             if snap is None:
-                raise TidehouseError(ErrorCode.STORAGE_RANGE, f"lake snapshot {snapshot_id} of {name} was expired",
-                                     location=Location(path=name),
-                                     hint="raise tiering.max_snapshots, or restart the read from the current snapshot")
+                raise TidehouseError(
+                    ErrorCode.STORAGE_RANGE,
+                    f"lake snapshot {snapshot_id} of {name} was expired",
+                    location=Location(path=name),
+                    hint="raise tiering.max_snapshots, or restart the read from the current snapshot",
+                )
             offsets, _ = lake_offsets(table, buckets, at=snap)
             return LakeView(table, snapshot_id, tuple(offsets))
         offsets, _ = lake_offsets(table, buckets)
         snap = table.current_snapshot()
         return LakeView(table, snap.snapshot_id if snap else None, tuple(offsets))
 
-    def lake_rows(self, view: LakeView, *, columns: Sequence[str] | None = None,
-                  row_filter: BooleanExpression = AlwaysTrue()) -> pa.Table:
+    def lake_rows(
+        self,
+        view: LakeView,
+        *,
+        columns: Sequence[str] | None = None,
+        row_filter: BooleanExpression = AlwaysTrue(),
+    ) -> pa.Table:
         """Rows of a pinned snapshot (projection and filter pushed into the Iceberg scan)."""
         if columns is not None:  # a hot column the lake lacks (added, not tiered since): filled in by callers
             have = set(view.table.schema().column_names)
             columns = [c for c in columns if c in have]
         if view.snapshot_id is None:
             return _empty_lake(view.table, columns)
-        scan = view.table.scan(row_filter=row_filter, snapshot_id=view.snapshot_id,
-                               selected_fields=tuple(columns) if columns is not None else ("*",))
+        scan = view.table.scan(
+            row_filter=row_filter,
+            snapshot_id=view.snapshot_id,
+            selected_fields=tuple(columns) if columns is not None else ("*",),
+        )
         return scan.to_arrow()
 
     # -- log tables --------------------------------------------------------------------------------
-    def read(self, name: str, bucket: int, start: int, end: int, *, columns: Sequence[str] | None = None,
-             row_filter: BooleanExpression = AlwaysTrue()) -> Iterator[pa.RecordBatch]:
+    def read(
+        self,
+        name: str,
+        bucket: int,
+        start: int,
+        end: int,
+        *,
+        columns: Sequence[str] | None = None,
+        row_filter: BooleanExpression = AlwaysTrue(),
+    ) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, end)`` of one bucket, shaped like :meth:`TableStore.read` (the requested user
         columns, then ``__offset``, ``__bucket``, ``__ts`` and, for a primary-key table, ``__change``).
 
@@ -146,8 +165,15 @@ class TableHistory:
             return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
         raise _busy(meta)
 
-    def _lake_range(self, meta: TableMeta, bucket: int, lo: int, hi: int, columns: Sequence[str] | None,
-                    row_filter: BooleanExpression = AlwaysTrue()) -> Iterator[pa.RecordBatch]:
+    def _lake_range(
+        self,
+        meta: TableMeta,
+        bucket: int,
+        lo: int,
+        hi: int,
+        columns: Sequence[str] | None,
+        row_filter: BooleanExpression = AlwaysTrue(),
+    ) -> Iterator[pa.RecordBatch]:
         cols = list(columns) if columns is not None else list(meta.schema.names)
         view = self._covering_view(meta, [hi if b == bucket else 0 for b in range(meta.buckets)])
         flt = And(EqualTo(BUCKET, bucket), And(GreaterThanOrEqual(OFFSET, lo), LessThan(OFFSET, hi)))
@@ -167,12 +193,19 @@ class TableHistory:
                 f"{meta.name}: offsets below {list(needed)} were deleted from the hot log but the lake does not "
                 f"hold them (lake offsets {list(view.offsets) if view else 'none: no lake table'})",
                 location=Location(path=meta.name),
-                hint="the lake table was dropped or reset after retention ran; rebuild with --full-refresh")
+                hint="the lake table was dropped or reset after retention ran; rebuild with --full-refresh",
+            )
         return view
 
     # -- primary-key tables ------------------------------------------------------------------------
-    def state(self, name: str, *, columns: Sequence[str] | None = None, bucket: int | None = None,
-              row_filter: BooleanExpression = AlwaysTrue()) -> pa.Table:
+    def state(
+        self,
+        name: str,
+        *,
+        columns: Sequence[str] | None = None,
+        bucket: int | None = None,
+        row_filter: BooleanExpression = AlwaysTrue(),
+    ) -> pa.Table:
         """The current rows of a primary-key table (user columns), or of one ``bucket`` of it: the lake state
         with the changelog tail collapsed by key on top. ``row_filter`` prunes the lake part only (a row it
         drops whose key the tail changed is replaced by the tail's image anyway); callers filter the result."""
@@ -190,8 +223,11 @@ class TableHistory:
                     continue  # a newer snapshot and retention moved on meanwhile: pin the new one
                 raise
             flt = And(EqualTo(BUCKET, bucket), row_filter) if bucket is not None else row_filter
-            base = _user(self.lake_rows(view, columns=wanted, row_filter=flt), meta, wanted) if view else \
-                _user_schema(meta, wanted).empty_table()
+            base = (
+                _user(self.lake_rows(view, columns=wanted, row_filter=flt), meta, wanted)
+                if view
+                else _user_schema(meta, wanted).empty_table()
+            )
             if tail.num_rows:
                 images, keys = collapse_changelog(tail, meta.primary_key)
                 if base.num_rows:
@@ -200,8 +236,9 @@ class TableHistory:
             return base.select(cols)
         raise _busy(meta)
 
-    def bootstrap(self, name: str, bucket: int, view: LakeView | None,
-                  columns: Sequence[str] | None = None) -> pa.Table:
+    def bootstrap(
+        self, name: str, bucket: int, view: LakeView | None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
         """One bucket of a primary-key table as of a pinned snapshot, as ``+I`` rows shaped like the
         changelog (``__offset`` and ``__ts`` null: the state has no offsets) — the first micro-batch of a
         stream that starts below the hot log."""
@@ -213,20 +250,31 @@ class TableHistory:
             flt = EqualTo(BUCKET, bucket) if meta.buckets > 1 else AlwaysTrue()
             rows = _user(self.lake_rows(view, columns=[*cols, BUCKET], row_filter=flt), meta, cols)
         n = rows.num_rows
-        return rows.append_column(OFFSET, pa.nulls(n, pa.int64())).append_column(
-            BUCKET, pa.array([bucket] * n, pa.int32())).append_column(TS, pa.nulls(n, TS_TYPE)).append_column(
-            CHANGE, pa.array([INSERT] * n, pa.string()))
+        return (
+            rows.append_column(OFFSET, pa.nulls(n, pa.int64()))
+            .append_column(BUCKET, pa.array([bucket] * n, pa.int32()))
+            .append_column(TS, pa.nulls(n, TS_TYPE))
+            .append_column(CHANGE, pa.array([INSERT] * n, pa.string()))
+        )
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
-def _read_tail(store: TableStore, meta: TableMeta, offsets: Sequence[int], columns: list[str],
-               buckets: Sequence[int] | None = None) -> pa.Table:
+
+def _read_tail(
+    store: TableStore,
+    meta: TableMeta,
+    offsets: Sequence[int],
+    columns: list[str],
+    buckets: Sequence[int] | None = None,
+) -> pa.Table:
     ends = store.end_offsets(meta.name)
     parts = []
     for bucket, (lo, hi) in enumerate(zip(offsets, ends)):
         if hi > lo and (buckets is None or bucket in buckets):
-            parts.extend(pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi, columns=columns))
+            parts.extend(
+                pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi, columns=columns)
+            )
     if not parts:
         schema = _user_schema(meta, columns).append(pa.field(CHANGE, pa.string()))
         return schema.empty_table()
@@ -275,21 +323,28 @@ def _empty_lake(table, columns: Sequence[str] | None) -> pa.Table:
 
 def _check_count(meta: TableMeta, got: int, expected: int, what: str) -> None:
     if got != expected:
-        raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{meta.name}: the lake holds {got} rows for {what}, "
-                             f"expected {expected}", location=Location(path=meta.name),
-                             hint="the lake table does not match the hot offsets it records; rebuild with "
-                                  "--full-refresh")
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"{meta.name}: the lake holds {got} rows for {what}, expected {expected}",
+            location=Location(path=meta.name),
+            hint="the lake table does not match the hot offsets it records; rebuild with --full-refresh",
+        )
 
 
 def _trimmed_changelog(meta: TableMeta, bucket: int, start: int, first: int) -> TidehouseError:
     return TidehouseError(
         ErrorCode.STORAGE_RANGE,
         f"{meta.name} bucket {bucket}: changelog offsets {start}..{first - 1} were deleted by retention, and the "
-        "lake keeps the table's state, not its changes", location=Location(path=meta.name),
-        hint="read the table's state instead (a stream from startingOffsets=earliest begins with it)")
+        "lake keeps the table's state, not its changes",
+        location=Location(path=meta.name),
+        hint="read the table's state instead (a stream from startingOffsets=earliest begins with it)",
+    )
 
 
 def _busy(meta: TableMeta) -> TidehouseError:
-    return TidehouseError(ErrorCode.STORAGE_RANGE, f"{meta.name}: retention kept deleting what this read "
-                          f"needed ({MAX_ATTEMPTS} attempts)", location=Location(path=meta.name),
-                          hint="raise storage.retention; a reader that far behind re-reads from the lake")
+    return TidehouseError(
+        ErrorCode.STORAGE_RANGE,
+        f"{meta.name}: retention kept deleting what this read needed ({MAX_ATTEMPTS} attempts)",
+        location=Location(path=meta.name),
+        hint="raise storage.retention; a reader that far behind re-reads from the lake",
+    )

@@ -77,7 +77,9 @@ def expire_snapshots(table: Table, max_snapshots: int) -> int:
     old_files, old_manifests = _reachable(table, doomed)
     table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in doomed]).commit()
     live_files, live_manifests = _reachable(table, kept)
-    garbage = sorted((old_files - live_files) | (old_manifests - live_manifests)) + [s.manifest_list for s in doomed]
+    garbage = sorted((old_files - live_files) | (old_manifests - live_manifests)) + [
+        s.manifest_list for s in doomed
+    ]
     for path in garbage:
         try:
             table.io.delete(path)
@@ -145,8 +147,13 @@ def compaction_groups(tasks, min_files: int, target_bytes: int) -> tuple[list[li
     return [g for g in groups if len(g) > 1], fullest
 
 
-def compact(table: Table, meta: TableMeta, min_files: int, target_bytes: int = default("tiering.compact_target_bytes"),
-            memo: dict | None = None) -> int:
+def compact(
+    table: Table,
+    meta: TableMeta,
+    min_files: int,
+    target_bytes: int = default("tiering.compact_target_bytes"),
+    memo: dict | None = None,
+) -> int:
     """Rewrite each tier of similar-sized small files that reached ``min_files`` (see :func:`compaction_groups`)
     as ONE overwrite snapshot; return how many files were removed.
 
@@ -193,11 +200,15 @@ def trim_hot(store: TableStore, meta: TableMeta, offsets: list[int], retention_s
     return deleted
 
 
-def maintain_table(store: TableStore, lake: Lake, meta: TableMeta, table: Table, offsets: list[int]) -> list[str]:
+def maintain_table(
+    store: TableStore, lake: Lake, meta: TableMeta, table: Table, offsets: list[int]
+) -> list[str]:
     """All maintenance steps for one table after a committed cycle; failures are logged, never fatal."""
     notes: list[str] = []
     try:
-        removed = compact(table, meta, lake.compact_min_files, lake.compact_target_bytes, lake.compaction_memo)
+        removed = compact(
+            table, meta, lake.compact_min_files, lake.compact_target_bytes, lake.compaction_memo
+        )
         if removed:
             table = lake.load(meta.name)
             notes.append(f"compacted {removed} files")

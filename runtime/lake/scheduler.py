@@ -45,9 +45,11 @@ class TierReport:
 
     def raise_for_errors(self) -> None:
         if self.errors:
-            raise TidehouseError(ErrorCode.TIERING_FAILED, "tiering failed for " + "; ".join(
-                f"{name}: {error}" for name, error in self.errors.items()),
-                hint="run with --debug for the trace; the next cycle starts from the lake's offsets")
+            raise TidehouseError(
+                ErrorCode.TIERING_FAILED,
+                "tiering failed for " + "; ".join(f"{name}: {error}" for name, error in self.errors.items()),
+                hint="run with --debug for the trace; the next cycle starts from the lake's offsets",
+            )
 
 
 @dataclass
@@ -72,9 +74,15 @@ class TieringService:
     ``on_cycle(result)`` / ``on_error(table, exc)`` are called after each cycle (progress lines).
     """
 
-    def __init__(self, source: Any, tables: Mapping[str, float], *, max_workers: int | None = None,
-                 on_cycle: Callable[[CycleResult], None] | None = None,
-                 on_error: Callable[[str, BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        tables: Mapping[str, float],
+        *,
+        max_workers: int | None = None,
+        on_cycle: Callable[[CycleResult], None] | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
         if isinstance(source, tuple):
             self.store, self.lake = source
         else:
@@ -97,9 +105,16 @@ class TieringService:
             except Exception as exc:  # one table's failure never stops the others
                 self._took(stats, began)
                 stats.errors += 1
-                stats.last_error = exc.render() if isinstance(exc, TidehouseError) else f"{type(exc).__name__}: {exc}"
-                log.error("tiering %s failed: %s", name, stats.last_error,
-                          exc_info=not isinstance(exc, TidehouseError), extra={"table": name})
+                stats.last_error = (
+                    exc.render() if isinstance(exc, TidehouseError) else f"{type(exc).__name__}: {exc}"
+                )
+                log.error(
+                    "tiering %s failed: %s",
+                    name,
+                    stats.last_error,
+                    exc_info=not isinstance(exc, TidehouseError),
+                    extra={"table": name},
+                )
                 if self._on_error:
                     self._on_error(name, exc)
                 return None
@@ -121,8 +136,10 @@ class TieringService:
         with ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="tier-now") as pool:
             futures = {name: pool.submit(self.run_table, name) for name in self.stats}
             done = {name: f.result() for name, f in futures.items()}
-        return TierReport({n: r for n, r in done.items() if r is not None},
-                          {n: self.stats[n].last_error or "failed" for n, r in done.items() if r is None})
+        return TierReport(
+            {n: r for n, r in done.items() if r is not None},
+            {n: self.stats[n].last_error or "failed" for n, r in done.items() if r is None},
+        )
 
     # -- the schedule ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,8 +153,15 @@ class TieringService:
         scheduler.add_listener(self._dropped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         now = datetime.now(timezone.utc)
         for name, stats in self.stats.items():
-            scheduler.add_job(self.run_table, "interval", args=[name], id=name, name=f"tier {name}",
-                              seconds=stats.interval, next_run_time=now)
+            scheduler.add_job(
+                self.run_table,
+                "interval",
+                args=[name],
+                id=name,
+                name=f"tier {name}",
+                seconds=stats.interval,
+                next_run_time=now,
+            )
         scheduler.start()
         self._scheduler = scheduler
 
@@ -165,11 +189,20 @@ class TieringService:
         self.stop()
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        return {name: {"interval": s.interval, "runs": s.runs, "commits": s.commits, "errors": s.errors,
-                       "dropped": s.dropped, "seconds": round(s.seconds, 6),
-                       "last_seconds": None if s.last_seconds is None else round(s.last_seconds, 6),
-                       "last_error": s.last_error,
-                       "last": s.last.to_dict() if s.last else None} for name, s in self.stats.items()}
+        return {
+            name: {
+                "interval": s.interval,
+                "runs": s.runs,
+                "commits": s.commits,
+                "errors": s.errors,
+                "dropped": s.dropped,
+                "seconds": round(s.seconds, 6),
+                "last_seconds": None if s.last_seconds is None else round(s.last_seconds, 6),
+                "last_error": s.last_error,
+                "last": s.last.to_dict() if s.last else None,
+            }
+            for name, s in self.stats.items()
+        }
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:

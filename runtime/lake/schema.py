@@ -96,8 +96,9 @@ def partition_spec(meta: TableMeta, schema: Schema) -> PartitionSpec:
     if meta.buckets <= 1:
         return PartitionSpec()
     source = schema.find_field(BUCKET).field_id
-    return PartitionSpec(PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(),
-                                        name=BUCKET))
+    return PartitionSpec(
+        PartitionField(source_id=source, field_id=1000, transform=IdentityTransform(), name=BUCKET)
+    )
 
 
 def missing_columns(meta: TableMeta, current: Schema) -> list[NestedField]:

@@ -39,8 +39,10 @@ def parse_offsets(text: str, buckets: int) -> list[int]:
     for key, value in raw.items():
         bucket = int(key)
         if bucket >= buckets:
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT,
-                                 f"lake offsets name bucket {bucket} but the table has {buckets} buckets")
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"lake offsets name bucket {bucket} but the table has {buckets} buckets",
+            )
         out[bucket] = int(value)
     return out
 
@@ -75,9 +77,11 @@ def table_lock(run_dir: Path, name: str, timeout: float = 600.0) -> Iterator[Non
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TidehouseError(ErrorCode.STORAGE_LOCKED,
-                                         f"another process has been tiering {name} for over {timeout:.0f}s",
-                                         location=Location(path=name)) from None
+                    raise TidehouseError(
+                        ErrorCode.STORAGE_LOCKED,
+                        f"another process has been tiering {name} for over {timeout:.0f}s",
+                        location=Location(path=name),
+                    ) from None
                 time.sleep(0.02)
         yield
     finally:
@@ -98,7 +102,7 @@ def append_history(run_dir: Path, name: str, record: dict[str, Any]) -> None:
         lines = path.read_text(encoding="utf-8").splitlines()
         if len(lines) > HISTORY_MAX_LINES:
             tmp = path.with_suffix(".tmp")
-            tmp.write_text("\n".join(lines[-HISTORY_MAX_LINES // 2:]) + "\n", encoding="utf-8")
+            tmp.write_text("\n".join(lines[-HISTORY_MAX_LINES // 2 :]) + "\n", encoding="utf-8")
             os.replace(tmp, path)
 
 

@@ -105,7 +105,9 @@ def pending_since(store: TableStore, name: str, start: list[int], end: list[int]
     return oldest
 
 
-def lake_delay(store: TableStore, name: str, start: list[int], end: list[int], now: float | None = None) -> float:
+def lake_delay(
+    store: TableStore, name: str, start: list[int], end: list[int], now: float | None = None
+) -> float:
     since = pending_since(store, name, start, end)
     return 0.0 if since is None else max(0.0, (now or time.time()) - since)
 
@@ -115,13 +117,18 @@ def read_range(store: TableStore, meta: TableMeta, start: list[int], end: list[i
     parts = []
     for bucket, (lo, hi) in enumerate(zip(start, end)):
         if hi > lo:
-            parts.extend(pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi) if b.num_rows)
+            parts.extend(
+                pa.Table.from_batches([b]) for b in store.read(meta.name, bucket, lo, hi) if b.num_rows
+            )
     expected = sum(hi - lo for lo, hi in zip(start, end))
     data = pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
     if data.num_rows != expected:
-        raise TidehouseError(ErrorCode.STORAGE_CORRUPT,
-                             f"hot table {meta.name}: read {data.num_rows} rows of the range "
-                             f"{start}..{end}, expected {expected}", location=Location(path=meta.name))
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"hot table {meta.name}: read {data.num_rows} rows of the range "
+            f"{start}..{end}, expected {expected}",
+            location=Location(path=meta.name),
+        )
     return data
 
 
@@ -131,12 +138,15 @@ def _check_ranges(meta: TableMeta, before: list[int], ends: list[int]) -> None:
         raise TidehouseError(
             ErrorCode.STORAGE_CORRUPT,
             f"table {meta.name}: the lake covers offsets {before} but the hot end offsets are {ends} "
-            f"(buckets {behind} went backwards)", location=Location(path=meta.name),
-            hint="the hot storage was reset while the lake kept its data; drop the lake table to re-tier")
+            f"(buckets {behind} went backwards)",
+            location=Location(path=meta.name),
+            hint="the hot storage was reset while the lake kept its data; drop the lake table to re-tier",
+        )
 
 
-def tier_table(store: TableStore, lake: Lake, table_name: str, *, lock_timeout: float = 600.0,
-               maintain: bool = True) -> CycleResult:
+def tier_table(
+    store: TableStore, lake: Lake, table_name: str, *, lock_timeout: float = 600.0, maintain: bool = True
+) -> CycleResult:
     """Run one tiering cycle of ``table_name`` now (see the module docstring for the protocol)."""
     started = time.monotonic()
     meta = store.get_table(table_name)
@@ -147,8 +157,18 @@ def tier_table(store: TableStore, lake: Lake, table_name: str, *, lock_timeout: 
             ends = store.end_offsets(table_name)
             _check_ranges(meta, before, ends)
             if before == ends:
-                result = CycleResult(table_name, 0, time.monotonic() - started, False,
-                                     _snapshot_id(table), tuple(before), tuple(ends), 0.0, 0.0, attempt)
+                result = CycleResult(
+                    table_name,
+                    0,
+                    time.monotonic() - started,
+                    False,
+                    _snapshot_id(table),
+                    tuple(before),
+                    tuple(ends),
+                    0.0,
+                    0.0,
+                    attempt,
+                )
                 break
             since = pending_since(store, table_name, before, ends)
             data = read_range(store, meta, before, ends)
@@ -161,14 +181,22 @@ def tier_table(store: TableStore, lake: Lake, table_name: str, *, lock_timeout: 
             try:
                 table = tx.commit_transaction()
             except (CommitFailedException, ValidationException) as exc:  # a concurrent commit won
-                log.warning("tiering %s: lake commit conflict (attempt %d/%d): %s", table_name, attempt,
-                            MAX_ATTEMPTS, exc)
+                log.warning(
+                    "tiering %s: lake commit conflict (attempt %d/%d): %s",
+                    table_name,
+                    attempt,
+                    MAX_ATTEMPTS,
+                    exc,
+                )
                 if attempt == MAX_ATTEMPTS:
-                    raise TidehouseError(ErrorCode.LAKE_COMMIT_CONFLICT,
-                                         f"lake table {table_name}: {MAX_ATTEMPTS} commits in a row lost to "
-                                         "concurrent commits", location=Location(path=table_name),
-                                         hint="another process tiers this table without sharing the lock; "
-                                              "the next cycle continues from the lake's offsets") from exc
+                    raise TidehouseError(
+                        ErrorCode.LAKE_COMMIT_CONFLICT,
+                        f"lake table {table_name}: {MAX_ATTEMPTS} commits in a row lost to "
+                        "concurrent commits",
+                        location=Location(path=table_name),
+                        hint="another process tiers this table without sharing the lock; "
+                        "the next cycle continues from the lake's offsets",
+                    ) from exc
                 time.sleep(random.uniform(0.01, 0.05) * attempt)  # de-synchronise competing writers
                 continue
             now = time.time()
@@ -181,15 +209,33 @@ def tier_table(store: TableStore, lake: Lake, table_name: str, *, lock_timeout: 
                     table = lake.load(table_name)
             ends_now = store.end_offsets(table_name)
             result = CycleResult(
-                table_name, data.num_rows, time.monotonic() - started, True, _snapshot_id(table),
-                tuple(before), tuple(ends), lake_delay(store, table_name, ends, ends_now),
-                0.0 if since is None else max(0.0, now - since), attempt, notes)
+                table_name,
+                data.num_rows,
+                time.monotonic() - started,
+                True,
+                _snapshot_id(table),
+                tuple(before),
+                tuple(ends),
+                lake_delay(store, table_name, ends, ends_now),
+                0.0 if since is None else max(0.0, now - since),
+                attempt,
+                notes,
+            )
             break
-        append_history(lake.run_dir, table_name, {
-            "at": time.time(), "rows": result.rows, "seconds": round(result.seconds, 4),
-            "committed": result.committed, "snapshot_id": result.snapshot_id,
-            "delay": round(result.lake_delay_s, 3), "delay_at_commit": round(result.delay_at_commit_s, 3),
-            "offsets": list(result.offsets_after)})
+        append_history(
+            lake.run_dir,
+            table_name,
+            {
+                "at": time.time(),
+                "rows": result.rows,
+                "seconds": round(result.seconds, 4),
+                "committed": result.committed,
+                "snapshot_id": result.snapshot_id,
+                "delay": round(result.lake_delay_s, 3),
+                "delay_at_commit": round(result.delay_at_commit_s, 3),
+                "offsets": list(result.offsets_after),
+            },
+        )
     return result
 
 

@@ -129,8 +129,12 @@ class UnionReader:
 
     def lake_only(self, name: str) -> pa.Table:
         if name not in self._lake:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"{name} has no lake table yet",
-                                 location=Location(path=name), hint="run `tidehouse tier run` first")
+            raise TidehouseError(
+                ErrorCode.TABLE_UNKNOWN,
+                f"{name} has no lake table yet",
+                location=Location(path=name),
+                hint="run `tidehouse tier run` first",
+            )
         return self.lake.load(name).scan().to_arrow()
 
     def changelog(self, name: str) -> pa.Table:
@@ -173,8 +177,11 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
                 return pa.table({})
             return relation.to_arrow_table()
         except duckdb.Error as exc:
-            raise TidehouseError(ErrorCode.QUERY_INVALID, str(exc).strip().splitlines()[0],
-                                 hint="tables are named <layer>.<name> (also <layer>.<name>$lake, "
-                                      "<layer>.<name>$changelog); the SQL dialect is DuckDB's") from exc
+            raise TidehouseError(
+                ErrorCode.QUERY_INVALID,
+                str(exc).strip().splitlines()[0],
+                hint="tables are named <layer>.<name> (also <layer>.<name>$lake, "
+                "<layer>.<name>$changelog); the SQL dialect is DuckDB's",
+            ) from exc
     finally:
         con.close()

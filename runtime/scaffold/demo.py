@@ -20,9 +20,10 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from runtime.core.durations import format_duration
 from runtime.core.literals import LAYERS
@@ -35,7 +36,9 @@ MARKER = ".tidehouse-demo"  # only a folder holding this file is ever wiped by t
 class DemoResult:
     project_dir: Path
     home: Path
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> hot_rows, lake_rows, quarantined
+    tables: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # table -> hot_rows, lake_rows, quarantined
     seconds: float = 0.0
 
 
@@ -48,7 +51,7 @@ class Producer(threading.Thread):
 
         lines = shop_events(EventsConfig(seed=seed, events=rate * seconds, malformed=max(1, seconds // 10)))
         size = max(1, len(lines) // seconds)
-        self.chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
+        self.chunks = [lines[i : i + size] for i in range(0, len(lines), size)]
         self.folder = folder
         self.stop = threading.Event()
         self.written = 0
@@ -76,16 +79,18 @@ def layer_rows(snapshot: dict) -> list[dict[str, Any]]:
             continue
         hot = [r["hot_delay_s"] for r in rows if r.get("hot_delay_s") is not None]
         lake = [r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None]
-        out.append({
-            "layer": layer,
-            "tables": len(rows),
-            "hot_rows": sum(r.get("hot_rows") or 0 for r in rows),
-            "lake_rows": sum(sum(r.get("tiered_offsets") or []) for r in rows),
-            "rows_per_s": sum(r.get("rows_per_s") or 0.0 for r in rows),
-            "hot_delay_s": max(hot) if hot else None,
-            "lake_delay_s": max(lake) if lake else None,
-            "quarantined": sum(r.get("quarantined") or 0 for r in rows),
-        })
+        out.append(
+            {
+                "layer": layer,
+                "tables": len(rows),
+                "hot_rows": sum(r.get("hot_rows") or 0 for r in rows),
+                "lake_rows": sum(sum(r.get("tiered_offsets") or []) for r in rows),
+                "rows_per_s": sum(r.get("rows_per_s") or 0.0 for r in rows),
+                "hot_delay_s": max(hot) if hot else None,
+                "lake_delay_s": max(lake) if lake else None,
+                "quarantined": sum(r.get("quarantined") or 0 for r in rows),
+            }
+        )
     return out
 
 
@@ -96,7 +101,15 @@ def _num(value: float | None, digits: int = 1) -> str:
 class LiveView:
     """Per-layer figures: a rich live table on a terminal, a plain line per layer every few seconds otherwise."""
 
-    HEADERS = ("layer", "log rows (hot)", "tiered rows", "rows/s", "hot delay s", "lake delay s", "quarantined")
+    HEADERS = (
+        "layer",
+        "log rows (hot)",
+        "tiered rows",
+        "rows/s",
+        "hot delay s",
+        "lake delay s",
+        "quarantined",
+    )
 
     def __init__(self, echo: Callable[[str], None], tty: bool, every_s: float = 5.0) -> None:
         self.echo = echo
@@ -106,7 +119,7 @@ class LiveView:
         self._live = None
         self.started = time.time()
 
-    def __enter__(self) -> "LiveView":
+    def __enter__(self) -> LiveView:
         if self.tty:
             from rich.live import Live
 
@@ -120,8 +133,15 @@ class LiveView:
             self._live = None
 
     def _cells(self, row: dict) -> list[str]:
-        return [row["layer"], str(row["hot_rows"]), str(row["lake_rows"]), _num(row["rows_per_s"]),
-                _num(row["hot_delay_s"], 2), _num(row["lake_delay_s"]), str(row["quarantined"])]
+        return [
+            row["layer"],
+            str(row["hot_rows"]),
+            str(row["lake_rows"]),
+            _num(row["rows_per_s"]),
+            _num(row["hot_delay_s"], 2),
+            _num(row["lake_delay_s"]),
+            str(row["quarantined"]),
+        ]
 
     def _table(self, rows: list[dict]):
         from rich.table import Table
@@ -142,10 +162,15 @@ class LiveView:
         if now - self._last < self.every_s or not rows:
             return
         self._last = now
-        self.echo(f"[{now - self.started:5.0f}s] " + " | ".join(
-            f"{r['layer']}: {r['hot_rows']} rows, {_num(r['rows_per_s'])} rows/s, hot delay "
-            f"{_num(r['hot_delay_s'], 2)}s, lake delay {_num(r['lake_delay_s'])}s"
-            + (f", {r['quarantined']} quarantined" if r["quarantined"] else "") for r in rows))
+        self.echo(
+            f"[{now - self.started:5.0f}s] "
+            + " | ".join(
+                f"{r['layer']}: {r['hot_rows']} rows, {_num(r['rows_per_s'])} rows/s, hot delay "
+                f"{_num(r['hot_delay_s'], 2)}s, lake delay {_num(r['lake_delay_s'])}s"
+                + (f", {r['quarantined']} quarantined" if r["quarantined"] else "")
+                for r in rows
+            )
+        )
 
 
 def prepare(directory: Path, *, fresh: bool = True) -> Path:
@@ -156,8 +181,11 @@ def prepare(directory: Path, *, fresh: bool = True) -> Path:
     directory = directory.resolve()
     if directory.exists() and any(directory.iterdir()):
         if not (directory / MARKER).exists():
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"{directory} is not empty and is not a demo folder",
-                                 hint="give --dir an empty or new folder")
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"{directory} is not empty and is not a demo folder",
+                hint="give --dir an empty or new folder",
+            )
         if fresh:
             shutil.rmtree(directory)
     init_project(directory, force=True, with_data=False)
@@ -168,6 +196,7 @@ def prepare(directory: Path, *, fresh: bool = True) -> Path:
 def table_counts(project, plan) -> dict[str, dict[str, Any]]:
     """Rows per table of a flow plan now, through the façade's union read: the table (lake + hot tail = its
     current content), its lake snapshot alone, and its quarantine."""
+
     def count(relation: str) -> int:
         return project.query(f"SELECT count(*) AS n FROM {relation}").column("n")[0].as_py()
 
@@ -182,8 +211,15 @@ def table_counts(project, plan) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed: int = 7,
-             echo: Callable[[str], None] = print, tty: bool | None = None) -> DemoResult:
+def run_demo(
+    directory: str | Path,
+    *,
+    seconds: int = 60,
+    rate: int = 200,
+    seed: int = 7,
+    echo: Callable[[str], None] = print,
+    tty: bool | None = None,
+) -> DemoResult:
     """Run the demo (see the module docstring) and return the final row counts."""
     from runtime.project import Project
 
@@ -196,8 +232,10 @@ def run_demo(directory: str | Path, *, seconds: int = 60, rate: int = 200, seed:
     try:
         producer.write_next()  # the first second of events is there before the queries start
         echo(f"demo project: {root}")
-        echo(f"starting Spark and planning {FLOW} (about {rate} events/s for {seconds}s; "
-             "Ctrl-C stops early)...")
+        echo(
+            f"starting Spark and planning {FLOW} (about {rate} events/s for {seconds}s; "
+            "Ctrl-C stops early)..."
+        )
         plan = project.plan(flow_path, register=True)  # planned once, run twice
         stop = threading.Event()
         deadline: list[float] = []
@@ -234,16 +272,32 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
     from runtime.core.text import table_text
 
     echo("")
-    echo(f"finished in {format_duration(round(result.seconds))}; rows per table (hot = current content, "
-         "lake = current Iceberg snapshot):")
-    echo(table_text(["layer", "table", "hot rows", "lake rows", "quarantined"],
-                    [[name.split(".")[0], name, c["hot_rows"], c["lake_rows"], c["quarantined"]]
-                     for name, c in result.tables.items()]))
-    for title, sql in (("top users (ads.top_users)", "SELECT rank, user_id, events, views, clicks, add_to_carts, "
-                        "purchases, round(revenue, 2) AS revenue FROM ads.top_users ORDER BY rank LIMIT 5"),
-                       ("conversion funnel (ads.conversion)", "SELECT step, stage, reached, "
-                        "round(rate_from_previous, 3) AS from_previous, round(rate_from_first, 3) AS from_first "
-                        "FROM ads.conversion ORDER BY step")):
+    echo(
+        f"finished in {format_duration(round(result.seconds))}; rows per table (hot = current content, "
+        "lake = current Iceberg snapshot):"
+    )
+    echo(
+        table_text(
+            ["layer", "table", "hot rows", "lake rows", "quarantined"],
+            [
+                [name.split(".")[0], name, c["hot_rows"], c["lake_rows"], c["quarantined"]]
+                for name, c in result.tables.items()
+            ],
+        )
+    )
+    for title, sql in (
+        (
+            "top users (ads.top_users)",
+            "SELECT rank, user_id, events, views, clicks, add_to_carts, "
+            "purchases, round(revenue, 2) AS revenue FROM ads.top_users ORDER BY rank LIMIT 5",
+        ),
+        (
+            "conversion funnel (ads.conversion)",
+            "SELECT step, stage, reached, "
+            "round(rate_from_previous, 3) AS from_previous, round(rate_from_first, 3) AS from_first "
+            "FROM ads.conversion ORDER BY step",
+        ),
+    ):
         data = project.query(sql)
         echo("")
         echo(f"{title}:")
@@ -257,8 +311,12 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
         echo(f"  {key}: {value}")
     echo("read one from Python (or any engine with these catalog settings):")
     args = ", ".join(f"{k}={v!r}" for k, v in props.items())
-    echo(f"  from pyiceberg.catalog import load_catalog\n"
-         f"  load_catalog({name!r}, {args})"
-         ".load_table('ads.top_users').scan().to_arrow()")
-    echo(f"query hot + lake again: cd {result.project_dir} && tidehouse query \"SELECT * FROM ads.top_users ORDER BY "
-         "rank\"")
+    echo(
+        f"  from pyiceberg.catalog import load_catalog\n"
+        f"  load_catalog({name!r}, {args})"
+        ".load_table('ads.top_users').scan().to_arrow()"
+    )
+    echo(
+        f'query hot + lake again: cd {result.project_dir} && tidehouse query "SELECT * FROM ads.top_users ORDER BY '
+        'rank"'
+    )

@@ -23,9 +23,9 @@ import argparse
 import datetime as dt
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 START = dt.datetime(2024, 5, 1, 9, 0, 0, tzinfo=dt.timezone.utc)
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
@@ -67,8 +67,15 @@ def shop_events(cfg: EventsConfig) -> list[str]:
             for stage in funnel:
                 ts += dt.timedelta(milliseconds=rnd.randint(20, 900))
                 kind = stage.upper() if rnd.random() < 0.03 else stage
-                records.append({"user_id": user, "event_type": kind, "item_id": item,
-                                "price": prices[item], "ts": iso(ts)})
+                records.append(
+                    {
+                        "user_id": user,
+                        "event_type": kind,
+                        "item_id": item,
+                        "price": prices[item],
+                        "ts": iso(ts),
+                    }
+                )
     lines = []
     for record in records:
         roll = rnd.random()
@@ -81,9 +88,19 @@ def shop_events(cfg: EventsConfig) -> list[str]:
         lines.append(json.dumps(record, separators=(",", ":")))
     for n in range(cfg.malformed):  # never the first or last line, so every part file still parses mostly
         at = rnd.randrange(1, len(lines) - 1)
-        bad = (lines[at][: len(lines[at]) // 2] if n % 2 == 0
-               else json.dumps({"user_id": "u9999", "event_type": "view", "item_id": "i000",
-                                "price": "twelve", "ts": "2024-05-01T09:00:00.000Z"}))
+        bad = (
+            lines[at][: len(lines[at]) // 2]
+            if n % 2 == 0
+            else json.dumps(
+                {
+                    "user_id": "u9999",
+                    "event_type": "view",
+                    "item_id": "i000",
+                    "price": "twelve",
+                    "ts": "2024-05-01T09:00:00.000Z",
+                }
+            )
+        )
         lines.insert(at, bad)
     return lines
 
@@ -107,13 +124,26 @@ def orders_and_touches(cfg: OrdersConfig) -> tuple[list[str], list[str]]:
     for _ in range(cfg.touches):
         customer = f"c{rnd.randrange(int(cfg.customers * 0.9)):04d}"  # the last 10% are never touched
         at = cfg.start + dt.timedelta(seconds=rnd.uniform(0, horizon))
-        touches.append((at, {"customer_id": customer, "channel": rnd.choice(CHANNELS),
-                             "campaign": rnd.choice(CAMPAIGNS), "ts": iso(at)}))
+        touches.append(
+            (
+                at,
+                {
+                    "customer_id": customer,
+                    "channel": rnd.choice(CHANNELS),
+                    "campaign": rnd.choice(CAMPAIGNS),
+                    "ts": iso(at),
+                },
+            )
+        )
     orders = []
     for n in range(cfg.orders):
         at = cfg.start + dt.timedelta(seconds=rnd.uniform(600, horizon + 600))
-        order = {"order_id": f"o{n:05d}", "customer_id": f"c{rnd.randrange(cfg.customers):04d}",
-                 "amount": round(rnd.uniform(5, 400), 2), "ts": iso(at)}
+        order = {
+            "order_id": f"o{n:05d}",
+            "customer_id": f"c{rnd.randrange(cfg.customers):04d}",
+            "amount": round(rnd.uniform(5, 400), 2),
+            "ts": iso(at),
+        }
         orders.append((at, order))
         if rnd.random() < cfg.resent_ratio:
             later = at + dt.timedelta(seconds=rnd.uniform(1, 300))
@@ -141,7 +171,7 @@ def write_parts(lines: list[str], folder: Path, files: int, *, first: int = 0) -
 
 def _chunks(lines: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(lines), size):
-        yield lines[start:start + size]
+        yield lines[start : start + size]
 
 
 def write_events(folder: Path, cfg: EventsConfig = EventsConfig(), files: int = 10) -> list[Path]:
@@ -151,25 +181,32 @@ def write_events(folder: Path, cfg: EventsConfig = EventsConfig(), files: int = 
 def write_orders(data_dir: Path, cfg: OrdersConfig = OrdersConfig(), files: int = 4) -> list[Path]:
     order_lines, touch_lines = orders_and_touches(cfg)
     data_dir = Path(data_dir)
-    return write_parts(order_lines, data_dir / "orders", files) + write_parts(touch_lines, data_dir / "touches", files)
+    return write_parts(order_lines, data_dir / "orders", files) + write_parts(
+        touch_lines, data_dir / "touches", files
+    )
 
 
 def write_sample_data(data_dir: Path, *, seed: int = 7, events: int = 5000) -> list[Path]:
     """All the data the shipped flows read, under ``data_dir`` (``events/``, ``orders/``, ``touches/``)."""
     data_dir = Path(data_dir)
-    return (write_events(data_dir / "events", EventsConfig(seed=seed, events=events))
-            + write_orders(data_dir, OrdersConfig(seed=seed)))
+    return write_events(data_dir / "events", EventsConfig(seed=seed, events=events)) + write_orders(
+        data_dir, OrdersConfig(seed=seed)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.scaffold.generate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime.scaffold.generate", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     ev = sub.add_parser("events", help="shop events (JSON lines) into a folder")
     ev.add_argument("folder", type=Path)
     ev.add_argument("--events", type=int, default=5000)
     ev.add_argument("--files", type=int, default=10)
     ev.add_argument("--malformed", type=int, default=5)
-    od = sub.add_parser("orders", help="orders and marketing touches into DATA_DIR/orders and DATA_DIR/touches")
+    od = sub.add_parser(
+        "orders", help="orders and marketing touches into DATA_DIR/orders and DATA_DIR/touches"
+    )
     od.add_argument("folder", type=Path)
     od.add_argument("--orders", type=int, default=600)
     od.add_argument("--files", type=int, default=4)
@@ -177,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     if args.what == "events":
-        paths = write_events(args.folder, EventsConfig(seed=args.seed, events=args.events,
-                                                       malformed=args.malformed), args.files)
+        paths = write_events(
+            args.folder,
+            EventsConfig(seed=args.seed, events=args.events, malformed=args.malformed),
+            args.files,
+        )
     else:
         paths = write_orders(args.folder, OrdersConfig(seed=args.seed, orders=args.orders), args.files)
     print(f"wrote {len(paths)} files under {args.folder}")

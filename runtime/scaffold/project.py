@@ -32,7 +32,7 @@ EXAMPLES: dict[str, str] = {  # what a real deployment looks like, shown under t
     "registry.url": "postgresql+psycopg://tidehouse:${TIDEHOUSE_DB_PASSWORD}@db:5432/tidehouse",
     "storage.root": "/mnt/shared/tidehouse/hot    # a local or shared (NFS) folder; the embedded store needs flock",
     "lake.catalog": "{type: rest, uri: 'https://polaris:8181/api/catalog', warehouse: lake, "
-                    "credential: '${POLARIS_CREDENTIAL}'}",
+    "credential: '${POLARIS_CREDENTIAL}'}",
 }
 README = """\
 # {name}
@@ -71,7 +71,10 @@ def _yaml_scalar(value: Any) -> str:
 
 def project_file_text() -> str:
     """The commented ``tidehouse.yaml``: one block per settings group, each setting at its default."""
-    lines = [HEADER, "# home: .tidehouse            # where everything is stored (or --home / $TIDEHOUSE_HOME)"]
+    lines = [
+        HEADER,
+        "# home: .tidehouse            # where everything is stored (or --home / $TIDEHOUSE_HOME)",
+    ]
     group = None
     for setting in SETTINGS:
         head, _, leaf = setting.name.partition(".")
@@ -96,23 +99,33 @@ class InitReport:
     data_files: int = 0
 
 
-def init_project(root: str | Path, *, force: bool = False, seed: int = 7, events: int = 5000,
-                 with_data: bool = True) -> InitReport:
+def init_project(
+    root: str | Path, *, force: bool = False, seed: int = 7, events: int = 5000, with_data: bool = True
+) -> InitReport:
     """Scaffold a project in ``root`` (created if missing). Refuses a folder that already has a project file
     unless ``force`` (then shipped files are rewritten; files the user added are left alone)."""
     root = Path(root).resolve()
     if root.exists() and not root.is_dir():
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, f"{root} exists and is not a directory",
-                             hint="give a new or existing folder")
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"{root} exists and is not a directory",
+            hint="give a new or existing folder",
+        )
     project_file = root / PROJECT_FILE
     if project_file.exists() and not force:
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, "a Tidehouse project already exists here",
-                             location=Location(str(project_file)),
-                             hint="use another folder, or --force to rewrite the shipped files")
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            "a Tidehouse project already exists here",
+            location=Location(str(project_file)),
+            hint="use another folder, or --force to rewrite the shipped files",
+        )
     library, flows = SHIPPED / "actions", SHIPPED / "flows"
     if not library.is_dir() or not flows.is_dir():
-        raise TidehouseError(ErrorCode.INTERNAL, f"the shipped actions/ and flows/ were not found under {SHIPPED}",
-                             hint="install Tidehouse from its repository (pip install -e .)")
+        raise TidehouseError(
+            ErrorCode.INTERNAL,
+            f"the shipped actions/ and flows/ were not found under {SHIPPED}",
+            hint="install Tidehouse from its repository (pip install -e .)",
+        )
     report = InitReport(root)
     root.mkdir(parents=True, exist_ok=True)
     report.written.append(_write(project_file, project_file_text()))

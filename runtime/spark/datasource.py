@@ -48,14 +48,18 @@ from runtime.spark.types import arrow_to_spark, conform, spark_to_arrow
 from runtime.storage.api import BUCKET, CHANGE, OFFSET, TS, TS_TYPE, TableMeta
 
 
-def output_schema(meta: TableMeta, columns: Sequence[str] | None, system_columns: bool,
-                  changelog: bool | None = None) -> pa.Schema:
+def output_schema(
+    meta: TableMeta, columns: Sequence[str] | None, system_columns: bool, changelog: bool | None = None
+) -> pa.Schema:
     """The Arrow schema a read of ``meta`` yields: the (projected) user columns, then system columns."""
     if columns is not None:
         unknown = [c for c in columns if c not in meta.schema.names]
         if unknown:
-            raise TidehouseError(ErrorCode.SOURCE_INVALID, f"tidehouse source option 'columns': table {meta.name} "
-                                 f"has no column {unknown[0]!r} (columns: {', '.join(meta.schema.names)})")
+            raise TidehouseError(
+                ErrorCode.SOURCE_INVALID,
+                f"tidehouse source option 'columns': table {meta.name} "
+                f"has no column {unknown[0]!r} (columns: {', '.join(meta.schema.names)})",
+            )
         fields = [meta.schema.field(c) for c in columns]
     else:
         fields = list(meta.schema)
@@ -87,7 +91,9 @@ class Ranges(InputPartition):
         return f"Ranges({list(self.ranges)}{extra})"
 
 
-def plan_partitions(starts: Sequence[int], ends: Sequence[int | None], split: int, single: int) -> list[Ranges]:
+def plan_partitions(
+    starts: Sequence[int], ends: Sequence[int | None], split: int, single: int
+) -> list[Ranges]:
     """Cut per-bucket ranges into tasks: everything in one task when the total is at most ``single``
     rows, else each bucket's range in pieces of at most ``split`` rows."""
     known = [(b, s, e) for b, (s, e) in enumerate(zip(starts, ends)) if e is None or e > s]
@@ -132,7 +138,7 @@ class TidehouseDataSource(DataSource):
         if opts.view == "lake":
             return arrow_to_spark(_lake_schema(opts))
         meta = opts.store().get_table(opts.table)
-        changelog = meta.is_primary_key and opts.view == "changelog" or None
+        changelog = (meta.is_primary_key and opts.view == "changelog") or None
         return arrow_to_spark(output_schema(meta, opts.columns, opts.system_columns, changelog))
 
     def reader(self, schema: StructType) -> BatchReader:
@@ -141,8 +147,12 @@ class TidehouseDataSource(DataSource):
     def streamReader(self, schema: StructType) -> StreamReader:
         opts = self._parse()
         if opts.view:
-            raise TidehouseError(ErrorCode.SOURCE_INVALID, f"a stream reads {opts.table} itself (its rows or its "
-                                 f"changelog), not {opts.table}${opts.view}", location=Location(path=opts.table))
+            raise TidehouseError(
+                ErrorCode.SOURCE_INVALID,
+                f"a stream reads {opts.table} itself (its rows or its "
+                f"changelog), not {opts.table}${opts.view}",
+                location=Location(path=opts.table),
+            )
         return StreamReader(opts, schema)
 
 
@@ -206,14 +216,18 @@ class BatchReader(_Reading, DataSourceReader):
             return [Ranges([], kind="state", bucket=b) for b in wanted]
         starts = store.start_offsets(self.table) if self.opts.view == "changelog" else [0] * meta.buckets
         ends = [e if b in wanted else starts[b] for b, e in enumerate(store.end_offsets(self.table))]
-        parts = plan_partitions(starts, ends, self.opts.max_rows_per_partition, self.opts.single_partition_rows)
+        parts = plan_partitions(
+            starts, ends, self.opts.max_rows_per_partition, self.opts.single_partition_rows
+        )
         # the last piece of each bucket reads to the end at read time, so a re-executed plan sees new rows
         last: dict[int, int] = {}
         for i, part in enumerate(parts):
             for b, _, _ in part.ranges:
                 last[b] = i
-        out = [Ranges([(b, s, None if last[b] == i else e) for b, s, e in part.ranges])
-               for i, part in enumerate(parts)]
+        out = [
+            Ranges([(b, s, None if last[b] == i else e) for b, s, e in part.ranges])
+            for i, part in enumerate(parts)
+        ]
         return out or [Ranges([])]
 
     def read_ranges(self, partition: Ranges) -> Iterator[pa.RecordBatch]:
@@ -224,8 +238,9 @@ class BatchReader(_Reading, DataSourceReader):
         history = self.opts.place.history()
         for bucket, start, end in partition.ranges:
             stop = store.end_offsets(self.table)[bucket] if end is None else end
-            for batch in history.read(self.table, bucket, start, stop, columns=self.user_columns,
-                                      row_filter=self.row_filter):
+            for batch in history.read(
+                self.table, bucket, start, stop, columns=self.user_columns, row_filter=self.row_filter
+            ):
                 if batch.num_rows:
                     yield conform(batch, self.arrow_schema)
 
@@ -237,8 +252,12 @@ class BatchReader(_Reading, DataSourceReader):
         if partition.kind == "lake":  # the Iceberg table as stored
             data = history.lake_rows(_lake_view(self.opts), columns=list(self.arrow_schema.names))
         else:  # one bucket of a primary-key table's current state
-            data = history.state(self.table, columns=self.user_columns, bucket=partition.bucket,
-                                 **({"row_filter": self.row_filter} if self.row_filter is not None else {}))
+            data = history.state(
+                self.table,
+                columns=self.user_columns,
+                bucket=partition.bucket,
+                **({"row_filter": self.row_filter} if self.row_filter is not None else {}),
+            )
             data = _with_state_columns(data, partition.bucket, self.arrow_schema.names)
         for batch in data.to_batches(max_chunksize=65_536):
             yield conform(batch, self.arrow_schema)
@@ -254,8 +273,11 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict:
         meta = self.meta()
         store = self.opts.store()
-        return make_offset(self.table, parse_starting(self.opts.starting, meta, store),
-                           incarnation=store.incarnation(self.table))
+        return make_offset(
+            self.table,
+            parse_starting(self.opts.starting, meta, store),
+            incarnation=store.incarnation(self.table),
+        )
 
     def getDefaultReadLimit(self):
         if self.opts.max_rows_per_trigger:
@@ -279,13 +301,18 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
             if any(s < f for s, f in zip(starts, firsts)):  # begins with a lake snapshot's state
                 view = self.opts.place.history().view(self.table, meta.buckets)
                 if view is not None and view.snapshot_id is not None:
-                    snapshot = {"id": view.snapshot_id, "offsets": {str(b): o for b, o in enumerate(view.offsets)}}
+                    snapshot = {
+                        "id": view.snapshot_id,
+                        "offsets": {str(b): o for b, o in enumerate(view.offsets)},
+                    }
                     ends = [max(e, o) for e, o in zip(ends, view.offsets)]  # the state is not split
         return make_offset(self.table, ends, incarnation=incarnation, snapshot=snapshot)
 
     def reportLatestOffset(self) -> dict:
         store = self.opts.store()
-        return make_offset(self.table, store.end_offsets(self.table), incarnation=store.incarnation(self.table))
+        return make_offset(
+            self.table, store.end_offsets(self.table), incarnation=store.incarnation(self.table)
+        )
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._until = list(self.opts.store().end_offsets(self.table))
@@ -295,11 +322,19 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         starts, ends = offset_ends(start, meta.buckets), offset_ends(end, meta.buckets)
         snapshot = end.get("snapshot")
         if snapshot is None:
-            return plan_partitions(starts, ends, self.opts.max_rows_per_partition, self.opts.single_partition_rows)
+            return plan_partitions(
+                starts, ends, self.opts.max_rows_per_partition, self.opts.single_partition_rows
+            )
         lake = offset_ends(snapshot, meta.buckets)
-        return [Ranges([(b, lake[b], ends[b])] if ends[b] > lake[b] else [], kind="state", bucket=b,
-                       snapshot=snapshot["id"])  # the state at the snapshot, then the changelog after it
-                for b in range(meta.buckets)]
+        return [
+            Ranges(
+                [(b, lake[b], ends[b])] if ends[b] > lake[b] else [],
+                kind="state",
+                bucket=b,
+                snapshot=snapshot["id"],
+            )  # the state at the snapshot, then the changelog after it
+            for b in range(meta.buckets)
+        ]
 
     def read(self, partition: Ranges) -> Iterator[pa.RecordBatch]:
         if partition.kind == "state":
@@ -320,17 +355,23 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
             raise TidehouseError(
                 ErrorCode.PLAN_CHANGED,
                 f"{self.table} was rebuilt (e.g. by --full-refresh) since this stream last read it: its offsets "
-                "name rows that no longer exist", location=Location(path=self.table),
+                "name rows that no longer exist",
+                location=Location(path=self.table),
                 hint="rebuild what reads it too (tidehouse flow trigger FLOW --full-refresh TABLE), or restart "
-                     "the stream with a new checkpoint")
+                "the stream with a new checkpoint",
+            )
         return current
 
 
 def _with_state_columns(state: pa.Table, bucket: int, names: Sequence[str]) -> pa.Table:
     """A primary-key state read as rows of the table: ``+I``, its bucket, no offset or time."""
     n = state.num_rows
-    extra = {OFFSET: pa.nulls(n, pa.int64()), BUCKET: pa.array([bucket] * n, pa.int32()),
-             TS: pa.nulls(n, TS_TYPE), CHANGE: pa.array(["+I"] * n, pa.string())}
+    extra = {
+        OFFSET: pa.nulls(n, pa.int64()),
+        BUCKET: pa.array([bucket] * n, pa.int32()),
+        TS: pa.nulls(n, TS_TYPE),
+        CHANGE: pa.array(["+I"] * n, pa.string()),
+    }
     for name, values in extra.items():
         if name in names:
             state = state.append_column(name, values)
@@ -340,8 +381,12 @@ def _with_state_columns(state: pa.Table, bucket: int, names: Sequence[str]) -> p
 def _lake_view(opts: SourceOptions):
     view = opts.place.history().view(opts.table)
     if view is None:
-        raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"{opts.table} has no lake table yet",
-                             location=Location(path=opts.table), hint="run `tidehouse tier run` first")
+        raise TidehouseError(
+            ErrorCode.TABLE_UNKNOWN,
+            f"{opts.table} has no lake table yet",
+            location=Location(path=opts.table),
+            hint="run `tidehouse tier run` first",
+        )
     return view
 
 

@@ -47,8 +47,11 @@ def cached_store(root: str, fsync: bool = default("storage.fsync")) -> TableStor
 
 def cached_lake(config: Config) -> Lake:
     """The process's lake of a project configuration (catalogs are costly to open: once per process)."""
-    key = json.dumps([str(config.home), config.get("lake.catalog_name"), config.lake_catalog_properties],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [str(config.home), config.get("lake.catalog_name"), config.lake_catalog_properties],
+        sort_keys=True,
+        default=str,
+    )
     lake = _LAKES.get(key)
     if lake is None:
         with _LOCK:
@@ -98,7 +101,9 @@ class Place:
         config = load_config(home=opts.get("home") or None, project_dir=opts.get("project") or None)
         if opts.get("root") and opts["root"] != config.storage_root:
             raise _bad("root", f"{opts['root']!r} is not the project's storage root ({config.storage_root})")
-        return cls(config.storage_root, fsync=_flag(opts, "fsync", config.get("storage.fsync")), config=config)
+        return cls(
+            config.storage_root, fsync=_flag(opts, "fsync", config.get("storage.fsync")), config=config
+        )
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,10 @@ class SourceOptions:
         if opts.get("columns", "").strip():
             columns = tuple(c.strip() for c in opts["columns"].split(",") if c.strip())
         return cls(
-            place=Place.resolve(opts), table=name, view=view, columns=columns,
+            place=Place.resolve(opts),
+            table=name,
+            view=view,
+            columns=columns,
             starting=opts.get("startingoffsets", "earliest").strip(),
             max_rows_per_trigger=_positive(opts, "maxrowspertrigger", None),
             max_rows_per_partition=_positive(opts, "maxrowsperpartition", 500_000),
@@ -140,8 +148,9 @@ class SourceOptions:
 
 
 def _bad(option: str, message: str) -> TidehouseError:
-    return TidehouseError(ErrorCode.SOURCE_INVALID, f"tidehouse source option '{option}': {message}",
-                          params={"option": option})
+    return TidehouseError(
+        ErrorCode.SOURCE_INVALID, f"tidehouse source option '{option}': {message}", params={"option": option}
+    )
 
 
 def _positive(opts: dict, key: str, default: int | None) -> int | None:
@@ -164,8 +173,9 @@ def _flag(opts: dict, key: str, default: bool) -> bool:
 
 
 # -- streaming offsets ----------------------------------------------------------------------------------
-def make_offset(table: str, ends: Sequence[int], *, incarnation: str | None = None,
-                snapshot: dict | None = None) -> dict:
+def make_offset(
+    table: str, ends: Sequence[int], *, incarnation: str | None = None, snapshot: dict | None = None
+) -> dict:
     """``{"table", "offsets": {"<bucket>": end}}``, plus the hot table's ``incarnation`` (a rebuilt table has a
     new one) and, for the first micro-batch of a primary-key stream that starts below the hot log, the lake
     ``snapshot`` (``{"id", "offsets"}``) whose state that batch reads."""
@@ -192,7 +202,9 @@ def parse_starting(value: str, meta: TableMeta, store: TableStore) -> list[int]:
     try:
         raw = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise _bad("startingOffsets", f"expected earliest, latest or JSON like {{\"0\": 42}}, got {value!r}") from exc
+        raise _bad(
+            "startingOffsets", f'expected earliest, latest or JSON like {{"0": 42}}, got {value!r}'
+        ) from exc
     if isinstance(raw, dict) and "offsets" in raw:
         raw = raw["offsets"]
     if not isinstance(raw, dict):

@@ -19,8 +19,12 @@ from pyspark.sql import datasource as ds
 
 from runtime.storage.api import TableMeta, bucket_of
 
-_COMPARE = {ds.GreaterThan: ice.GreaterThan, ds.GreaterThanOrEqual: ice.GreaterThanOrEqual,
-            ds.LessThan: ice.LessThan, ds.LessThanOrEqual: ice.LessThanOrEqual}
+_COMPARE = {
+    ds.GreaterThan: ice.GreaterThan,
+    ds.GreaterThanOrEqual: ice.GreaterThanOrEqual,
+    ds.LessThan: ice.LessThan,
+    ds.LessThanOrEqual: ice.LessThanOrEqual,
+}
 _MAX_KEY_COMBINATIONS = 1024  # a wider IN list is not worth hashing: read every bucket
 
 
@@ -84,8 +88,12 @@ def bucket_keys(filters: Sequence, meta: TableMeta) -> list[int] | None:
     if len(combos) > _MAX_KEY_COMBINATIONS:
         return None
     try:
-        table = pa.table({c: pa.array([combo[i] for combo in combos], meta.schema.field(c).type)
-                          for i, c in enumerate(key)})
+        table = pa.table(
+            {
+                c: pa.array([combo[i] for combo in combos], meta.schema.field(c).type)
+                for i, c in enumerate(key)
+            }
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a literal of another type: no pruning
         return None
     return sorted(set(bucket_of(table, key, meta.buckets).to_pylist()))

@@ -129,18 +129,20 @@ def local_checkpoint_conf() -> dict[str, str]:
             names = set(archive.namelist())
         for cls in _CHECKPOINT_MANAGERS:
             if cls.replace(".", "/") + ".class" in names:
-                return {"spark.sql.streaming.checkpointFileManagerClass": cls,
-                        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
+                return {
+                    "spark.sql.streaming.checkpointFileManagerClass": cls,
+                    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+                }
     return {}
 
 
-def session_conf(master: str, conf: Mapping[str, Any] | None = None,
-                 log_dir: str | os.PathLike | None = None) -> dict[str, str]:
+def session_conf(
+    master: str, conf: Mapping[str, Any] | None = None, log_dir: str | os.PathLike | None = None
+) -> dict[str, str]:
     """The full configuration ``get_spark`` starts Spark with: defaults, :func:`local_checkpoint_conf`
     (checkpoints are always on a local or mounted disk: ``checkpoints.root`` refuses other schemes), then the
     project's ``conf``; Spark's log goes to ``log_dir`` if given."""
-    merged = {**DEFAULT_CONF, **local_checkpoint_conf(),
-              **{str(k): str(v) for k, v in (conf or {}).items()}}
+    merged = {**DEFAULT_CONF, **local_checkpoint_conf(), **{str(k): str(v) for k, v in (conf or {}).items()}}
     if not master.startswith("local"):  # a cluster: executors must reach the driver by its real address
         for key in ("spark.driver.host", "spark.driver.bindAddress"):
             if key not in (conf or {}):
@@ -152,8 +154,12 @@ def session_conf(master: str, conf: Mapping[str, Any] | None = None,
     return merged
 
 
-def get_spark(master: str = default("spark.master"), conf: Mapping[str, Any] | None = None, app_name: str = "tidehouse",
-              log_dir: str | os.PathLike | None = None):
+def get_spark(
+    master: str = default("spark.master"),
+    conf: Mapping[str, Any] | None = None,
+    app_name: str = "tidehouse",
+    log_dir: str | os.PathLike | None = None,
+):
     """Return the process's SparkSession, creating it on first use.
 
     ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise), logs
@@ -174,8 +180,11 @@ def get_spark(master: str = default("spark.master"), conf: Mapping[str, Any] | N
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
         except Exception as exc:  # Java missing, bad master URL, port clash...
-            raise TidehouseError(ErrorCode.SPARK_START, f"could not start Spark: {exc}",
-                                 hint="check that Java 17 is installed and spark.master is right") from exc
+            raise TidehouseError(
+                ErrorCode.SPARK_START,
+                f"could not start Spark: {exc}",
+                hint="check that Java 17 is installed and spark.master is right",
+            ) from exc
         if log_dir is None:  # with a log file, WARN lines belong in it
             spark.sparkContext.setLogLevel("ERROR")
         _register_sources(spark)
@@ -206,8 +215,11 @@ def register_source(session, config=None) -> None:
     from runtime.spark.datasource import TidehouseDataSource
     from runtime.spark.options import NAME
 
-    source_cls = TidehouseDataSource if config is None else \
-        TidehouseDataSource.bound(str(config.home), str(config.project_dir))
+    source_cls = (
+        TidehouseDataSource
+        if config is None
+        else TidehouseDataSource.bound(str(config.home), str(config.project_dir))
+    )
     jsession = getattr(session, "_jsparkSession", None)
     if jsession is None:  # Spark Connect: registration is per session on the server
         session.dataSource.register(source_cls)
@@ -216,9 +228,15 @@ def register_source(session, config=None) -> None:
     if config is not None or not manager.dataSourceExists(NAME):
         from pyspark.sql.udf import _wrap_function
 
-        source = session._jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(
-            _wrap_function(session.sparkContext, source_cls))
+        source = (
+            session._jvm.org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource(
+                _wrap_function(session.sparkContext, source_cls)
+            )
+        )
         manager.registerDataSource(NAME, source)
     if not manager.dataSourceExists(NAME):
-        raise TidehouseError(ErrorCode.SPARK_START, f"the {NAME} data source could not be registered with a "
-                             "Spark session", hint="report this with your Spark version (tidehouse info)")
+        raise TidehouseError(
+            ErrorCode.SPARK_START,
+            f"the {NAME} data source could not be registered with a Spark session",
+            hint="report this with your Spark version (tidehouse info)",
+        )

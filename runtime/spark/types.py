@@ -64,7 +64,7 @@ def _unsupported(column: str, what: str, location: Location | None = None) -> Ti
         f"column '{column}': type {what} is not supported by the Spark bridge",
         location=location,
         hint="use string, tinyint..bigint, float, double, decimal(p,s), boolean, date, timestamp, "
-             "timestamp_ntz, binary, array, map or struct",
+        "timestamp_ntz, binary, array, map or struct",
         params={"column": column, "type": what},
     )
 
@@ -78,19 +78,29 @@ def spark_type_to_arrow(dtype: T.DataType, column: str = "?") -> pa.DataType:
     if isinstance(dtype, T.DecimalType):
         return pa.decimal128(dtype.precision, dtype.scale)
     if isinstance(dtype, T.ArrayType):
-        return pa.list_(pa.field("element", spark_type_to_arrow(dtype.elementType, f"{column}[]"),
-                                 nullable=dtype.containsNull))
+        return pa.list_(
+            pa.field(
+                "element", spark_type_to_arrow(dtype.elementType, f"{column}[]"), nullable=dtype.containsNull
+            )
+        )
     if isinstance(dtype, T.MapType):
-        return pa.map_(spark_type_to_arrow(dtype.keyType, f"{column}.key"),
-                       pa.field("value", spark_type_to_arrow(dtype.valueType, f"{column}.value"),
-                                nullable=dtype.valueContainsNull))
+        return pa.map_(
+            spark_type_to_arrow(dtype.keyType, f"{column}.key"),
+            pa.field(
+                "value",
+                spark_type_to_arrow(dtype.valueType, f"{column}.value"),
+                nullable=dtype.valueContainsNull,
+            ),
+        )
     if isinstance(dtype, T.StructType):
         return pa.struct([spark_field_to_arrow(f, prefix=f"{column}.") for f in dtype.fields])
     raise _unsupported(column, dtype.simpleString())
 
 
 def spark_field_to_arrow(field: T.StructField, prefix: str = "") -> pa.Field:
-    return pa.field(field.name, spark_type_to_arrow(field.dataType, prefix + field.name), nullable=field.nullable)
+    return pa.field(
+        field.name, spark_type_to_arrow(field.dataType, prefix + field.name), nullable=field.nullable
+    )
 
 
 def spark_to_arrow(schema: T.StructType) -> pa.Schema:
@@ -105,10 +115,15 @@ def arrow_type_to_spark(dtype: pa.DataType, column: str = "?") -> T.DataType:
         return T.StringType()
     if pa.types.is_boolean(dtype):
         return T.BooleanType()
-    for check, spark in ((pa.types.is_int8, T.ByteType), (pa.types.is_int16, T.ShortType),
-                         (pa.types.is_int32, T.IntegerType), (pa.types.is_int64, T.LongType),
-                         (pa.types.is_float32, T.FloatType), (pa.types.is_float64, T.DoubleType),
-                         (pa.types.is_date32, T.DateType)):
+    for check, spark in (
+        (pa.types.is_int8, T.ByteType),
+        (pa.types.is_int16, T.ShortType),
+        (pa.types.is_int32, T.IntegerType),
+        (pa.types.is_int64, T.LongType),
+        (pa.types.is_float32, T.FloatType),
+        (pa.types.is_float64, T.DoubleType),
+        (pa.types.is_date32, T.DateType),
+    ):
         if check(dtype):
             return spark()
     if pa.types.is_decimal(dtype) and dtype.precision <= 38:
@@ -121,17 +136,22 @@ def arrow_type_to_spark(dtype: pa.DataType, column: str = "?") -> T.DataType:
         item = dtype.value_field
         return T.ArrayType(arrow_type_to_spark(item.type, f"{column}[]"), containsNull=item.nullable)
     if pa.types.is_map(dtype):
-        return T.MapType(arrow_type_to_spark(dtype.key_type, f"{column}.key"),
-                         arrow_type_to_spark(dtype.item_type, f"{column}.value"),
-                         valueContainsNull=dtype.item_field.nullable)
+        return T.MapType(
+            arrow_type_to_spark(dtype.key_type, f"{column}.key"),
+            arrow_type_to_spark(dtype.item_type, f"{column}.value"),
+            valueContainsNull=dtype.item_field.nullable,
+        )
     if pa.types.is_struct(dtype):
-        return T.StructType([arrow_field_to_spark(dtype.field(i), prefix=f"{column}.")
-                             for i in range(dtype.num_fields)])
+        return T.StructType(
+            [arrow_field_to_spark(dtype.field(i), prefix=f"{column}.") for i in range(dtype.num_fields)]
+        )
     raise _unsupported(column, str(dtype))
 
 
 def arrow_field_to_spark(field: pa.Field, prefix: str = "") -> T.StructField:
-    return T.StructField(field.name, arrow_type_to_spark(field.type, prefix + field.name), nullable=field.nullable)
+    return T.StructField(
+        field.name, arrow_type_to_spark(field.type, prefix + field.name), nullable=field.nullable
+    )
 
 
 def arrow_to_spark(schema: pa.Schema) -> T.StructType:
@@ -163,10 +183,20 @@ def conform(data: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 # -- DDL: the core grammar's tree mapped to Spark types ------------------------------------------------
 _PRIMITIVE_TYPES: dict[str, type] = {
-    "string": T.StringType, "tinyint": T.ByteType, "smallint": T.ShortType, "int": T.IntegerType,
-    "bigint": T.LongType, "float": T.FloatType, "double": T.DoubleType, "boolean": T.BooleanType,
-    "date": T.DateType, "timestamp": T.TimestampType, "timestamp_ntz": T.TimestampNTZType, "binary": T.BinaryType,
-    "varchar": T.StringType, "char": T.StringType,  # Spark reads and writes them as strings
+    "string": T.StringType,
+    "tinyint": T.ByteType,
+    "smallint": T.ShortType,
+    "int": T.IntegerType,
+    "bigint": T.LongType,
+    "float": T.FloatType,
+    "double": T.DoubleType,
+    "boolean": T.BooleanType,
+    "date": T.DateType,
+    "timestamp": T.TimestampType,
+    "timestamp_ntz": T.TimestampNTZType,
+    "binary": T.BinaryType,
+    "varchar": T.StringType,
+    "char": T.StringType,  # Spark reads and writes them as strings
 }
 
 
@@ -199,8 +229,12 @@ def parse_ddl(ddl: str, location: Location | None = None) -> T.StructType:
     except SparkTypeError as exc:
         if exc.unknown_type is not None:
             raise _unsupported(exc.column, exc.unknown_type, location) from None
-        raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, f"invalid schema: {exc}", location=location,
-                             hint="write a Spark DDL schema such as 'id bigint, name string, ts timestamp'") from None
+        raise TidehouseError(
+            ErrorCode.SPEC_BAD_VALUE,
+            f"invalid schema: {exc}",
+            location=location,
+            hint="write a Spark DDL schema such as 'id bigint, name string, ts timestamp'",
+        ) from None
 
 
 def ddl_to_arrow(ddl: str, location: Location | None = None) -> pa.Schema:
@@ -210,14 +244,21 @@ def ddl_to_arrow(ddl: str, location: Location | None = None) -> pa.Schema:
 
 def arrow_to_ddl(schema: pa.Schema) -> str:
     """Spark DDL of an Arrow schema (round-trips through :func:`parse_ddl`)."""
-    return ", ".join(f"`{f.name}` {_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL")
-                     for f in arrow_to_spark(schema).fields)
+    return ", ".join(
+        f"`{f.name}` {_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL")
+        for f in arrow_to_spark(schema).fields
+    )
 
 
 def _ddl(dtype: T.DataType) -> str:
     if isinstance(dtype, T.StructType):
-        return "struct<" + ", ".join(f"`{f.name}`: {_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL")
-                                     for f in dtype.fields) + ">"
+        return (
+            "struct<"
+            + ", ".join(
+                f"`{f.name}`: {_ddl(f.dataType)}" + ("" if f.nullable else " NOT NULL") for f in dtype.fields
+            )
+            + ">"
+        )
     if isinstance(dtype, T.ArrayType):
         return f"array<{_ddl(dtype.elementType)}>"
     if isinstance(dtype, T.MapType):

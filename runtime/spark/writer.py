@@ -47,8 +47,10 @@ def to_arrow(data: Any) -> pa.Table:
         return pa.Table.from_batches([data])
     if hasattr(data, "toArrow"):
         return data.toArrow()
-    raise TidehouseError(ErrorCode.WRITE_INVALID, f"cannot write a {type(data).__name__}: expected a Spark "
-                         "DataFrame or Arrow data")
+    raise TidehouseError(
+        ErrorCode.WRITE_INVALID,
+        f"cannot write a {type(data).__name__}: expected a Spark DataFrame or Arrow data",
+    )
 
 
 def prepare(store: TableStore, table: str, data: pa.Table) -> pa.Table:
@@ -60,10 +62,12 @@ def prepare(store: TableStore, table: str, data: pa.Table) -> pa.Table:
     meta = store.get_table(table)
     extra = [c for c in data.column_names if c not in meta.schema.names and not is_system_column(c)]
     if extra:
-        raise TidehouseError(ErrorCode.WRITE_INVALID,
-                             f"table {table} has no column {extra[0]!r} (columns: {', '.join(meta.schema.names)})",
-                             hint="select only the table's columns, or evolve the table first",
-                             params={"table": table, "column": extra[0]})
+        raise TidehouseError(
+            ErrorCode.WRITE_INVALID,
+            f"table {table} has no column {extra[0]!r} (columns: {', '.join(meta.schema.names)})",
+            hint="select only the table's columns, or evolve the table first",
+            params={"table": table, "column": extra[0]},
+        )
     arrays, fields = [], []
     for field in meta.schema:
         if field.name in data.column_names:
@@ -72,9 +76,12 @@ def prepare(store: TableStore, table: str, data: pa.Table) -> pa.Table:
                 try:
                     column = column.cast(field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise TidehouseError(ErrorCode.WRITE_INVALID,
-                                         f"table {table}: column {field.name!r} of type {column.type} cannot "
-                                         f"be written as {field.type}", params={"table": table}) from exc
+                    raise TidehouseError(
+                        ErrorCode.WRITE_INVALID,
+                        f"table {table}: column {field.name!r} of type {column.type} cannot "
+                        f"be written as {field.type}",
+                        params={"table": table},
+                    ) from exc
             arrays.append(column)
             fields.append(field)
     if meta.is_primary_key and CHANGE in data.column_names:
@@ -83,8 +90,14 @@ def prepare(store: TableStore, table: str, data: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def write_batch(store: TableStore, table: str, df_or_arrow: Any, writer_id: str, batch_id: int,
-                origin_ts: float | None = None) -> WriteResult:
+def write_batch(
+    store: TableStore,
+    table: str,
+    df_or_arrow: Any,
+    writer_id: str,
+    batch_id: int,
+    origin_ts: float | None = None,
+) -> WriteResult:
     """Write one micro-batch exactly once: a replayed ``batch_id`` of ``writer_id`` is a no-op.
 
     An empty batch writes nothing (``WriteResult({})``).
@@ -95,8 +108,15 @@ def write_batch(store: TableStore, table: str, df_or_arrow: Any, writer_id: str,
     return store.write(table, data, writer=writer_id, seq=int(batch_id), origin_ts=origin_ts)
 
 
-def foreach_batch_writer(root: str, table: str, writer_id: str, *, checkpoint: str | None = None,
-                         fsync: bool = default("storage.fsync"), on_write: Callable[[int, WriteResult], None] | None = None):
+def foreach_batch_writer(
+    root: str,
+    table: str,
+    writer_id: str,
+    *,
+    checkpoint: str | None = None,
+    fsync: bool = default("storage.fsync"),
+    on_write: Callable[[int, WriteResult], None] | None = None,
+):
     """``fn(df, batch_id)`` for ``writeStream.foreachBatch``: writes each micro-batch to ``table``.
 
     With ``checkpoint`` (the query's checkpoint location) every write carries the origin time of its input
@@ -125,10 +145,13 @@ def read_offset_log(checkpoint: str | os.PathLike, batch_id: int) -> list[dict]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise TidehouseError(ErrorCode.STORAGE_IO, f"cannot read the offset log of micro-batch {batch_id}: "
-                             f"{exc.strerror or exc}", location=Location(file=str(path)),
-                             hint="the query's checkpoint is incomplete or unreadable; restore it, or rebuild the "
-                                  "table with --full-refresh") from exc
+        raise TidehouseError(
+            ErrorCode.STORAGE_IO,
+            f"cannot read the offset log of micro-batch {batch_id}: {exc.strerror or exc}",
+            location=Location(file=str(path)),
+            hint="the query's checkpoint is incomplete or unreadable; restore it, or rebuild the "
+            "table with --full-refresh",
+        ) from exc
     out = []
     for line in lines[2:]:  # "v1", batch metadata, then one line per source
         try:
@@ -155,7 +178,9 @@ def origin_ts_of(store: TableStore, table: str, starts: dict[str, int], ends: di
     return best
 
 
-def batch_ranges(checkpoint: str | os.PathLike, batch_id: int) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+def batch_ranges(
+    checkpoint: str | os.PathLike, batch_id: int
+) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
     """Per ``tidehouse`` source table of a micro-batch: ``(starts, ends)`` offsets per bucket (``{"0": 120}``).
 
     The end offsets are the batch's offset-log entry, the start offsets the previous entry's ends (Spark

@@ -10,9 +10,15 @@ from runtime.core.settings import default
 from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of  # noqa: F401
 
 
-def open_store(root: str, *, fsync: bool = default("storage.fsync"),
-               segment_bytes: int = default("storage.segment_bytes"), metastore: str | None = None, s3: Mapping[str, Any] | None = None,
-               bootstrap: Callable[[str, int], tuple[Any, int] | None] | None = None) -> TableStore:
+def open_store(
+    root: str,
+    *,
+    fsync: bool = default("storage.fsync"),
+    segment_bytes: int = default("storage.segment_bytes"),
+    metastore: str | None = None,
+    s3: Mapping[str, Any] | None = None,
+    bootstrap: Callable[[str, int], tuple[Any, int] | None] | None = None,
+) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 
     * a local (or mounted) path or a ``file://`` URI: the embedded :class:`~runtime.storage.local.LocalTableStore`
@@ -30,19 +36,28 @@ def open_store(root: str, *, fsync: bool = default("storage.fsync"),
         from runtime.storage.objectstore import ObjectTableStore
 
         # on S3 the store refuses to start without a metastore (CONFIG_INVALID naming storage.metastore)
-        return ObjectTableStore.from_uri(text, s3=dict(s3 or {}), metastore=metastore or None, fsync=fsync,
-                                         bootstrap=bootstrap)
+        return ObjectTableStore.from_uri(
+            text, s3=dict(s3 or {}), metastore=metastore or None, fsync=fsync, bootstrap=bootstrap
+        )
     try:
         path = local_path(text)
     except ValueError as exc:
-        raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage root: {exc}", location=Location(path=text),
-                             hint="storage.root (and the tidehouse source's 'root' option) takes a local path, "
-                                  "a file:// URI or an s3:// URI") from None
+        raise TidehouseError(
+            ErrorCode.STORAGE_IO,
+            f"hot storage root: {exc}",
+            location=Location(path=text),
+            hint="storage.root (and the tidehouse source's 'root' option) takes a local path, "
+            "a file:// URI or an s3:// URI",
+        ) from None
     for name, value in (("storage.metastore", metastore), ("storage.s3", s3)):
         if value:
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"{name} is set, but the hot storage root {text} is "
-                                 "local: only an object-store root (s3://) uses it", location=Location(path=name),
-                                 hint=f"remove {name}, or point storage.root at s3://bucket/prefix")
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"{name} is set, but the hot storage root {text} is "
+                "local: only an object-store root (s3://) uses it",
+                location=Location(path=name),
+                hint=f"remove {name}, or point storage.root at s3://bucket/prefix",
+            )
     from runtime.storage.local import LocalTableStore
 
     return LocalTableStore(path, fsync=fsync, segment_bytes=segment_bytes)

@@ -61,7 +61,9 @@ class TableMeta:
     kind: TableKind = LOG
     primary_key: tuple[str, ...] = ()
     buckets: int = 1
-    bucket_key: tuple[str, ...] = ()  # default: the primary key (PK tables) or round-robin-free hash of all? see bucket_of
+    bucket_key: tuple[
+        str, ...
+    ] = ()  # default: the primary key (PK tables) or round-robin-free hash of all? see bucket_of
     merge_engine: MergeEngine = DEFAULT_MERGE_ENGINE
     # aggregate merge engine: column -> function; columns not named keep last_row semantics
     aggregations: Mapping[str, AggregateFunction] = field(default_factory=dict)
@@ -108,8 +110,10 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
     if buckets <= 1 or not key_columns:
         return pa.array([0] * n, pa.int32())
     columns = [keys.column(c) for c in key_columns]
-    if all(pa.types.is_integer(c.type) or pa.types.is_string(c.type) or pa.types.is_large_string(c.type)
-           for c in columns):
+    if all(
+        pa.types.is_integer(c.type) or pa.types.is_string(c.type) or pa.types.is_large_string(c.type)
+        for c in columns
+    ):
         # fast path, same result: Arrow renders integers exactly like str(int); strings are themselves
         import pyarrow.compute as pc
 
@@ -118,7 +122,9 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
         raws = joined.cast(pa.large_binary()).to_pylist()
     else:
         cols = [c.to_pylist() for c in columns]
-        raws = ["\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8") for row in zip(*cols)]
+        raws = [
+            "\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8") for row in zip(*cols)
+        ]
     return _hash_mod(raws, buckets)
 
 

@@ -46,10 +46,18 @@ _I, _UB, _UA, _D = 0, 1, 2, 3
 
 def comparable(t: pa.DataType) -> bool:
     """Whether Arrow's ``equal`` kernel compares values of this type the way Python's ``==`` does."""
-    return (pa.types.is_integer(t) or (pa.types.is_floating(t) and not pa.types.is_float16(t))
-            or pa.types.is_boolean(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_decimal(t) or pa.types.is_temporal(t))
+    return (
+        pa.types.is_integer(t)
+        or (pa.types.is_floating(t) and not pa.types.is_float16(t))
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_temporal(t)
+    )
 
 
 def delete_mask(kinds: Sequence[str | None] | None, n: int) -> np.ndarray:
@@ -141,7 +149,9 @@ def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Mer
     if meta.merge_engine == "first_row":  # no deletes here: only the first row of an unseen key counts
         insert = ~has_prev & ~has_stored[code]
         put = np.flatnonzero(insert)
-        changelog = new.take(pa.array(put)).append_column(CHANGE, _KIND_ARRAY.take(np.zeros(len(put), np.int8)))
+        changelog = new.take(pa.array(put)).append_column(
+            CHANGE, _KIND_ARRAY.take(np.zeros(len(put), np.int8))
+        )
         return Merged(changelog, [keys[i] for i in put], _encode(new.take(pa.array(put))), [])
 
     # last_row: the old image of row i is in ``base = new ++ stored`` at ``old_src[i]``
@@ -173,8 +183,12 @@ def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Mer
     final = last[changed]
     final_del = is_del[final]
     put = final[~final_del]
-    return Merged(changelog, [keys[i] for i in put], _encode(new.take(pa.array(put))),
-                  [keys[i] for i in final[final_del]])
+    return Merged(
+        changelog,
+        [keys[i] for i in put],
+        _encode(new.take(pa.array(put))),
+        [keys[i] for i in final[final_del]],
+    )
 
 
 def write_batch(merged: Merged, applied: int) -> WriteBatch:

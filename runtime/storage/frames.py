@@ -80,8 +80,18 @@ class Entry:
         return self.position + self.frame_len
 
     def pack(self) -> bytes:
-        body = ENTRY.pack(self.base_offset, self.segment, self.position, self.frame_len, self.rows,
-                          self.commit_ts, self.origin_ts, self.writer_hash, self.seq, 0)
+        body = ENTRY.pack(
+            self.base_offset,
+            self.segment,
+            self.position,
+            self.frame_len,
+            self.rows,
+            self.commit_ts,
+            self.origin_ts,
+            self.writer_hash,
+            self.seq,
+            0,
+        )
         crc = zlib.crc32(body[:_ENTRY_CRC_SPAN])
         return body[:_ENTRY_CRC_SPAN] + struct.pack("<I4x", crc)
 
@@ -117,14 +127,25 @@ def frame_size(payload_size: int, writer: str) -> int:
     return HEADER_SIZE + wlen + _pad8(wlen) + payload_size + _pad8(payload_size)
 
 
-def encode_frame(payload: pa.Buffer, *, base_offset: int, rows: int, schema_id: int, commit_ts: int,
-                 origin_ts: int, writer: str, seq: int) -> tuple[list, int, int]:
+def encode_frame(
+    payload: pa.Buffer,
+    *,
+    base_offset: int,
+    rows: int,
+    schema_id: int,
+    commit_ts: int,
+    origin_ts: int,
+    writer: str,
+    seq: int,
+) -> tuple[list, int, int]:
     """The pieces of one frame (for ``os.writev``), its total length and its CRC."""
     wb = writer.encode("utf-8")
     wpad = wb + b"\0" * _pad8(len(wb))
     ppad = b"\0" * _pad8(payload.size)
     frame_len = HEADER_SIZE + len(wpad) + payload.size + len(ppad)
-    head = HEADER.pack(MAGIC, frame_len, base_offset, rows, schema_id, commit_ts, origin_ts, seq, len(wb), 0, 0)
+    head = HEADER.pack(
+        MAGIC, frame_len, base_offset, rows, schema_id, commit_ts, origin_ts, seq, len(wb), 0, 0
+    )
     crc = _crc32(head[:_CRC_SPAN])
     crc = _crc32(wpad, crc)
     crc = _crc32(payload, crc)
@@ -146,7 +167,7 @@ def parse_header(raw: bytes | memoryview) -> Header | None:
 def frame_crc_ok(frame: bytes | memoryview, header: Header) -> bool:
     """Whether a whole frame's bytes match the CRC in its header."""
     crc = _crc32(frame[:_CRC_SPAN])
-    crc = _crc32(frame[HEADER_SIZE:header.frame_len], crc)
+    crc = _crc32(frame[HEADER_SIZE : header.frame_len], crc)
     return crc == header.crc
 
 
@@ -183,4 +204,4 @@ def valid_frame_after(fd: int, position: int, size: int) -> int | None:
 
 
 def writer_of(frame_head: bytes, header: Header) -> str:
-    return bytes(frame_head[HEADER_SIZE:HEADER_SIZE + header.writer_len]).decode("utf-8", "replace")
+    return bytes(frame_head[HEADER_SIZE : HEADER_SIZE + header.writer_len]).decode("utf-8", "replace")

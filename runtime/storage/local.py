@@ -50,16 +50,27 @@ from runtime.storage.pk import Merger, Tablet, from_py, lookup_keys, rows_to_tab
 _IGNORED = (OFFSET, BUCKET, TS)
 
 
-def read_batches(meta: TableMeta, frames: Iterable[tuple[int, int, int, pa.RecordBatch]], bucket: int, start: int,
-                 stop: int, cols: list[str]) -> Iterator[pa.RecordBatch]:
+def read_batches(
+    meta: TableMeta,
+    frames: Iterable[tuple[int, int, int, pa.RecordBatch]],
+    bucket: int,
+    start: int,
+    stop: int,
+    cols: list[str],
+) -> Iterator[pa.RecordBatch]:
     """What a read of ``[start, stop)`` of a bucket yields, from its frames ``(base_offset, rows, commit time in
     µs, batch)``: the frames' rows in the range, the user columns ``cols`` (nulls for a column a frame predates)
     and the system columns ``__offset``, ``__bucket``, ``__ts`` (and ``__change`` of a primary-key table)."""
     types = {f.name: f.type for f in meta.schema}
-    out_schema = pa.schema([meta.schema.field(c) for c in cols]
-                           + [pa.field(OFFSET, pa.int64(), False), pa.field(BUCKET, pa.int32(), False),
-                              pa.field(TS, TS_TYPE, False)]
-                           + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else []))
+    out_schema = pa.schema(
+        [meta.schema.field(c) for c in cols]
+        + [
+            pa.field(OFFSET, pa.int64(), False),
+            pa.field(BUCKET, pa.int32(), False),
+            pa.field(TS, TS_TYPE, False),
+        ]
+        + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else [])
+    )
     for base_offset, rows, commit_us, batch in frames:
         lo, hi = max(start - base_offset, 0), min(stop - base_offset, rows)
         if lo >= hi:
@@ -77,8 +88,12 @@ def read_batches(meta: TableMeta, frames: Iterable[tuple[int, int, int, pa.Recor
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
-def scan_log(meta: TableMeta, cols: list[str], buckets: Iterable[tuple[int, int, int]],
-             read: Callable[[int, int, int], Iterable[pa.RecordBatch]]) -> pa.Table:
+def scan_log(
+    meta: TableMeta,
+    cols: list[str],
+    buckets: Iterable[tuple[int, int, int]],
+    read: Callable[[int, int, int], Iterable[pa.RecordBatch]],
+) -> pa.Table:
     """The whole content of a log table from each bucket's ``(bucket, first offset, end offset)``, read with
     ``read(bucket, start, stop)``. ``STORAGE_RANGE`` when retention deleted rows: a partial table must never
     pass for the whole one."""
@@ -88,9 +103,11 @@ def scan_log(meta: TableMeta, cols: list[str], buckets: Iterable[tuple[int, int,
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
                 f"{meta.name} bucket {b}: offsets 0..{first - 1} were deleted by retention, so the hot table alone "
-                "no longer holds every row", location=Location(path=meta.name),
+                "no longer holds every row",
+                location=Location(path=meta.name),
                 hint="read the lake snapshot plus the hot tail after its offsets (a union read), or raise "
-                     "storage.retention")
+                "storage.retention",
+            )
         parts += [pa.Table.from_batches([batch]).select(cols) for batch in read(b, first, end)]
     schema = pa.schema([meta.schema.field(c) for c in cols])
     return pa.concat_tables(parts) if parts else schema.empty_table()
@@ -124,8 +141,11 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
     batches = table.to_batches()
     if len(batches) == 1:
         return batches[0]
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema) \
-        if not batches else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return (
+        pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
+        if not batches
+        else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    )
 
 
 @contextlib.contextmanager
@@ -134,17 +154,26 @@ def _io_errors(what: str, file: Path | None, hint: str | None = None) -> Iterato
     try:
         yield
     except OSError as exc:
-        raise TidehouseError(ErrorCode.STORAGE_IO, f"{what} failed: {exc.strerror or exc}",
-                             location=Location(file=str(file) if file else None), hint=hint,
-                             params={"errno": exc.errno}) from exc
+        raise TidehouseError(
+            ErrorCode.STORAGE_IO,
+            f"{what} failed: {exc.strerror or exc}",
+            location=Location(file=str(file) if file else None),
+            hint=hint,
+            params={"errno": exc.errno},
+        ) from exc
 
 
 class LocalTableStore(TableStore):
     """Hot tables under a local directory; safe for several processes sharing ``root``."""
 
-    def __init__(self, root: str | os.PathLike, *, fsync: bool = default("storage.fsync"),
-                 segment_bytes: int = default("storage.segment_bytes"),
-                 lock_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        fsync: bool = default("storage.fsync"),
+        segment_bytes: int = default("storage.segment_bytes"),
+        lock_timeout: float = 30.0,
+    ) -> None:
         self.root = Path(root)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
@@ -154,8 +183,11 @@ class LocalTableStore(TableStore):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise TidehouseError(ErrorCode.STORAGE_IO, f"cannot create the storage root {self.root}: {exc}",
-                                 location=Location(file=str(self.root))) from exc
+            raise TidehouseError(
+                ErrorCode.STORAGE_IO,
+                f"cannot create the storage root {self.root}: {exc}",
+                location=Location(file=str(self.root)),
+            ) from exc
 
     # -- catalog ------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -178,8 +210,11 @@ class LocalTableStore(TableStore):
                 doc = metamod.read_doc(path)
                 current = metamod.from_json(doc)
                 if not exist_ok:
-                    raise TidehouseError(ErrorCode.TABLE_EXISTS, f"table {wanted.name} already exists",
-                                         location=Location(path=wanted.name))
+                    raise TidehouseError(
+                        ErrorCode.TABLE_EXISTS,
+                        f"table {wanted.name} already exists",
+                        location=Location(path=wanted.name),
+                    )
                 evolved = metamod.evolve(current, wanted)
                 if evolved is None:
                     return current
@@ -205,8 +240,9 @@ class LocalTableStore(TableStore):
                 if cached is not None:
                     cached.close()
                     del self._tables[name]
-                raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}",
-                                     location=Location(path=str(name)))
+                raise TidehouseError(
+                    ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
+                )
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             if cached is not None and cached.stat == key:
                 return cached
@@ -219,9 +255,15 @@ class LocalTableStore(TableStore):
             if cached is not None:
                 cached.close()
             tdir = path.parent
-            logs = [BucketLog(tdir / f"bucket-{b}", b, fsync=self.fsync, segment_bytes=self.segment_bytes,
-                              table=name) for b in range(meta.buckets)]
-            tablets = [Tablet(log, lock_timeout=self.lock_timeout) if meta.is_primary_key else None for log in logs]
+            logs = [
+                BucketLog(
+                    tdir / f"bucket-{b}", b, fsync=self.fsync, segment_bytes=self.segment_bytes, table=name
+                )
+                for b in range(meta.buckets)
+            ]
+            tablets = [
+                Tablet(log, lock_timeout=self.lock_timeout) if meta.is_primary_key else None for log in logs
+            ]
             table = _Table(meta, inc, key, logs, tablets)
             self._tables[name] = table
             return table
@@ -259,37 +301,57 @@ class LocalTableStore(TableStore):
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
         if not isinstance(data, pa.Table):
-            raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: expected an Arrow table or "
-                                 f"record batch, got {type(data).__name__}", location=loc)
+            raise TidehouseError(
+                ErrorCode.WRITE_INVALID,
+                f"write to {meta.name}: expected an Arrow table or record batch, got {type(data).__name__}",
+                location=loc,
+            )
         kinds = None
         if CHANGE in data.column_names:
             if not meta.is_primary_key:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to log table {meta.name}: a {CHANGE} column "
-                                     "is only accepted by primary-key tables", location=loc)
+                raise TidehouseError(
+                    ErrorCode.WRITE_INVALID,
+                    f"write to log table {meta.name}: a {CHANGE} column "
+                    "is only accepted by primary-key tables",
+                    location=loc,
+                )
             kinds = data.column(CHANGE).to_pylist()
             bad = {k for k in kinds if k is not None and k not in ROW_KINDS}
             if bad:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: unknown row kinds "
-                                     f"{sorted(bad)} in {CHANGE} (expected {list(ROW_KINDS)})", location=loc)
+                raise TidehouseError(
+                    ErrorCode.WRITE_INVALID,
+                    f"write to {meta.name}: unknown row kinds "
+                    f"{sorted(bad)} in {CHANGE} (expected {list(ROW_KINDS)})",
+                    location=loc,
+                )
         schema = meta.schema
         for c in data.column_names:
             if c == CHANGE or c in _IGNORED:
                 continue
             if c not in schema.names:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: unknown column {c!r} "
-                                     f"(table columns: {schema.names})", location=loc)
+                raise TidehouseError(
+                    ErrorCode.WRITE_INVALID,
+                    f"write to {meta.name}: unknown column {c!r} (table columns: {schema.names})",
+                    location=loc,
+                )
         partial = meta.merge_engine == "partial_update" and meta.is_primary_key
         cols, names = [], []
         for f in schema:
             if f.name not in data.column_names:
                 if f.name in meta.primary_key:
-                    raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: primary key column "
-                                         f"{f.name!r} is missing", location=loc)
+                    raise TidehouseError(
+                        ErrorCode.WRITE_INVALID,
+                        f"write to {meta.name}: primary key column {f.name!r} is missing",
+                        location=loc,
+                    )
                 if partial:
                     continue
                 if not f.nullable:
-                    raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: non-nullable column "
-                                         f"{f.name!r} is missing", location=loc)
+                    raise TidehouseError(
+                        ErrorCode.WRITE_INVALID,
+                        f"write to {meta.name}: non-nullable column {f.name!r} is missing",
+                        location=loc,
+                    )
                 cols.append(pa.nulls(data.num_rows, f.type))
                 names.append(f.name)
                 continue
@@ -298,18 +360,32 @@ class LocalTableStore(TableStore):
                 try:
                     col = col.cast(f.type, safe=not pa.types.is_timestamp(f.type))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: column {f.name!r} "
-                                         f"of type {col.type} cannot be stored as {f.type}: {exc}",
-                                         location=loc) from exc
+                    raise TidehouseError(
+                        ErrorCode.WRITE_INVALID,
+                        f"write to {meta.name}: column {f.name!r} "
+                        f"of type {col.type} cannot be stored as {f.type}: {exc}",
+                        location=loc,
+                    ) from exc
             if (not f.nullable or f.name in meta.primary_key) and col.null_count:
-                raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {meta.name}: column {f.name!r} has "
-                                     f"{col.null_count} null value(s) but is not nullable", location=loc)
+                raise TidehouseError(
+                    ErrorCode.WRITE_INVALID,
+                    f"write to {meta.name}: column {f.name!r} has "
+                    f"{col.null_count} null value(s) but is not nullable",
+                    location=loc,
+                )
             cols.append(col)
             names.append(f.name)
         return pa.Table.from_arrays(cols, names=names), kinds
 
-    def write(self, name: str, data: pa.Table | pa.RecordBatch, *, writer: str, seq: int,
-              origin_ts: float | None = None) -> WriteResult:
+    def write(
+        self,
+        name: str,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        writer: str,
+        seq: int,
+        origin_ts: float | None = None,
+    ) -> WriteResult:
         table = self._table(name)
         meta = table.meta
         prepared, kinds = self._prepare(meta, data)
@@ -328,9 +404,12 @@ class LocalTableStore(TableStore):
         for b, idx in groups.items():
             part = prepared if idx is None else prepared.take(pa.array(idx))
             part_kinds = kinds if idx is None or kinds is None else [kinds[i] for i in idx]
-            with _io_errors(f"write to {name} bucket {b} (writer {writer}, seq {seq})", None,
-                            hint="nothing partial is visible; retry with the same writer and seq "
-                                 "(a retry is applied exactly once)"):
+            with _io_errors(
+                f"write to {name} bucket {b} (writer {writer}, seq {seq})",
+                None,
+                hint="nothing partial is visible; retry with the same writer and seq "
+                "(a retry is applied exactly once)",
+            ):
                 got = self._write_bucket(table, b, part, part_kinds, writer, seq, origin_ts)
             if got is None:
                 skipped += 1
@@ -338,8 +417,16 @@ class LocalTableStore(TableStore):
                 ranges[b] = got
         return WriteResult(ranges, skipped=skipped == len(groups))
 
-    def _write_bucket(self, table: _Table, b: int, part: pa.Table, kinds: list[str] | None, writer: str,
-                      seq: int, origin_ts: float | None) -> tuple[int, int] | None:
+    def _write_bucket(
+        self,
+        table: _Table,
+        b: int,
+        part: pa.Table,
+        kinds: list[str] | None,
+        writer: str,
+        seq: int,
+        origin_ts: float | None,
+    ) -> tuple[int, int] | None:
         log = table.logs[b]
         meta = table.meta
         with log.locked():
@@ -348,14 +435,21 @@ class LocalTableStore(TableStore):
                 return None
             if not meta.is_primary_key:
                 batch = _one_batch(part)
-                return log.append(_ipc(batch), rows=batch.num_rows, schema_id=meta.schema_id, writer=writer,
-                                  seq=seq, origin_ts=origin_ts)
+                return log.append(
+                    _ipc(batch),
+                    rows=batch.num_rows,
+                    schema_id=meta.schema_id,
+                    writer=writer,
+                    seq=seq,
+                    origin_ts=origin_ts,
+                )
             tablet = table.tablets[b]
             db = tablet.catch_up(meta)
             is_del = fastpk.delete_mask(kinds, part.num_rows)
             if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
                 merged = fastpk.merge(meta, part, is_del, db)
                 changelog = merged.changelog
+
                 def commit(end: int) -> None:
                     tablet.write_state(db, fastpk.write_batch(merged, end))
             else:  # the reference row loop
@@ -365,8 +459,14 @@ class LocalTableStore(TableStore):
                 changelog = rows_to_table(meta.schema, out_rows, out_kinds)
                 commit = functools.partial(tablet.commit, db, touched.items())
             batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
-            start, end = log.append(_ipc(batch), rows=batch.num_rows, schema_id=meta.schema_id, writer=writer,
-                                    seq=seq, origin_ts=origin_ts)
+            start, end = log.append(
+                _ipc(batch),
+                rows=batch.num_rows,
+                schema_id=meta.schema_id,
+                writer=writer,
+                seq=seq,
+                origin_ts=origin_ts,
+            )
             commit(end)
             return start, end
 
@@ -396,19 +496,32 @@ class LocalTableStore(TableStore):
             if c in (OFFSET, BUCKET, TS, CHANGE):
                 continue
             if c not in meta.schema.names:
-                raise TidehouseError(ErrorCode.TABLE_INVALID, f"{meta.name} has no column {c!r} "
-                                     f"(columns: {meta.schema.names})", location=Location(path=meta.name))
+                raise TidehouseError(
+                    ErrorCode.TABLE_INVALID,
+                    f"{meta.name} has no column {c!r} (columns: {meta.schema.names})",
+                    location=Location(path=meta.name),
+                )
             out.append(c)
         return out
 
     def _bucket_log(self, table: _Table, bucket: int) -> BucketLog:
         if not isinstance(bucket, int) or not 0 <= bucket < len(table.logs):
-            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{table.meta.name} has no bucket {bucket!r} "
-                                 f"(buckets: {len(table.logs)})", location=Location(path=table.meta.name))
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{table.meta.name} has no bucket {bucket!r} (buckets: {len(table.logs)})",
+                location=Location(path=table.meta.name),
+            )
         return table.logs[bucket]
 
-    def read(self, name: str, bucket: int, start: int, end: int | None = None, *,
-             columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    def read(
+        self,
+        name: str,
+        bucket: int,
+        start: int,
+        end: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         table = self._table(name)
         meta = table.meta
         log = self._bucket_log(table, bucket)
@@ -416,12 +529,17 @@ class LocalTableStore(TableStore):
         log.refresh()
         stop = log.end_offset if end is None else end
         if start < 0 or start > log.end_offset:
-            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{name} bucket {bucket}: start offset {start} is outside "
-                                 f"[{log.first_offset}, {log.end_offset}]", location=Location(path=name))
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{name} bucket {bucket}: start offset {start} is outside "
+                f"[{log.first_offset}, {log.end_offset}]",
+                location=Location(path=name),
+            )
         return self._read_iter(meta, log, bucket, start, stop, cols)
 
-    def _read_iter(self, meta: TableMeta, log: BucketLog, bucket: int, start: int, stop: int,
-                   cols: list[str]) -> Iterator[pa.RecordBatch]:
+    def _read_iter(
+        self, meta: TableMeta, log: BucketLog, bucket: int, start: int, stop: int, cols: list[str]
+    ) -> Iterator[pa.RecordBatch]:
         frames = ((e.base_offset, e.rows, e.commit_ts, batch) for e, batch in log.frames(start, stop))
         return read_batches(meta, frames, bucket, start, stop, cols)
 
@@ -431,8 +549,12 @@ class LocalTableStore(TableStore):
         cols = self._columns(meta, columns)
         if not meta.is_primary_key:
             logs = self._refreshed_logs(name)
-            return scan_log(meta, cols, [(b, log.first_offset, log.end_offset) for b, log in enumerate(logs)],
-                            lambda b, start, stop: self._read_iter(meta, logs[b], b, start, stop, cols))
+            return scan_log(
+                meta,
+                cols,
+                [(b, log.first_offset, log.end_offset) for b, log in enumerate(logs)],
+                lambda b, start, stop: self._read_iter(meta, logs[b], b, start, stop, cols),
+            )
         rows = []
         for tablet in table.tablets:
             rows.extend(tablet.scan_rows(meta))
@@ -464,9 +586,15 @@ class LocalTableStore(TableStore):
     @staticmethod
     def _info(log: BucketLog, bucket: int, e) -> BatchInfo:
         writer, _sid = log.frame_writer(e)
-        return BatchInfo(bucket=bucket, base_offset=e.base_offset, rows=e.rows, commit_ts=e.commit_ts / 1e6,
-                         origin_ts=None if e.origin_ts == NO_ORIGIN else e.origin_ts / 1e6, writer=writer,
-                         seq=e.seq)
+        return BatchInfo(
+            bucket=bucket,
+            base_offset=e.base_offset,
+            rows=e.rows,
+            commit_ts=e.commit_ts / 1e6,
+            origin_ts=None if e.origin_ts == NO_ORIGIN else e.origin_ts / 1e6,
+            writer=writer,
+            seq=e.seq,
+        )
 
     # -- housekeeping -------------------------------------------------------------------------------
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:

@@ -51,8 +51,15 @@ __all__ = ["BucketLog", "segment_name"]
 class BucketLog(LogView):
     """The log of one bucket. Thread-safe; several processes may hold one for the same folder."""
 
-    def __init__(self, path: Path, bucket: int, *, fsync: bool = default("storage.fsync"),
-                 segment_bytes: int = default("storage.segment_bytes"), table: str = "") -> None:
+    def __init__(
+        self,
+        path: Path,
+        bucket: int,
+        *,
+        fsync: bool = default("storage.fsync"),
+        segment_bytes: int = default("storage.segment_bytes"),
+        table: str = "",
+    ) -> None:
         super().__init__(path, bucket, fsync=fsync, table=table)
         self.segment_bytes = segment_bytes
         self._mutex = threading.RLock()
@@ -79,8 +86,16 @@ class BucketLog(LogView):
             self._refresh(repair=False)
 
     # -- append ---------------------------------------------------------------------------------------
-    def append(self, payload: pa.Buffer, *, rows: int, schema_id: int, writer: str, seq: int,
-               origin_ts: float | None = None) -> tuple[int, int]:
+    def append(
+        self,
+        payload: pa.Buffer,
+        *,
+        rows: int,
+        schema_id: int,
+        writer: str,
+        seq: int,
+        origin_ts: float | None = None,
+    ) -> tuple[int, int]:
         """Append one frame; call inside :meth:`locked`. Returns the offset range ``[start, end)``.
 
         Nothing is written when the frame would exceed the format's limits (``WRITE_INVALID``)."""
@@ -94,13 +109,22 @@ class BucketLog(LogView):
             os.close(fd)
             if self.fsync:
                 from runtime.storage.meta import fsync_dir
+
                 fsync_dir(self.path)
             self._segs[seg] = 0
         pos = self._segs[seg]
         now_us = time.time_ns() // 1000
         origin_us = NO_ORIGIN if origin_ts is None else int(origin_ts * 1e6)
-        pieces, flen, _crc = encode_frame(payload, base_offset=base, rows=rows, schema_id=schema_id,
-                                          commit_ts=now_us, origin_ts=origin_us, writer=writer, seq=seq)
+        pieces, flen, _crc = encode_frame(
+            payload,
+            base_offset=base,
+            rows=rows,
+            schema_id=schema_id,
+            commit_ts=now_us,
+            origin_ts=origin_us,
+            writer=writer,
+            seq=seq,
+        )
         fd = os.open(self.segment_path(seg), os.O_WRONLY)
         try:
             written = os.pwritev(fd, pieces, pos)
@@ -128,17 +152,23 @@ class BucketLog(LogView):
     def _check_limits(self, payload_size: int, rows: int, writer: str) -> None:
         loc = Location(path=self.table)
         if len(writer.encode("utf-8")) > 0xFFFF:
-            raise TidehouseError(ErrorCode.WRITE_INVALID, f"write to {self.table}: the writer id is longer than "
-                                 "65535 bytes", location=loc, hint="use a shorter writer id")
+            raise TidehouseError(
+                ErrorCode.WRITE_INVALID,
+                f"write to {self.table}: the writer id is longer than 65535 bytes",
+                location=loc,
+                hint="use a shorter writer id",
+            )
         size = _frames.frame_size(payload_size, writer)
         if size >= _frames.MAX_FRAME or rows > 0xFFFFFFFF:
             raise TidehouseError(
                 ErrorCode.WRITE_INVALID,
                 f"write to {self.table} bucket {self.bucket}: {rows:,} rows encode to {size:,} bytes, over the "
                 f"limit of {_frames.MAX_FRAME:,} bytes for one write to one bucket; nothing was written",
-                location=loc, params={"bytes": size, "limit": _frames.MAX_FRAME},
+                location=loc,
+                params={"bytes": size, "limit": _frames.MAX_FRAME},
                 hint="split the data into several smaller writes (e.g. a smaller micro-batch or maxRecordsPerBatch)"
-                     " or give the table more buckets")
+                " or give the table more buckets",
+            )
 
     # -- reads ----------------------------------------------------------------------------------------
     def _buffer(self, seg: int, need: int) -> pa.Buffer:
@@ -151,8 +181,10 @@ class BucketLog(LogView):
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
                 f"{self.table} bucket {self.bucket}: segment {segment_name(seg)} was deleted by retention while "
-                "being read", location=Location(path=self.table),
-                hint="read again from the earliest kept offset (end_offsets / first offset)") from exc
+                "being read",
+                location=Location(path=self.table),
+                hint="read again from the earliest kept offset (end_offsets / first offset)",
+            ) from exc
         try:
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
@@ -170,7 +202,9 @@ class BucketLog(LogView):
                 raise TidehouseError(
                     ErrorCode.STORAGE_RANGE,
                     f"{self.table} bucket {self.bucket}: offset {start} was deleted by retention "
-                    f"(earliest kept offset {self._first_kept})", location=Location(path=self.table))
+                    f"(earliest kept offset {self._first_kept})",
+                    location=Location(path=self.table),
+                )
             i = max(bisect.bisect_right(self._bases, start) - 1, 0)
             todo = []
             while i < len(self._entries) and self._entries[i].base_offset < end:
@@ -183,8 +217,11 @@ class BucketLog(LogView):
                 frame = self._buffer(e.segment, e.end_position).slice(e.position, e.frame_len)
                 header = parse_header(memoryview(frame)[:HEADER_SIZE])
                 if e.base_offset not in self._verified:
-                    if header is None or not frame_crc_ok(memoryview(frame), header) \
-                            or header.base_offset != e.base_offset:
+                    if (
+                        header is None
+                        or not frame_crc_ok(memoryview(frame), header)
+                        or header.base_offset != e.base_offset
+                    ):
                         self._invalid_at(e.segment, e.position, False, "damaged frame (CRC mismatch)")
                         if i == n_entries - 1:
                             return  # a damaged last frame is a torn tail: not visible

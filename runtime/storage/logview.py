@@ -96,10 +96,13 @@ class LogView:
             return {int(h): int(s) for h, s in seqs.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             file = str(self.seqs_path)
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{self.table} bucket {self.bucket}: damaged "
-                                 f"writer sequence file {file}: {exc}", location=Location(file=file),
-                                 hint="restore it from a backup (it is replaced atomically, so this is damage); "
-                                      "without it a replayed old write could be applied twice") from exc
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"{self.table} bucket {self.bucket}: damaged writer sequence file {file}: {exc}",
+                location=Location(file=file),
+                hint="restore it from a backup (it is replaced atomically, so this is damage); "
+                "without it a replayed old write could be applied twice",
+            ) from exc
 
     def segment_path(self, base: int) -> Path:
         return self.path / segment_name(base)
@@ -124,8 +127,10 @@ class LogView:
         return TidehouseError(
             ErrorCode.STORAGE_CORRUPT,
             f"{self.table} bucket {self.bucket}: {what} at byte {pos} of {file}, followed by valid data",
-            location=Location(file=file), params={"file": file, "position": pos},
-            hint="restore the file from a backup or drop and rebuild the table; nothing was truncated")
+            location=Location(file=file),
+            params={"file": file, "position": pos},
+            hint="restore the file from a backup or drop and rebuild the table; nothing was truncated",
+        )
 
     # -- refresh / recovery ---------------------------------------------------------------------------
     def _list_segments(self) -> dict[int, int]:
@@ -175,7 +180,7 @@ class LogView:
             first_seg = next(iter(self._segs), None)
             for k in range(len(raw) // ENTRY_SIZE):
                 i = self._n_indexed
-                e = Entry.unpack(raw[k * ENTRY_SIZE:(k + 1) * ENTRY_SIZE])
+                e = Entry.unpack(raw[k * ENTRY_SIZE : (k + 1) * ENTRY_SIZE])
                 if e is not None and i < len(self._entries):
                     if self._entries[i] != e:  # our tail view disagrees with the index: reload
                         self._reset()
@@ -266,7 +271,9 @@ class LogView:
                     nxt = later[0]
                     if nxt != expected:
                         if any(self._segment_has_valid(s) for s in self._segs if s >= nxt):
-                            raise self._corrupt(nxt, 0, f"segment named {nxt} where offset {expected} was expected")
+                            raise self._corrupt(
+                                nxt, 0, f"segment named {nxt} where offset {expected} was expected"
+                            )
                         if repair:  # a misnamed segment with nothing whole in it: a torn roll
                             for later in [s for s in self._segs if s >= nxt]:
                                 os.unlink(self.segment_path(later))
@@ -285,8 +292,17 @@ class LogView:
                     self._invalid_at(seg, pos, repair, "incomplete or damaged frame")
                     return
                 h = got[0]
-                e = Entry(h.base_offset, seg, pos, h.frame_len, h.rows, h.commit_ts, h.origin_ts,
-                          writer_hash(writer_of(got[1], h)), h.seq)
+                e = Entry(
+                    h.base_offset,
+                    seg,
+                    pos,
+                    h.frame_len,
+                    h.rows,
+                    h.commit_ts,
+                    h.origin_ts,
+                    writer_hash(writer_of(got[1], h)),
+                    h.seq,
+                )
                 self._add(e)
                 self._verified.add(e.base_offset)
                 if repair:

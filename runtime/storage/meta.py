@@ -39,7 +39,9 @@ from runtime.core.literals import (
 from runtime.storage.api import SYSTEM_COLUMNS, TS_TYPE, TableMeta
 
 FORMAT_VERSION = 1
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
+_NAME = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*\Z"
+)  # \Z: "$" would accept a trailing newline
 
 
 def normalize_type(t: pa.DataType) -> pa.DataType:
@@ -87,13 +89,17 @@ def validate(meta: TableMeta) -> TableMeta:
         raise bad("a log table has no primary key (use kind='primary_key')", ErrorCode.PRIMARY_KEY_INVALID)
     for col in meta.primary_key:
         if col not in names:
-            raise bad(f"primary key column {col!r} is not in the schema {names}", ErrorCode.PRIMARY_KEY_INVALID)
+            raise bad(
+                f"primary key column {col!r} is not in the schema {names}", ErrorCode.PRIMARY_KEY_INVALID
+            )
     for col in meta.bucket_key:
         if col not in names:
             raise bad(f"bucket key column {col!r} is not in the schema {names}")
     if meta.is_primary_key and meta.bucket_key and not set(meta.bucket_key) <= set(meta.primary_key):
-        raise bad("the bucket key of a primary-key table must be part of the primary key",
-                  ErrorCode.PRIMARY_KEY_INVALID)
+        raise bad(
+            "the bucket key of a primary-key table must be part of the primary key",
+            ErrorCode.PRIMARY_KEY_INVALID,
+        )
     if not isinstance(meta.buckets, int) or meta.buckets < 1 or meta.buckets > 4096:
         raise bad(f"buckets must be an integer in 1..4096, got {meta.buckets!r}")
     if meta.merge_engine not in MERGE_ENGINES:
@@ -105,9 +111,14 @@ def validate(meta: TableMeta) -> TableMeta:
             raise bad(f"aggregation column {col!r} must be a non-key column of the schema")
         if fn not in STORED_AGGREGATIONS:
             raise bad(f"aggregation {col}: function must be one of {STORED_AGGREGATIONS}, got {fn!r}")
-    return replace(meta, schema=normalize_schema(meta.schema), primary_key=tuple(meta.primary_key),
-                   bucket_key=tuple(meta.bucket_key), aggregations=dict(meta.aggregations),
-                   properties=dict(meta.properties))
+    return replace(
+        meta,
+        schema=normalize_schema(meta.schema),
+        primary_key=tuple(meta.primary_key),
+        bucket_key=tuple(meta.bucket_key),
+        aggregations=dict(meta.aggregations),
+        properties=dict(meta.properties),
+    )
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -127,7 +138,8 @@ def evolve(current: TableMeta, wanted: TableMeta) -> TableMeta | None:
             f"[{_schema_text(wanted.schema)}] kind={wanted.kind} pk={list(wanted.primary_key)} "
             f"buckets={wanted.buckets} engine={wanted.merge_engine}",
             location=Location(path=current.name),
-            hint="only new nullable columns at the end can be added; drop the table to change anything else")
+            hint="only new nullable columns at the end can be added; drop the table to change anything else",
+        )
 
     for attr in ("kind", "primary_key", "buckets", "bucket_key", "merge_engine"):
         if getattr(current, attr) != getattr(wanted, attr):
@@ -150,11 +162,16 @@ def evolve(current: TableMeta, wanted: TableMeta) -> TableMeta | None:
             raise refuse(f"aggregation added to existing column {col!r}")
     if not added and dict(wanted.aggregations) == dict(current.aggregations):
         return None
-    return replace(current, schema=new, schema_id=current.schema_id + 1,
-                   aggregations={**current.aggregations, **wanted.aggregations})
+    return replace(
+        current,
+        schema=new,
+        schema_id=current.schema_id + 1,
+        aggregations={**current.aggregations, **wanted.aggregations},
+    )
 
 
 # -- json codec ------------------------------------------------------------------------------------------
+
 
 def _schema_b64(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
@@ -165,7 +182,11 @@ def _schema_from_b64(text: str) -> pa.Schema:
 
 
 def to_json(meta: TableMeta, history: list[dict[str, Any]]) -> dict[str, Any]:
-    entry = {"schema_id": meta.schema_id, "schema": _schema_b64(meta.schema), "columns": _schema_text(meta.schema)}
+    entry = {
+        "schema_id": meta.schema_id,
+        "schema": _schema_b64(meta.schema),
+        "columns": _schema_text(meta.schema),
+    }
     history = [h for h in history if h["schema_id"] != meta.schema_id] + [entry]
     return {
         "format": FORMAT_VERSION,
@@ -185,10 +206,18 @@ def to_json(meta: TableMeta, history: list[dict[str, Any]]) -> dict[str, Any]:
 def from_json(doc: dict[str, Any]) -> TableMeta:
     sid = doc["schema_id"]
     schema = next(_schema_from_b64(h["schema"]) for h in doc["schemas"] if h["schema_id"] == sid)
-    return TableMeta(name=doc["name"], schema=schema, kind=doc["kind"], primary_key=tuple(doc["primary_key"]),
-                     buckets=doc["buckets"], bucket_key=tuple(doc["bucket_key"]),
-                     merge_engine=doc["merge_engine"], aggregations=dict(doc["aggregations"]),
-                     schema_id=sid, properties=dict(doc["properties"]))
+    return TableMeta(
+        name=doc["name"],
+        schema=schema,
+        kind=doc["kind"],
+        primary_key=tuple(doc["primary_key"]),
+        buckets=doc["buckets"],
+        bucket_key=tuple(doc["bucket_key"]),
+        merge_engine=doc["merge_engine"],
+        aggregations=dict(doc["aggregations"]),
+        schema_id=sid,
+        properties=dict(doc["properties"]),
+    )
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -230,19 +259,28 @@ def read_doc(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_bytes())
     except (ValueError, KeyError) as exc:
-        raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is not valid JSON: {exc}",
-                             location=Location(file=str(path))) from exc
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"table metadata {path} is not valid JSON: {exc}",
+            location=Location(file=str(path)),
+        ) from exc
     if isinstance(doc, dict) and "checksum" in doc:  # files written before checksums have none
         body = {k: v for k, v in doc.items() if k != "checksum"}
         if doc["checksum"] != _checksum(body):
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is damaged (checksum "
-                                 "mismatch)", location=Location(file=str(path)),
-                                 hint="restore it from a backup, or drop and rebuild the table")
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"table metadata {path} is damaged (checksum mismatch)",
+                location=Location(file=str(path)),
+                hint="restore it from a backup, or drop and rebuild the table",
+            )
     try:  # valid JSON is not enough: a damaged key or value must not escape as a KeyError later
         from_json(doc)
-    except Exception as exc:  # noqa: BLE001 - KeyError, TypeError, StopIteration, ArrowInvalid, ...
-        raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"table metadata {path} is damaged: "
-                             f"{type(exc).__name__}: {exc}", location=Location(file=str(path))) from exc
+    except Exception as exc:
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"table metadata {path} is damaged: {type(exc).__name__}: {exc}",
+            location=Location(file=str(path)),
+        ) from exc
     return doc
 
 

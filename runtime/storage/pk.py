@@ -71,6 +71,7 @@ _PROTO = 5
 
 # -- row codec -------------------------------------------------------------------------------------------
 
+
 def _storage_type(t: pa.DataType) -> pa.DataType | None:
     if pa.types.is_timestamp(t) or pa.types.is_date64(t) or pa.types.is_time64(t) or pa.types.is_duration(t):
         return pa.int64()
@@ -105,22 +106,27 @@ def lookup_keys(meta: TableMeta, keys: pa.Table | pa.RecordBatch) -> tuple[list[
     log table, is an error naming the table."""
     name, loc = meta.name, Location(path=meta.name)
     if not meta.is_primary_key:
-        raise TidehouseError(ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table",
-                             location=loc)
+        raise TidehouseError(
+            ErrorCode.TABLE_INVALID, f"lookup needs a primary-key table; {name} is a log table", location=loc
+        )
     if isinstance(keys, pa.RecordBatch):
         keys = pa.Table.from_batches([keys])
     missing = [c for c in meta.primary_key if c not in keys.column_names]
     if missing:
-        raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing",
-                             location=loc)
+        raise TidehouseError(
+            ErrorCode.WRITE_INVALID, f"lookup on {name}: key columns {missing} are missing", location=loc
+        )
     key_cols = []
     for c in meta.primary_key:
         col, t = keys.column(c), meta.schema.field(c).type
         try:
             key_cols.append(col.cast(t, safe=not pa.types.is_timestamp(t)) if col.type != t else col)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise TidehouseError(ErrorCode.WRITE_INVALID, f"lookup on {name}: key column {c!r} of type "
-                                 f"{col.type} does not match {t}", location=loc) from exc
+            raise TidehouseError(
+                ErrorCode.WRITE_INVALID,
+                f"lookup on {name}: key column {c!r} of type {col.type} does not match {t}",
+                location=loc,
+            ) from exc
     key_table = pa.Table.from_arrays(key_cols, names=list(meta.primary_key))
     buckets = bucket_of(key_table, meta.effective_bucket_key, meta.buckets).to_numpy()
     return list(zip(*[to_py(c) for c in key_cols])), buckets
@@ -141,6 +147,7 @@ def rows_to_table(schema: pa.Schema, rows: Sequence[tuple], kinds: Sequence[str]
 
 
 # -- merging ---------------------------------------------------------------------------------------------
+
 
 def _sum(a, b):
     return a if b is None else b if a is None else a + b
@@ -264,9 +271,11 @@ class Tablet:
                     raise TidehouseError(
                         ErrorCode.STORAGE_LOCKED if locked else ErrorCode.STORAGE_IO,
                         f"{self.log.table} bucket {self.log.bucket}: cannot open the primary-key state {self.path}: "
-                        f"{exc}", location=Location(file=str(self.path)),
+                        f"{exc}",
+                        location=Location(file=str(self.path)),
                         hint="another process is writing this primary-key table; one writer process at a time"
-                        if locked else "check the disk (space, permissions) under the storage root",
+                        if locked
+                        else "check the disk (space, permissions) under the storage root",
                     ) from exc
                 time.sleep(0.05)
 
@@ -287,8 +296,9 @@ class Tablet:
         scratch = ""
         try:
             scratch = tempfile.mkdtemp(prefix="tidehouse-kv-")
-            self._secondary = Rdict(str(self.path), Options(raw_mode=True),
-                                    access_type=AccessType.secondary(scratch))
+            self._secondary = Rdict(
+                str(self.path), Options(raw_mode=True), access_type=AccessType.secondary(scratch)
+            )
             self._scratch = scratch
             weakref.finalize(self, shutil.rmtree, scratch, True)  # also when never closed
             return self._secondary, False
@@ -300,8 +310,11 @@ class Tablet:
                 return Rdict(str(self.path), Options(raw_mode=True), access_type=AccessType.read_only()), True
             except Exception as exc:  # files may move under a read-only open while a writer compacts
                 if attempt == 4:
-                    raise TidehouseError(ErrorCode.STORAGE_IO, f"cannot read {self.path}: {exc}",
-                                         location=Location(file=str(self.path))) from exc
+                    raise TidehouseError(
+                        ErrorCode.STORAGE_IO,
+                        f"cannot read {self.path}: {exc}",
+                        location=Location(file=str(self.path)),
+                    ) from exc
                 time.sleep(0.05)
         raise AssertionError("unreachable")
 
@@ -350,7 +363,9 @@ class Tablet:
             if lo >= hi:
                 continue
             batch = batch.slice(lo, hi - lo)
-            cols = [to_py(batch.column(c)) if c in batch.schema.names else [None] * batch.num_rows for c in names]
+            cols = [
+                to_py(batch.column(c)) if c in batch.schema.names else [None] * batch.num_rows for c in names
+            ]
             kinds = batch.column(CHANGE).to_pylist()
             for row, kind in zip(zip(*cols), kinds):
                 if kind == UPDATE_BEFORE:
@@ -367,8 +382,9 @@ class Tablet:
             self.commit(db, self._tail(meta, applied, end), end)
         return db
 
-    def apply(self, meta: TableMeta, merger: Merger, rows: Sequence[tuple], kinds: Sequence[str] | None,
-              db: Rdict) -> tuple[list[tuple], list[str], dict[bytes, tuple | None]]:
+    def apply(
+        self, meta: TableMeta, merger: Merger, rows: Sequence[tuple], kinds: Sequence[str] | None, db: Rdict
+    ) -> tuple[list[tuple], list[str], dict[bytes, tuple | None]]:
         """Merge ``rows`` into the state; return the changelog rows, their kinds and the new state per key."""
         key_in = merger.key_in
         keys = [key_bytes(tuple(r[j] for j in key_in)) for r in rows]
@@ -427,9 +443,11 @@ class Tablet:
             raise TidehouseError(
                 ErrorCode.STORAGE_IO,
                 f"{self.log.table} bucket {self.log.bucket}: the primary-key state {self.path} could not be "
-                f"written: {exc}", location=Location(file=str(self.path)),
+                f"written: {exc}",
+                location=Location(file=str(self.path)),
                 hint="the changelog is durable; the state catches up from it on the next write once the disk "
-                     "works again (a retry with the same writer and seq is a no-op)") from exc
+                "works again (a retry with the same writer and seq is a no-op)",
+            ) from exc
 
     # reads
     def _overlay(self, meta: TableMeta, db: Rdict | None) -> dict[bytes, tuple | None]:

@@ -100,9 +100,7 @@ def _phase(name, suffixes, delay_of, probes=5):
     for layer_no, layer in enumerate(LAYERS):
         for suffix in suffixes:
             label = f"{layer} {suffix}"
-            obs[label] = Observation(
-                label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()}
-            )
+            obs[label] = Observation(label, {m: t + delay_of(layer_no, suffix) for m, t in written.items()})
     return Phase(name, 1000, written, obs, 3 * 2**30, 50_000, 60.0, runs=[(0.0, 40.0)])
 
 
@@ -123,8 +121,7 @@ def test_report_and_plot_from_saved_results(tmp_path):
 
 def test_a_probe_never_seen_counts_with_its_wait_until_the_end():
     probes = {"a": 0.0, "b": 10.0, "c": 20.0}
-    obs = {f"{layer} SDP": Observation(f"{layer} SDP", {"a": 5.0, "b": 15.0})
-           for layer in LAYERS}
+    obs = {f"{layer} SDP": Observation(f"{layer} SDP", {"a": 5.0, "b": 15.0}) for layer in LAYERS}
     phase = Phase("SDP loop", 1000, probes, obs, 0, 0, 100.0, ended=120.0)
     s = phase.summary("ADS SDP")
     assert (s.n, s.unseen, s.max) == (3, 1, 100.0)  # c waited 100 s and was still not visible
@@ -143,10 +140,27 @@ def test_a_burst_is_written_in_whole_files_and_its_marker_is_watched(tmp_path):
 def test_sdp_catchup_cost_is_the_excess_of_the_runs_that_overlapped_the_burst():
     # warm-up run, three steady runs of 40-42 s, then the burst at 200: the run in progress (190-231) and the
     # run that showed the marker (231-291) overlap it; median steady run 41 s
-    runs = [(0.0, 70.0), (70.0, 110.0), (110.0, 151.0), (151.0, 193.0), (193.0, 234.0), (234.0, 294.0),
-            (294.0, 335.0)]
-    phase = Phase("SDP loop", 1000, {}, {}, 0, 0, 100.0, runs=runs, ended=200.0,
-                         catchup=CatchUp(600_000, 200.0, 202.0, 293.0))
+    runs = [
+        (0.0, 70.0),
+        (70.0, 110.0),
+        (110.0, 151.0),
+        (151.0, 193.0),
+        (193.0, 234.0),
+        (234.0, 294.0),
+        (294.0, 335.0),
+    ]
+    phase = Phase(
+        "SDP loop",
+        1000,
+        {},
+        {},
+        0,
+        0,
+        100.0,
+        runs=runs,
+        ended=200.0,
+        catchup=CatchUp(600_000, 200.0, 202.0, 293.0),
+    )
     # steady runs ended by 200: 40, 41, 42, 41 -> median 41, half-spread 1 s; overlapping: 41 (193-234) and
     # 60 (234-294), so 19 s of extra work, ± 1 s per overlapping run
     assert phase.catchup_cost() == pytest.approx(((41 - 41) + (60 - 41), 2 * 1.0))
@@ -178,6 +192,9 @@ def test_report_shows_the_catchup_rates_of_both_systems():
     # SDP's steady runs 40, 40, 40 (the first one is the warm-up): no spread
     assert "| SDP loop | 600,000 | 68.0 | 55.0 | 30.0 ± 0.0 | 20,000 (20,000–20,000) | 20× |" in body
     assert "| Tidehouse T=5s | 600,000 | 24.0 | 4.0 | 20.0 ± 0.0 | 30,000 (30,000–30,000) | 30× |" in body
-    assert "Tidehouse 30,000 (30,000–30,000) rows/s, SDP 20,000 (20,000–20,000) rows/s (Tidehouse ÷ SDP 1.5×)" in body
+    assert (
+        "Tidehouse 30,000 (30,000–30,000) rows/s, SDP 20,000 (20,000–20,000) rows/s (Tidehouse ÷ SDP 1.5×)"
+        in body
+    )
     # the SDP loop column comes first whatever order the runs were measured in
     assert any(line.startswith("| layer | SDP loop |") for line in body.splitlines())

@@ -84,8 +84,10 @@ def test_flow_validate_reports_every_error_one_per_line(run_cli, project_dir):
     lines = err.strip().splitlines()
     assert len(lines) == 3, err
     assert all(line.startswith("flows/bad.yaml:") and line.endswith("]") for line in lines)
-    assert "flows/bad.yaml:9:21: layers.dwd.clean.action: unknown action 'clen' (did you mean 'clean'?) [TH221]" \
+    assert (
+        "flows/bad.yaml:9:21: layers.dwd.clean.action: unknown action 'clen' (did you mean 'clean'?) [TH221]"
         in lines
+    )
     code, out, _ = run_cli("flow", "validate", "flows/bad.yaml", "--format", "json")
     report = json.loads(out)
     assert code == 2 and report["ok"] is False

@@ -12,15 +12,18 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import open_store
 
 
-@pytest.mark.parametrize("setting, value", [
-    ("storage", "root: s3a://bucket/prefix"),
-    ("storage", "root: s3:///no-bucket"),
-    ("storage", "root: gs://bucket/prefix"),
-    ("checkpoints", "root: s3://bucket/ckpt"),
-    ("checkpoints", "root: s3a://bucket/ckpt"),
-    ("checkpoints", "root: hdfs://namenode/ckpt"),
-    ("storage", "root: file://otherhost/data"),
-])
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("storage", "root: s3a://bucket/prefix"),
+        ("storage", "root: s3:///no-bucket"),
+        ("storage", "root: gs://bucket/prefix"),
+        ("checkpoints", "root: s3://bucket/ckpt"),
+        ("checkpoints", "root: s3a://bucket/ckpt"),
+        ("checkpoints", "root: hdfs://namenode/ckpt"),
+        ("storage", "root: file://otherhost/data"),
+    ],
+)
 def test_an_unsupported_scheme_for_a_place_is_refused_at_its_line(tmp_path, monkeypatch, setting, value):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tidehouse.yaml").write_text(f"# places\n{setting}:\n  {value}\n")
@@ -35,8 +38,9 @@ def test_an_unsupported_scheme_for_a_place_is_refused_at_its_line(tmp_path, monk
 def test_local_places_accept_paths_and_file_uris_relative_to_the_project(tmp_path, monkeypatch):
     project = tmp_path / "project"
     (project / "sub").mkdir(parents=True)
-    (project / "tidehouse.yaml").write_text(f"storage:\n  root: hot-here\ncheckpoints:\n  root: "
-                                            f"{(tmp_path / 'ck').as_uri()}\n")
+    (project / "tidehouse.yaml").write_text(
+        f"storage:\n  root: hot-here\ncheckpoints:\n  root: {(tmp_path / 'ck').as_uri()}\n"
+    )
     monkeypatch.chdir(project / "sub")  # found by searching upwards; relative to the project, not the cwd
     config = load_config()
     assert config.storage_root == str(project / "hot-here")
@@ -48,7 +52,8 @@ def test_an_s3_storage_root_loads_with_its_metastore_and_s3_options_masked(tmp_p
     monkeypatch.setenv("TH_TEST_SECRET", "s3cr3t-value")
     (tmp_path / "tidehouse.yaml").write_text(
         "storage:\n  root: s3://bucket/prefix\n  metastore: postgresql+psycopg://th:pw123@db.example/th\n"
-        "  s3: {endpoint: 'http://127.0.0.1:8333', access_key: AKIDEXAMPLE, secret_key: '${TH_TEST_SECRET}'}\n")
+        "  s3: {endpoint: 'http://127.0.0.1:8333', access_key: AKIDEXAMPLE, secret_key: '${TH_TEST_SECRET}'}\n"
+    )
     config = load_config()
     assert config.storage_root == "s3://bucket/prefix"  # kept as a URI, not made a local path
     shown = repr(config.masked())
@@ -80,8 +85,9 @@ def test_a_metastore_with_a_local_root_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("root", ["gs://b/p", "s3a://x", "hdfs://nn/p"])
-def test_opening_a_store_on_an_unsupported_scheme_fails_without_creating_a_local_folder(tmp_path, monkeypatch,
-                                                                                      root):
+def test_opening_a_store_on_an_unsupported_scheme_fails_without_creating_a_local_folder(
+    tmp_path, monkeypatch, root
+):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TidehouseError) as info:
         open_store(root)

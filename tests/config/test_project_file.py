@@ -18,12 +18,31 @@ C, E = ErrorCode.CONFIG_INVALID, ErrorCode.CONFIG_MISSING_ENV
 
 INVALID = [
     # a duplicated key used to keep the last value silently
-    ("duplicate-key", "storage:\n  fsync: false\n  fsync: true\n", ErrorCode.YAML_DUPLICATE_KEY, 3, 3,
-     "storage.fsync"),
-    ("duplicate-group", "tiering:\n  interval: 5s\nstorage: {fsync: false}\ntiering:\n  max_snapshots: 3\n",
-     ErrorCode.YAML_DUPLICATE_KEY, 4, 1, "tiering"),
+    (
+        "duplicate-key",
+        "storage:\n  fsync: false\n  fsync: true\n",
+        ErrorCode.YAML_DUPLICATE_KEY,
+        3,
+        3,
+        "storage.fsync",
+    ),
+    (
+        "duplicate-group",
+        "tiering:\n  interval: 5s\nstorage: {fsync: false}\ntiering:\n  max_snapshots: 3\n",
+        ErrorCode.YAML_DUPLICATE_KEY,
+        4,
+        1,
+        "tiering",
+    ),
     # one setting written twice, once nested and once dotted: the later one used to win silently
-    ("same-setting-two-spellings", "storage.fsync: false\nstorage:\n  fsync: true\n", C, 3, 3, "storage.fsync"),
+    (
+        "same-setting-two-spellings",
+        "storage.fsync: false\nstorage:\n  fsync: true\n",
+        C,
+        3,
+        3,
+        "storage.fsync",
+    ),
     ("unknown-setting", "storage:\n  fsynk: false\n", C, 2, 3, "storage.fsynk"),
     ("unknown-group", "sparkk:\n  master: local[2]\n", C, 1, 1, "sparkk"),
     ("unknown-dotted", "lake.catalog.uri: x\n", C, 1, 1, "lake.catalog.uri"),
@@ -34,20 +53,52 @@ INVALID = [
     # YAML 1.1 read 1:30 as 90 (seconds): now it is the string '1:30', which is not a duration
     ("sexagesimal-duration", "tiering:\n  interval: 1:30\n", C, 2, 13, "tiering.interval"),
     ("ambiguous-boolean", "storage:\n  fsync: no\n", C, 2, 10, "storage.fsync"),
-    ("ambiguous-in-spark-conf", "spark:\n  conf:\n    spark.sql.adaptive.enabled: off\n", C, 3, 33,
-     "spark.conf.spark.sql.adaptive.enabled"),
+    (
+        "ambiguous-in-spark-conf",
+        "spark:\n  conf:\n    spark.sql.adaptive.enabled: off\n",
+        C,
+        3,
+        33,
+        "spark.conf.spark.sql.adaptive.enabled",
+    ),
     ("ambiguous-string-setting", "spark:\n  master: on\n", C, 2, 11, "spark.master"),
     # an empty value used to fall back to the default without a word
     ("empty-storage-root", "storage:\n  root: ''\n", C, 2, 9, "storage.root"),
-    ("empty-registry-url-from-env", "registry:\n  url: \"${TH_TEST_UNSET_VARIABLE:-}\"\n", C, 2, 8, "registry.url"),
+    (
+        "empty-registry-url-from-env",
+        'registry:\n  url: "${TH_TEST_UNSET_VARIABLE:-}"\n',
+        C,
+        2,
+        8,
+        "registry.url",
+    ),
     ("null-setting", "checkpoints:\n  root:\n", C, 2, 3, "checkpoints.root"),
     # spark.conf / lake.catalog take flat key -> scalar maps; nested maps and nulls used to become "{...}"/"None"
-    ("nested-spark-conf", "spark:\n  conf:\n    spark:\n      executor.memory: 4g\n", C, 3, 5,
-     "spark.conf.spark"),
-    ("null-spark-conf", "spark:\n  conf:\n    spark.executor.memory:\n", C, 3, 5, "spark.conf.spark.executor.memory"),
+    (
+        "nested-spark-conf",
+        "spark:\n  conf:\n    spark:\n      executor.memory: 4g\n",
+        C,
+        3,
+        5,
+        "spark.conf.spark",
+    ),
+    (
+        "null-spark-conf",
+        "spark:\n  conf:\n    spark.executor.memory:\n",
+        C,
+        3,
+        5,
+        "spark.conf.spark.executor.memory",
+    ),
     ("list-in-catalog", "lake:\n  catalog:\n    type: rest\n    uri: [a, b]\n", C, 4, 5, "lake.catalog.uri"),
-    ("missing-env", "lake:\n  catalog:\n    type: rest\n    token: \"${TH_TEST_UNSET_VARIABLE}\"\n", E, 4, 12,
-     "lake.catalog.token"),
+    (
+        "missing-env",
+        'lake:\n  catalog:\n    type: rest\n    token: "${TH_TEST_UNSET_VARIABLE}"\n',
+        E,
+        4,
+        12,
+        "lake.catalog.token",
+    ),
     ("home-not-a-string", "home: [a, b]\n", C, 1, 7, "home"),
     ("home-empty", "home: ''\n", C, 1, 7, "home"),
     ("not-a-mapping", "- storage\n- fsync\n", C, 1, 1, None),
@@ -65,8 +116,9 @@ def _errors(exc: TidehouseError) -> list[TidehouseError]:
 
 
 @pytest.mark.parametrize("content,code,line,col,path", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
-def test_invalid_project_file_is_refused_at_its_line_and_setting(tmp_path, monkeypatch, content, code, line, col,
-                                                                path):
+def test_invalid_project_file_is_refused_at_its_line_and_setting(
+    tmp_path, monkeypatch, content, code, line, col, path
+):
     monkeypatch.delenv("TH_TEST_UNSET_VARIABLE", raising=False)
     with pytest.raises(TidehouseError) as info:
         _load(tmp_path, content)
@@ -89,17 +141,23 @@ def test_unknown_setting_suggests_the_closest_one(tmp_path):
     assert "tiering.interval" in (info.value.hint or "")
 
 
-@pytest.mark.parametrize("content", ["", "\n\n", "# nothing set yet\n# storage:\n#   fsync: false\n"],
-                         ids=["empty", "blank-lines", "comments-only"])
+@pytest.mark.parametrize(
+    "content",
+    ["", "\n\n", "# nothing set yet\n# storage:\n#   fsync: false\n"],
+    ids=["empty", "blank-lines", "comments-only"],
+)
 def test_an_empty_project_file_means_no_settings(tmp_path, content):
     config = _load(tmp_path, content)
     assert dict(config.values) == {} and config.home == (tmp_path / "home").resolve()
 
 
 def test_settings_are_read_with_yaml_1_2_values(tmp_path):
-    config = _load(tmp_path, "storage.fsync: false\ntiering:\n  interval: 1m\n  max_snapshots: 0x10\n"
-                             "spark:\n  conf: {spark.executor.cores: 2, spark.sql.adaptive.enabled: true}\n"
-                             "lake:\n  catalog: {type: sql, s3.endpoint: 'http://x:8333'}\n")
+    config = _load(
+        tmp_path,
+        "storage.fsync: false\ntiering:\n  interval: 1m\n  max_snapshots: 0x10\n"
+        "spark:\n  conf: {spark.executor.cores: 2, spark.sql.adaptive.enabled: true}\n"
+        "lake:\n  catalog: {type: sql, s3.endpoint: 'http://x:8333'}\n",
+    )
     assert config.get("storage.fsync") is False
     assert config.get("tiering.interval") == 60.0 and config.get("tiering.max_snapshots") == 16
     assert config.get("spark.conf") == {"spark.executor.cores": 2, "spark.sql.adaptive.enabled": True}
@@ -108,7 +166,9 @@ def test_settings_are_read_with_yaml_1_2_values(tmp_path):
 
 def test_env_references_still_expand_and_count_as_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("TH_TEST_ROOT", str(tmp_path / "hot-from-env"))
-    config = _load(tmp_path, "storage:\n  root: \"${TH_TEST_ROOT}\"\nregistry:\n  url: ${TH_TEST_UNSET:-sqlite:///x.db}\n")
+    config = _load(
+        tmp_path, 'storage:\n  root: "${TH_TEST_ROOT}"\nregistry:\n  url: ${TH_TEST_UNSET:-sqlite:///x.db}\n'
+    )
     assert config.storage_root == str(tmp_path / "hot-from-env")
     assert config.registry_url == "sqlite:///x.db"
     assert {"storage.root", "registry.url"} <= set(config.from_env)

@@ -8,9 +8,15 @@ from runtime.core.config import MASK, load_config, mask_catalog, redact
 
 def test_redact_hides_env_values_anywhere_in_a_report(tmp_path, monkeypatch):
     monkeypatch.setenv("TH_TEST_SECRET", "s3cr3t-value-42")
-    (tmp_path / "tidehouse.yaml").write_text("lake:\n  catalog: {type: rest, uri: 'http://h', x: '${TH_TEST_SECRET}'}\n")
+    (tmp_path / "tidehouse.yaml").write_text(
+        "lake:\n  catalog: {type: rest, uri: 'http://h', x: '${TH_TEST_SECRET}'}\n"
+    )
     load_config(project_dir=tmp_path)
-    report = {"a": "user:s3cr3t-value-42@host", "b": ["s3cr3t-value-42", 7, None], "c": ("x s3cr3t-value-42",)}
+    report = {
+        "a": "user:s3cr3t-value-42@host",
+        "b": ["s3cr3t-value-42", 7, None],
+        "c": ("x s3cr3t-value-42",),
+    }
     assert redact(report) == {"a": f"user:{MASK}@host", "b": [MASK, 7, None], "c": [f"x {MASK}"]}
     assert redact("nothing secret") == "nothing secret"
 

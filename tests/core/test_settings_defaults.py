@@ -23,19 +23,27 @@ from runtime.storage.objectstore.store import ObjectTableStore
 REPO = Path(__file__).resolve().parents[2]
 
 MIRRORS = [  # (function, parameter, setting)
-    (open_store, "fsync", "storage.fsync"), (open_store, "segment_bytes", "storage.segment_bytes"),
-    (LocalTableStore, "fsync", "storage.fsync"), (LocalTableStore, "segment_bytes", "storage.segment_bytes"),
-    (BucketLog, "fsync", "storage.fsync"), (BucketLog, "segment_bytes", "storage.segment_bytes"),
+    (open_store, "fsync", "storage.fsync"),
+    (open_store, "segment_bytes", "storage.segment_bytes"),
+    (LocalTableStore, "fsync", "storage.fsync"),
+    (LocalTableStore, "segment_bytes", "storage.segment_bytes"),
+    (BucketLog, "fsync", "storage.fsync"),
+    (BucketLog, "segment_bytes", "storage.segment_bytes"),
     (ObjectTableStore, "fsync", "storage.fsync"),
-    (Lake, "max_snapshots", "tiering.max_snapshots"), (Lake, "compact_min_files", "tiering.compact_min_files"),
-    (Lake, "retention_s", "storage.retention"), (Lake, "compact_target_bytes", "tiering.compact_target_bytes"),
-    (compact, "target_bytes", "tiering.compact_target_bytes"), (get_spark, "master", "spark.master"),
-    (foreach_batch_writer, "fsync", "storage.fsync"), (cached_store, "fsync", "storage.fsync"),
+    (Lake, "max_snapshots", "tiering.max_snapshots"),
+    (Lake, "compact_min_files", "tiering.compact_min_files"),
+    (Lake, "retention_s", "storage.retention"),
+    (Lake, "compact_target_bytes", "tiering.compact_target_bytes"),
+    (compact, "target_bytes", "tiering.compact_target_bytes"),
+    (get_spark, "master", "spark.master"),
+    (foreach_batch_writer, "fsync", "storage.fsync"),
+    (cached_store, "fsync", "storage.fsync"),
 ]
 
 
-@pytest.mark.parametrize("function, parameter, setting", MIRRORS,
-                         ids=[f"{f.__name__}.{p}" for f, p, _ in MIRRORS])
+@pytest.mark.parametrize(
+    "function, parameter, setting", MIRRORS, ids=[f"{f.__name__}.{p}" for f, p, _ in MIRRORS]
+)
 def test_parameters_that_mirror_a_setting_default_to_it(function, parameter, setting):
     assert inspect.signature(function).parameters[parameter].default == default(setting)
 
@@ -55,10 +63,12 @@ def _distinctive(value) -> bool:
 
 def _constant(node: ast.expr):
     """The value of a constant expression (``64 * 1024 * 1024``, ``64 << 20``, ``24 * 3600.0``), else None."""
-    if not all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
-               for n in ast.walk(node)):
+    if not all(
+        isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+        for n in ast.walk(node)
+    ):
         return None
-    return eval(compile(ast.Expression(node), "<default>", "eval"))  # noqa: S307 - constants only, checked above
+    return eval(compile(ast.Expression(node), "<default>", "eval"))
 
 
 def test_no_function_writes_a_settings_default_again():
@@ -70,9 +80,13 @@ def test_no_function_writes_a_settings_default_again():
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    for default_node in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+                    for default_node in node.args.defaults + [
+                        d for d in node.args.kw_defaults if d is not None
+                    ]:
                         value = _constant(default_node)
                         if _distinctive(value) and value in wanted:
-                            found.append(f"{path.relative_to(REPO)}:{default_node.lineno}: {value!r} is the default "
-                                         f"of {wanted[value]}")
+                            found.append(
+                                f"{path.relative_to(REPO)}:{default_node.lineno}: {value!r} is the default "
+                                f"of {wanted[value]}"
+                            )
     assert found == []

@@ -28,8 +28,9 @@ def test_reference_pages_are_not_stale(gen):
     assert not stale, f"stale: {sorted(stale)} - run: python docs/gen.py"
 
 
-@pytest.mark.parametrize("page", ["flows.md", "actions.md", "cli.md", "configuration.md", "error-codes.md",
-                                  "operations.md"])
+@pytest.mark.parametrize(
+    "page", ["flows.md", "actions.md", "cli.md", "configuration.md", "error-codes.md", "operations.md"]
+)
 def test_generated_blocks_hold_content(gen, page):
     text = (DOCS / page).read_text(encoding="utf-8")
     blocks = re.findall(r"<!-- BEGIN GENERATED: [\w-]+ -->\n(.*?)<!-- END GENERATED", text, re.S)

@@ -8,8 +8,9 @@ exercised on these files by test_library_registers).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -26,8 +27,9 @@ def load_action(name: str) -> tuple[dict[str, Any], str]:
     return yaml.safe_load(match.group(1)), match.group(2)
 
 
-def run_action(spark, name: str, inputs: Mapping[str, tuple[str, list[tuple]]],
-               params: Mapping[str, Any] | None = None):
+def run_action(
+    spark, name: str, inputs: Mapping[str, tuple[str, list[tuple]]], params: Mapping[str, Any] | None = None
+):
     """Run an action in batch and return the DataFrame.
 
     ``inputs`` maps each input name to ``(schema DDL, rows)``. Parameters not given take their header
@@ -96,5 +98,6 @@ def batch_results(spark, project, flows=FLOW_ORDER) -> dict:
             for relation, bound in table.inputs.items():
                 session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
             data[qualified] = results.setdefault(flow_name, {})[qualified] = session.sql(
-                action.sql, args=action.param_values(dict(table.params))).toArrow()
+                action.sql, args=action.param_values(dict(table.params))
+            ).toArrow()
     return results

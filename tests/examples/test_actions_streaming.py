@@ -130,19 +130,41 @@ def generate(rng: random.Random, part: int) -> dict[str, list[dict]]:
     base = part * 1800  # part 0: 12:00-12:30, part 1: 12:30-13:00
     times = rng.sample(range(base, base + 1500), 160)  # distinct: max_by/min_by never see a tie
     types = ["view", "VIEW", "click", "add_to_cart", "purchase", "hover"]
-    events = [{"user_id": f"u{rng.randrange(8)}", "event_type": rng.choice(types), "item_id": f"i{rng.randrange(10)}",
-               "price": rng.choice([round(rng.uniform(0, 60), 2), round(rng.uniform(0, 60), 2), -1.0, None]),
-               "ts": _iso(s)} for s in times]
+    events = [
+        {
+            "user_id": f"u{rng.randrange(8)}",
+            "event_type": rng.choice(types),
+            "item_id": f"i{rng.randrange(10)}",
+            "price": rng.choice([round(rng.uniform(0, 60), 2), round(rng.uniform(0, 60), 2), -1.0, None]),
+            "ts": _iso(s),
+        }
+        for s in times
+    ]
     customers = range(10) if part == 0 else range(20)
     touched = [c for c in customers if c not in (9, 19)]  # c9 and c19 never have a touch
     touch_times = rng.sample(range(base, base + 1500), 3 * len(touched))
-    touches = [{"customer_id": f"c{c}", "channel": rng.choice(["ads", "email", "social"]),
-                "campaign": f"cmp{rng.randrange(3)}", "ts": _iso(s)} for c, s in zip(touched * 3, touch_times)]
-    order_ids = range(30) if part == 0 else list(range(0, 30, 3)) + list(range(30, 50))  # part 1 re-sends some
+    touches = [
+        {
+            "customer_id": f"c{c}",
+            "channel": rng.choice(["ads", "email", "social"]),
+            "campaign": f"cmp{rng.randrange(3)}",
+            "ts": _iso(s),
+        }
+        for c, s in zip(touched * 3, touch_times)
+    ]
+    order_ids = (
+        range(30) if part == 0 else list(range(0, 30, 3)) + list(range(30, 50))
+    )  # part 1 re-sends some
     order_times = rng.sample(range(base, base + 1500), len(order_ids))
-    orders = [{"order_id": f"o{o}", "customer_id": f"c{o % 10 if o < 30 else 10 + o % 10}",
-               "amount": rng.choice([f"{rng.uniform(1, 200):.2f}", f"{rng.uniform(1, 200):.2f}", "n/a"]),
-               "ts": _iso(s)} for o, s in zip(order_ids, order_times)]
+    orders = [
+        {
+            "order_id": f"o{o}",
+            "customer_id": f"c{o % 10 if o < 30 else 10 + o % 10}",
+            "amount": rng.choice([f"{rng.uniform(1, 200):.2f}", f"{rng.uniform(1, 200):.2f}", "n/a"]),
+            "ts": _iso(s),
+        }
+        for o, s in zip(order_ids, order_times)
+    ]
     return {"events": events, "orders": orders, "touches": touches}
 
 
@@ -163,14 +185,17 @@ def batch_results(spark, project, flow_name: str) -> dict:
     results: dict = {}
     reader = spark.newSession().read
     for name, source in spec.sources.items():
-        data[name] = reader.schema(source.schema_).json(str(project.config.project_dir / source.path)).toArrow()
+        data[name] = (
+            reader.schema(source.schema_).json(str(project.config.project_dir / source.path)).toArrow()
+        )
     for qualified, table in spec.tables():
         action = project.registry.resolve(flow.pins[qualified]).spec
         session = spark.newSession()
         for relation, bound in table.inputs.items():
             session.createDataFrame(data[bound]).createOrReplaceTempView(relation)
         data[qualified] = results[qualified] = session.sql(
-            action.sql, args=action.param_values(dict(table.params))).toArrow()
+            action.sql, args=action.param_values(dict(table.params))
+        ).toArrow()
     return results
 
 
@@ -214,9 +239,13 @@ def test_every_action_streams_to_its_batch_result(spark, project_dir, seed):
                 columns = [c for c in want.column_names if not c.startswith("__")]
                 assert want.num_rows > 0, f"{table}: the generated input must exercise every table"
                 hot = project.store.scan(table)
-                assert _rows(hot, columns) == _rows(want, columns), f"run {part}: hot {table} differs from batch"
+                assert _rows(hot, columns) == _rows(want, columns), (
+                    f"run {part}: hot {table} differs from batch"
+                )
                 lake = project.lake.load(table).scan().to_arrow()
-                assert _rows(lake, columns) == _rows(want, columns), f"run {part}: lake {table} differs from batch"
+                assert _rows(lake, columns) == _rows(want, columns), (
+                    f"run {part}: lake {table} differs from batch"
+                )
         print(f"\n[every_action] until-idle runs took {timings} s")
     finally:
         project.close()

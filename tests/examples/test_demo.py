@@ -9,21 +9,52 @@ import pytest
 from runtime.core.errors import TidehouseError
 from runtime.scaffold.demo import MARKER, LiveView, Producer, layer_rows, prepare
 
-SNAPSHOT = {"tables": [
-    {"layer": "ods", "hot_rows": 100, "tiered_offsets": [60], "rows_per_s": 50.0, "hot_delay_s": 0.2,
-     "lake_delay_s": 4.0, "quarantined": 2},
-    {"layer": "dws", "hot_rows": 30, "tiered_offsets": [10, 5], "rows_per_s": 5.5, "hot_delay_s": 1.5,
-     "lake_delay_s": None, "quarantined": 0},
-    {"layer": "dws", "hot_rows": 7, "tiered_offsets": None, "rows_per_s": None, "hot_delay_s": 2.5,
-     "lake_delay_s": 9.0, "quarantined": 0},
-]}
+SNAPSHOT = {
+    "tables": [
+        {
+            "layer": "ods",
+            "hot_rows": 100,
+            "tiered_offsets": [60],
+            "rows_per_s": 50.0,
+            "hot_delay_s": 0.2,
+            "lake_delay_s": 4.0,
+            "quarantined": 2,
+        },
+        {
+            "layer": "dws",
+            "hot_rows": 30,
+            "tiered_offsets": [10, 5],
+            "rows_per_s": 5.5,
+            "hot_delay_s": 1.5,
+            "lake_delay_s": None,
+            "quarantined": 0,
+        },
+        {
+            "layer": "dws",
+            "hot_rows": 7,
+            "tiered_offsets": None,
+            "rows_per_s": None,
+            "hot_delay_s": 2.5,
+            "lake_delay_s": 9.0,
+            "quarantined": 0,
+        },
+    ]
+}
 
 
 def test_layer_rows_sum_counts_and_take_the_worst_delay():
     rows = {r["layer"]: r for r in layer_rows(SNAPSHOT)}
     assert list(rows) == ["ods", "dws"]
-    assert rows["dws"] == {"layer": "dws", "tables": 2, "hot_rows": 37, "lake_rows": 15, "rows_per_s": 5.5,
-                           "hot_delay_s": 2.5, "lake_delay_s": 9.0, "quarantined": 0}
+    assert rows["dws"] == {
+        "layer": "dws",
+        "tables": 2,
+        "hot_rows": 37,
+        "lake_rows": 15,
+        "rows_per_s": 5.5,
+        "hot_delay_s": 2.5,
+        "lake_delay_s": 9.0,
+        "quarantined": 0,
+    }
     assert rows["ods"]["quarantined"] == 2 and rows["ods"]["lake_rows"] == 60
 
 

@@ -74,4 +74,6 @@ def test_flow_sources_point_at_generated_data(tmp_path):
     for flow in FLOWS:
         for name, source in parse_flow(flow).sources.items():
             folder = tmp_path / source.path
-            assert folder.is_dir() and list(folder.glob("part-*.json")), f"{flow.name}: {name} -> {source.path}"
+            assert folder.is_dir() and list(folder.glob("part-*.json")), (
+                f"{flow.name}: {name} -> {source.path}"
+            )

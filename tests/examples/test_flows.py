@@ -34,7 +34,7 @@ def _gen():
 def tour_commands() -> list[str]:
     """The ``tidehouse ...`` lines of the README's tour, in order (``&& cd DIR`` kept as a step)."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    tour = text[text.index("## Five-minute tour"):]
+    tour = text[text.index("## Five-minute tour") :]
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", tour, re.S):
         for line in block.splitlines():
@@ -85,8 +85,9 @@ def test_tour_outputs(tour):
     assert plan.startswith("flowchart") and "ads_top_users" in plan
     page = REPO / "docs" / "architecture.md"
     text = page.read_text(encoding="utf-8")
-    assert _gen().with_plans(text, {"ecommerce_activity": plan}) == text, \
+    assert _gen().with_plans(text, {"ecommerce_activity": plan}) == text, (
         "docs/architecture.md shows a stale DAG: run python docs/gen.py --plan"
+    )
     status = next(out for cmd, out in outputs.items() if cmd.startswith("tidehouse flow status"))
     for table in ("ods.events", "dwd.events", "dws.user_activity", "ads.top_users"):
         assert table in status
@@ -97,6 +98,7 @@ def test_tour_outputs(tour):
 
 
 # -- the oracle ------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def expected(tour, spark):
@@ -134,8 +136,12 @@ def test_malformed_records_are_quarantined_not_lost(tour):
     project = Project.open(project_dir=project_dir)
     try:
         for source, table in (("events", "ods.events"), ("orders", "ods.orders")):
-            lines = [line for p in sorted((project_dir / "data" / source).glob("*.json"))
-                     for line in p.read_text().splitlines() if line.strip()]
+            lines = [
+                line
+                for p in sorted((project_dir / "data" / source).glob("*.json"))
+                for line in p.read_text().splitlines()
+                if line.strip()
+            ]
             good = project.store.scan(table).num_rows
             quarantined = project.store.scan(f"{table}__quarantine")
             assert quarantined.num_rows > 0

@@ -33,9 +33,15 @@ def _more_input(project_dir: Path, part: int, events: int) -> None:
     )
 
     data = project_dir / "data"
-    write_parts(shop_events(EventsConfig(seed=100 + part, events=events, malformed=1)), data / "events", 2,
-                first=100 * part)
-    orders, touches = orders_and_touches(OrdersConfig(seed=100 + part, orders=events // 8, touches=events // 5))
+    write_parts(
+        shop_events(EventsConfig(seed=100 + part, events=events, malformed=1)),
+        data / "events",
+        2,
+        first=100 * part,
+    )
+    orders, touches = orders_and_touches(
+        OrdersConfig(seed=100 + part, orders=events // 8, touches=events // 5)
+    )
     write_parts(orders, data / "orders", 1, first=100 * part)
     write_parts(touches, data / "touches", 1, first=100 * part)
 
@@ -46,17 +52,33 @@ def _kill_running_flow(project_dir: Path, flow: str) -> None:
 
     log_path = project_dir / "trigger.log"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-c", "from runtime.cli import run; run()", "flow", "trigger",
-                                 flow, "--duration", "400"], cwd=project_dir, env=dict(os.environ),
-                                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from runtime.cli import run; run()",
+                "flow",
+                "trigger",
+                flow,
+                "--duration",
+                "400",
+            ],
+            cwd=project_dir,
+            env=dict(os.environ),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         project = Project.open(project_dir=project_dir)
         try:
             before = sum(project.store.end_offsets("dws.user_activity"))
             deadline = time.time() + 300
             while time.time() < deadline:
                 assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-                if sum(project.store.end_offsets("dws.user_activity")) > before and \
-                        min(project.store.start_offsets("dwd.events")) > 0:
+                if (
+                    sum(project.store.end_offsets("dws.user_activity")) > before
+                    and min(project.store.start_offsets("dwd.events")) > 0
+                ):
                     break
                 time.sleep(0.5)
             else:
@@ -90,7 +112,11 @@ def test_shipped_flows_equal_batch_after_retention_and_a_kill_9(spark, tmp_path,
     _kill_running_flow(project_dir, "ecommerce_activity")  # run 2, killed -9 mid-run
     _more_input(project_dir, 2, 600)
     time.sleep(1.3)
-    for flow in ("ecommerce_activity", "order_attribution", "flows/shop_trends.yaml"):  # run 3; shop_trends: new
+    for flow in (
+        "ecommerce_activity",
+        "order_attribution",
+        "flows/shop_trends.yaml",
+    ):  # run 3; shop_trends: new
         code, out, err = run_cli("flow", "trigger", flow, "--until-idle")
         assert code == 0, out + err
 

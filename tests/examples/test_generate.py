@@ -44,7 +44,9 @@ def test_events_hold_funnel_invalid_and_malformed_records(seed):
     kinds = Counter(r["event_type"].lower() for r in good if isinstance(r.get("event_type"), str))
     assert kinds["view"] > kinds["click"] > kinds["add_to_cart"] > kinds["purchase"] > 0
     assert any(r["event_type"].isupper() for r in good), "mixed-case types exercise normalisation"
-    assert any(r["event_type"] in ("refund", "hover") or r["price"] == -1.0 or r["user_id"] is None for r in good)
+    assert any(
+        r["event_type"] in ("refund", "hover") or r["price"] == -1.0 or r["user_id"] is None for r in good
+    )
     stamps = [r["ts"] for r in good if r["user_id"] != "u9999"]
     assert stamps == sorted(stamps), "event time never goes backwards, so watermarks drop nothing"
 

@@ -16,9 +16,12 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     assert code == 0, err
     root = tmp_path / "shop"
     assert "initialised" in out and "tidehouse action register actions/" in out
-    assert sorted(p.name for p in (root / "actions").glob("*.sql")) == sorted(p.name for p in ACTIONS.glob("*.sql"))
+    assert sorted(p.name for p in (root / "actions").glob("*.sql")) == sorted(
+        p.name for p in ACTIONS.glob("*.sql")
+    )
     assert sorted(p.name for p in (root / "flows").glob("*.yaml")) == sorted(
-        p.name for p in (REPO / "flows").glob("*.yaml"))
+        p.name for p in (REPO / "flows").glob("*.yaml")
+    )
     for folder in ("events", "orders", "touches"):
         assert list((root / "data" / folder).glob("part-*.json")), folder
     assert (root / "README.md").read_text().startswith("# shop")
@@ -34,7 +37,9 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     try:
         registry.register_actions([root / "actions"])
         for flow in sorted((root / "flows").glob("*.yaml"), key=lambda p: p.stem == "shop_trends"):
-            registry.register_flow(flow)  # shop_trends reads ecommerce_activity's dwd.events: register in order
+            registry.register_flow(
+                flow
+            )  # shop_trends reads ecommerce_activity's dwd.events: register in order
     finally:
         registry.close()
 

@@ -6,17 +6,29 @@ import pyarrow as pa
 
 from runtime.lake.catalog import Lake
 
-CLICKS = pa.schema([("user_id", pa.string()), ("item", pa.int64()), ("price", pa.float64()),
-                    ("ts", pa.timestamp("us", tz="UTC"))])
+CLICKS = pa.schema(
+    [
+        ("user_id", pa.string()),
+        ("item", pa.int64()),
+        ("price", pa.float64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
 ACTIVITY = pa.schema([("user_id", pa.string()), ("events", pa.int64()), ("last_item", pa.string())])
 
 
 def clicks(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"user_id": [f"u{i % 7}" for i in range(start, start + n)],
-                     "item": list(range(start, start + n)),
-                     "price": [i / 10 for i in range(start, start + n)],
-                     "ts": pa.array([1_700_000_000_000_000 + i for i in range(start, start + n)],
-                                    pa.timestamp("us", tz="UTC"))}, schema=CLICKS)
+    return pa.table(
+        {
+            "user_id": [f"u{i % 7}" for i in range(start, start + n)],
+            "item": list(range(start, start + n)),
+            "price": [i / 10 for i in range(start, start + n)],
+            "ts": pa.array(
+                [1_700_000_000_000_000 + i for i in range(start, start + n)], pa.timestamp("us", tz="UTC")
+            ),
+        },
+        schema=CLICKS,
+    )
 
 
 def lake_rows(lake: Lake, name: str, *, user_only: bool = True) -> list[dict]:

@@ -44,8 +44,10 @@ def main() -> None:
         count = {"commits": 0}
 
         def commit_transaction(self):
-            is_tiering = any("tidehouse.offsets" in getattr(p, "snapshot_properties", {})
-                             for p in getattr(self, "_snapshot_producers", []))
+            is_tiering = any(
+                "tidehouse.offsets" in getattr(p, "snapshot_properties", {})
+                for p in getattr(self, "_snapshot_producers", [])
+            )
             if is_tiering:
                 count["commits"] += 1
                 if count["commits"] == nth and when == "before":
@@ -71,9 +73,18 @@ def main() -> None:
                 print(json.dumps({"table": name, "conflict": True}), flush=True)
                 continue
             if result.committed:
-                print(json.dumps({"table": name, "before": list(result.offsets_before),
-                                  "after": list(result.offsets_after), "rows": result.rows,
-                                  "attempts": result.attempts}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "table": name,
+                            "before": list(result.offsets_before),
+                            "after": list(result.offsets_after),
+                            "rows": result.rows,
+                            "attempts": result.attempts,
+                        }
+                    ),
+                    flush=True,
+                )
         if not args.until or Path(args.until).exists():
             break
         time.sleep(0.05)

@@ -118,7 +118,9 @@ class MemoryTableStore(TableStore):
     def start_offsets(self, name) -> list[int]:
         return [0 for _ in self._logs[name]]  # this store never deletes (delete_before is a no-op)
 
-    def read(self, name, bucket, start, end=None, *, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, name, bucket, start, end=None, *, columns: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         meta = self.get_table(name)
         for info, table in list(self._logs[name][bucket]):
             lo, hi = info.base_offset, info.base_offset + info.rows
@@ -127,11 +129,18 @@ class MemoryTableStore(TableStore):
             a, b = max(start, lo) - lo, (min(end, hi) if end is not None else hi) - lo
             part = table.slice(a, b - a)
             cols = list(columns) if columns else [f.name for f in meta.schema]
-            arrays = [part.column(c) if c in part.column_names else pa.nulls(part.num_rows, meta.schema.field(c).type)
-                      for c in cols]
+            arrays = [
+                part.column(c)
+                if c in part.column_names
+                else pa.nulls(part.num_rows, meta.schema.field(c).type)
+                for c in cols
+            ]
             names = list(cols)
-            arrays += [pa.array(range(lo + a, lo + b), pa.int64()), pa.array([bucket] * part.num_rows, pa.int32()),
-                       pa.array([int(info.commit_ts * 1e6)] * part.num_rows, pa.int64()).cast(TS_TYPE)]
+            arrays += [
+                pa.array(range(lo + a, lo + b), pa.int64()),
+                pa.array([bucket] * part.num_rows, pa.int32()),
+                pa.array([int(info.commit_ts * 1e6)] * part.num_rows, pa.int64()).cast(TS_TYPE),
+            ]
             names += [OFFSET, BUCKET, TS]
             if meta.is_primary_key:
                 arrays.append(part.column(CHANGE))
@@ -142,9 +151,17 @@ class MemoryTableStore(TableStore):
         meta = self.get_table(name)
         if meta.is_primary_key:
             return pa.Table.from_pylist(list(self._state[name].values()), schema=meta.schema)
-        parts = [pa.Table.from_arrays([t.column(f.name) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
-                                       for f in meta.schema], schema=meta.schema)
-                 for log in self._logs[name] for _, t in log]
+        parts = [
+            pa.Table.from_arrays(
+                [
+                    t.column(f.name) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+                    for f in meta.schema
+                ],
+                schema=meta.schema,
+            )
+            for log in self._logs[name]
+            for _, t in log
+        ]
         return pa.concat_tables(parts) if parts else meta.schema.empty_table()
 
     def lookup(self, name, keys):

@@ -30,12 +30,18 @@ def test_tier_run_then_query(run_cli, home):
     assert json.loads(out)["tables"]["ods.clicks"]["committed"] is False
     # the lake is a plain Iceberg table for any engine with the printed catalog settings
     config = Project.open().config
-    table = load_catalog(config.get("lake.catalog_name"), **config.lake_catalog_properties).load_table("ods.clicks")
+    table = load_catalog(config.get("lake.catalog_name"), **config.lake_catalog_properties).load_table(
+        "ods.clicks"
+    )
     assert table.scan().to_arrow().num_rows == 20
-    code, out, err = run_cli("query", "SELECT count(*) AS n, max(item) AS top FROM ods.clicks", "--format", "json")
+    code, out, err = run_cli(
+        "query", "SELECT count(*) AS n, max(item) AS top FROM ods.clicks", "--format", "json"
+    )
     assert code == 0, err
     assert json.loads(out) == [{"n": 20, "top": 19}]
-    code, out, _ = run_cli("query", "SELECT user_id, count(*) n FROM ods.clicks GROUP BY 1 ORDER BY 1", "--format", "csv")
+    code, out, _ = run_cli(
+        "query", "SELECT user_id, count(*) n FROM ods.clicks GROUP BY 1 ORDER BY 1", "--format", "csv"
+    )
     assert out.splitlines()[0] == "user_id,n" and len(out.splitlines()) == 8
     code, out, _ = run_cli("query", "SELECT item FROM ods.clicks ORDER BY item LIMIT 2")
     assert code == 0 and "(2 rows)" in out
@@ -68,8 +74,14 @@ def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, p
     project.store.create_table(TableMeta("ods.events", CLICKS))
     project.store.write("ods.events", clicks(4), writer="test", seq=0)
     project.store.create_table(TableMeta("ods.unrelated", CLICKS))
-    project.store.create_table(TableMeta("ads.top_users", pa.schema([("rank", pa.int32()), ("user_id", pa.string())]),
-                                         kind="primary_key", primary_key=("rank",)))
+    project.store.create_table(
+        TableMeta(
+            "ads.top_users",
+            pa.schema([("rank", pa.int32()), ("user_id", pa.string())]),
+            kind="primary_key",
+            primary_key=("rank",),
+        )
+    )
     # only the flow's tables that exist in the hot storage, each with its own interval
     assert project.tier_tables("ecommerce_activity") == {"ods.events": 30.0, "ads.top_users": 10.0}
     project.close()

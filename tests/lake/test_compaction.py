@@ -21,8 +21,11 @@ def task(size: int, partition=(), name: str = "") -> SimpleNamespace:
 def test_similar_sizes_group_together_and_an_8x_gap_splits():
     sizes = [15_900] * 5 + [16_100] * 5 + [1_600_000] + [2_000_000] + [200]
     groups = similar_size_groups([task(s) for s in sizes])
-    assert [sorted(t.file.file_size_in_bytes for t in g) for g in groups] == \
-        [[200], [15_900] * 5 + [16_100] * 5, [1_600_000, 2_000_000]]
+    assert [sorted(t.file.file_size_in_bytes for t in g) for g in groups] == [
+        [200],
+        [15_900] * 5 + [16_100] * 5,
+        [1_600_000, 2_000_000],
+    ]
 
 
 def test_a_full_tier_merges_without_the_big_files():
@@ -69,7 +72,7 @@ def test_compacted_files_at_the_target_are_never_rewritten(store, lake):
     tier_until_compacted()
     files = {t.file.file_path: t.file.file_size_in_bytes for t in lake.load("ods.clicks").scan().plan_files()}
     assert len(files) == 1, files
-    (first, size), = files.items()
+    ((first, size),) = files.items()
     # the first compaction's output is now "big": it must stay as it is, while the small files (each well
     # under half of it) still merge, in pairs or more
     lake.compact_target_bytes = size
@@ -78,5 +81,4 @@ def test_compacted_files_at_the_target_are_never_rewritten(store, lake):
     assert first in now and len(now) < 1 + lake.compact_min_files, now
     lake_data = lake.load("ods.clicks").scan().to_arrow()
     assert lake_data.num_rows == cycle * 500
-    assert rows_of(lake_data.select(CLICKS.names)) == \
-        rows_of(store.scan("ods.clicks").select(CLICKS.names))
+    assert rows_of(lake_data.select(CLICKS.names)) == rows_of(store.scan("ods.clicks").select(CLICKS.names))

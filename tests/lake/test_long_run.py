@@ -28,24 +28,39 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
     cycles = scale(200, 1000)
     lake.max_snapshots = 20
     store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
-    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2))
+    store.create_table(
+        TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
+    )
     timings: dict[str, list[float]] = {"ods.clicks": [], "dws.activity": []}
     notes = []
     for i in range(cycles):
         store.write("ods.clicks", clicks(10, start=i * 10), writer="w", seq=i)
-        store.write("dws.activity", pa.Table.from_pylist(
-            [{"user_id": f"u{(i * 7 + k) % 50}", "events": i, "last_item": str(k), CHANGE: "+U"} for k in range(5)],
-            schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))), writer="w", seq=i)
+        store.write(
+            "dws.activity",
+            pa.Table.from_pylist(
+                [
+                    {"user_id": f"u{(i * 7 + k) % 50}", "events": i, "last_item": str(k), CHANGE: "+U"}
+                    for k in range(5)
+                ],
+                schema=ACTIVITY.append(pa.field(CHANGE, pa.string())),
+            ),
+            writer="w",
+            seq=i,
+        )
         for name, values in timings.items():
-            started = time.process_time()  # CPU time of this process: the machine is shared, wall time is noisy
+            started = (
+                time.process_time()
+            )  # CPU time of this process: the machine is shared, wall time is noisy
             result = tier_table(store, lake, name)
             values.append(time.process_time() - started)
             assert result.committed
             notes.extend(result.maintenance)
     window = max(10, cycles // 10)
     for name, values in timings.items():
-        first, last = statistics.median(values[5:5 + window]), statistics.median(values[-window:])
-        print(f"{name}: median cycle CPU {first * 1000:.0f} ms at the start, {last * 1000:.0f} ms after {cycles} cycles")
+        first, last = statistics.median(values[5 : 5 + window]), statistics.median(values[-window:])
+        print(
+            f"{name}: median cycle CPU {first * 1000:.0f} ms at the start, {last * 1000:.0f} ms after {cycles} cycles"
+        )
         assert last <= 2 * first, f"{name}: {last:.3f}s vs {first:.3f}s"
         table = lake.load(name)
         assert len(table.snapshots()) <= lake.max_snapshots

@@ -41,23 +41,42 @@ def project(tmp_path):
     (tmp_path / "tidehouse.yaml").write_text("storage: {fsync: false}\ntiering: {max_snapshots: 100000}\n")
     project = Project.open(home=tmp_path / "home", project_dir=tmp_path)
     project.store.create_table(TableMeta(LOG, CLICKS, buckets=2, bucket_key=("user_id",)))
-    project.store.create_table(TableMeta(PK, ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2))
+    project.store.create_table(
+        TableMeta(PK, ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
+    )
     yield project
     project.close()
 
 
 def write_round(project: Project, rng: random.Random, seq: int) -> None:
     project.store.write(LOG, clicks(rng.randrange(1, 30), start=seq * 100), writer="t", seq=seq)
-    rows = [{"user_id": f"u{rng.randrange(25)}", "events": rng.randrange(99), "last_item": "x",
-             CHANGE: "-D" if rng.random() < 0.2 else "+U"} for _ in range(rng.randrange(1, 15))]
-    project.store.write(PK, pa.Table.from_pylist(rows, schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))),
-                        writer="t", seq=seq)
+    rows = [
+        {
+            "user_id": f"u{rng.randrange(25)}",
+            "events": rng.randrange(99),
+            "last_item": "x",
+            CHANGE: "-D" if rng.random() < 0.2 else "+U",
+        }
+        for _ in range(rng.randrange(1, 15))
+    ]
+    project.store.write(
+        PK,
+        pa.Table.from_pylist(rows, schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))),
+        writer="t",
+        seq=seq,
+    )
 
 
 def worker(project: Project, *extra: str, tables: str = f"{LOG},{PK}") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, str(WORKER), str(project.home), tables, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(project.home), tables, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def assert_exactly_once(project: Project) -> None:
@@ -86,7 +105,9 @@ def assert_chain(project: Project, name: str) -> None:
         now = [offsets[str(b)] for b in range(len(offsets))]
         compaction = snap.summary.additional_properties.get("tidehouse.compaction") == "true"
         if previous is not None:
-            assert all(a <= b for a, b in zip(previous, now)), f"{name}: offsets went back {previous} -> {now}"
+            assert all(a <= b for a, b in zip(previous, now)), (
+                f"{name}: offsets went back {previous} -> {now}"
+            )
             assert compaction or now != previous, f"{name}: an empty range was committed"
         previous = now
 
@@ -96,13 +117,17 @@ def test_kill_9_before_and_after_the_lake_commit(project, seed):
     seq = iter(range(10**6))
     for round_no in range(scale(5, 50)):
         write_round(project, rng, next(seq))
-        before = [lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)]
+        before = [
+            lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)
+        ]
         point = f"{rng.randint(1, 2)}:{rng.choice(['before', 'after'])}"
         proc = worker(project, "--crash", point)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, f"worker did not crash at {point}: {proc.returncode} {err}"
         # a crash before the commit leaves the offsets; after it, they moved; never anything in between
-        after = [lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)]
+        after = [
+            lake_offsets(project.lake.load(n), 2)[0] if project.lake.exists(n) else [0, 0] for n in (LOG, PK)
+        ]
         ends = [project.store.end_offsets(n) for n in (LOG, PK)]
         for b, a, e in zip(before, after, ends):
             assert a in (b, e), f"round {round_no} ({point}): lake offsets {a}, expected {b} or {e}"
@@ -141,8 +166,10 @@ def test_four_processes_tier_the_same_tables_exactly_once(project, seed):
             write_round(project, rng, round_no)
             ends = {n: project.store.end_offsets(n) for n in (LOG, PK)}
             deadline = time.monotonic() + 60
-            while any(not project.lake.exists(n) or lake_offsets(project.lake.load(n), 2)[0] != ends[n]
-                      for n in (LOG, PK)):
+            while any(
+                not project.lake.exists(n) or lake_offsets(project.lake.load(n), 2)[0] != ends[n]
+                for n in (LOG, PK)
+            ):
                 assert time.monotonic() < deadline, "the workers did not catch up"
                 dead = [p for p in procs if p.poll() is not None]
                 assert not dead, f"a worker died: {dead[0].communicate()[1][-3000:]}"
@@ -154,7 +181,9 @@ def test_four_processes_tier_the_same_tables_exactly_once(project, seed):
         assert proc.returncode == 0, err
     lines = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
     commits = [c for c in lines if not c.get("conflict")]
-    print(f"commits: {len(commits)}, cycles that gave up after repeated conflicts: {len(lines) - len(commits)}")
+    print(
+        f"commits: {len(commits)}, cycles that gave up after repeated conflicts: {len(lines) - len(commits)}"
+    )
     for name in (LOG, PK):
         ranges = sorted((tuple(c["before"]), tuple(c["after"])) for c in commits if c["table"] == name)
         starts = [r[0] for r in ranges]

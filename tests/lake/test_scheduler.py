@@ -32,8 +32,13 @@ def test_service_tiers_every_table_on_its_interval(mem, lake):
         for seq in range(3):
             mem.write("ods.a", clicks(5, seq * 5), writer="w", seq=seq)
             mem.write("ods.b", clicks(2, seq * 2), writer="w", seq=seq)
-            assert wait_until(lambda: all(lake.exists(n) and lake_offsets(lake.load(n), 1)[0] == mem.end_offsets(n)
-                                          for n in ("ods.a", "ods.b")), timeout=20)
+            assert wait_until(
+                lambda: all(
+                    lake.exists(n) and lake_offsets(lake.load(n), 1)[0] == mem.end_offsets(n)
+                    for n in ("ods.a", "ods.b")
+                ),
+                timeout=20,
+            )
     stats = service.summary()
     assert stats["ods.a"]["commits"] == 3 and stats["ods.b"]["commits"] == 3
     assert stats["ods.a"]["errors"] == 0 and not service.running
@@ -66,12 +71,15 @@ def test_no_overlap_and_no_silent_drop_when_a_cycle_is_slower_than_its_interval(
 
 def test_a_failing_table_does_not_stop_the_others(mem, lake):
     errors = []
-    service = TieringService((mem, lake), {"ods.a": 0.1, "ods.missing": 0.1},
-                             on_error=lambda t, e: errors.append(t))
+    service = TieringService(
+        (mem, lake), {"ods.a": 0.1, "ods.missing": 0.1}, on_error=lambda t, e: errors.append(t)
+    )
     mem.write("ods.a", clicks(3), writer="w", seq=0)
     with service:
-        assert wait_until(lambda: service.stats["ods.missing"].errors >= 3 and service.stats["ods.a"].commits == 1,
-                          timeout=20)
+        assert wait_until(
+            lambda: service.stats["ods.missing"].errors >= 3 and service.stats["ods.a"].commits == 1,
+            timeout=20,
+        )
     assert "TH300" in service.stats["ods.missing"].last_error and set(errors) == {"ods.missing"}
     report = service.run_all_now()
     assert "TH300" in report.errors["ods.missing"] and not report.results["ods.a"].committed

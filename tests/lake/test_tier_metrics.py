@@ -16,8 +16,12 @@ def _scrape(url: str) -> dict:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return {(s.name, s.labels.get("table")): s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name.startswith("tidehouse_")}
+    return {
+        (s.name, s.labels.get("table")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith("tidehouse_")
+    }
 
 
 def test_a_tiering_service_serves_its_figures_per_table(lake):
@@ -77,8 +81,10 @@ def test_tier_schedule_serves_metrics_while_it_runs_and_stops_with_it(project_di
     code, out, err = run_cli("tier", "schedule", "--duration", "4")  # signal handlers: the main thread's
     watcher.join(timeout=60)
     assert code == 0, err
-    assert seen[("tidehouse_tiering_commits_total", "ods.a")] == 1 and seen[("tidehouse_tiering_interval_seconds",
-                                                                              "ods.a")] == 30.0
+    assert (
+        seen[("tidehouse_tiering_commits_total", "ods.a")] == 1
+        and seen[("tidehouse_tiering_interval_seconds", "ods.a")] == 30.0
+    )
     try:
         urllib.request.urlopen(url, timeout=5)
         raise AssertionError("the endpoint outlived tier schedule")

@@ -52,8 +52,9 @@ def _apply(state: dict, batch: list[dict]) -> None:
 @pytest.mark.parametrize("buckets", [1, 4])
 def test_primary_key_table_with_updates_and_deletes(store, lake, seed, buckets):
     rng = random.Random(seed)
-    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",),
-                                 buckets=buckets))
+    store.create_table(
+        TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=buckets)
+    )
     expected: dict = {}
     for seq in range(12):
         batch = []
@@ -62,11 +63,21 @@ def test_primary_key_table_with_updates_and_deletes(store, lake, seed, buckets):
             if rng.random() < 0.25:
                 batch.append({"user_id": user, "events": None, "last_item": None, CHANGE: "-D"})
             else:
-                batch.append({"user_id": user, "events": rng.randrange(100), "last_item": f"i{rng.randrange(9)}",
-                              CHANGE: "+U"})
+                batch.append(
+                    {
+                        "user_id": user,
+                        "events": rng.randrange(100),
+                        "last_item": f"i{rng.randrange(9)}",
+                        CHANGE: "+U",
+                    }
+                )
         if batch:
-            store.write("dws.activity", pa.Table.from_pylist(batch, schema=ACTIVITY.append(
-                pa.field(CHANGE, pa.string()))), writer="w", seq=seq)
+            store.write(
+                "dws.activity",
+                pa.Table.from_pylist(batch, schema=ACTIVITY.append(pa.field(CHANGE, pa.string()))),
+                writer="w",
+                seq=seq,
+            )
             _apply(expected, batch)
         if rng.random() < 0.6 or seq == 11:
             tier_table(store, lake, "dws.activity")
@@ -76,17 +87,39 @@ def test_primary_key_table_with_updates_and_deletes(store, lake, seed, buckets):
 
 def test_composite_primary_key(store, lake):
     schema = pa.schema([("shop", pa.string()), ("day", pa.int32()), ("total", pa.float64())])
-    store.create_table(TableMeta("ads.totals", schema, kind="primary_key", primary_key=("shop", "day"), buckets=2))
+    store.create_table(
+        TableMeta("ads.totals", schema, kind="primary_key", primary_key=("shop", "day"), buckets=2)
+    )
     t = lambda rows: pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))
-    store.write("ads.totals", t([{"shop": "a", "day": 1, "total": 1.0, CHANGE: "+I"},
-                                 {"shop": "a", "day": 2, "total": 2.0, CHANGE: "+I"},
-                                 {"shop": "b", "day": 1, "total": 3.0, CHANGE: "+I"}]), writer="w", seq=0)
+    store.write(
+        "ads.totals",
+        t(
+            [
+                {"shop": "a", "day": 1, "total": 1.0, CHANGE: "+I"},
+                {"shop": "a", "day": 2, "total": 2.0, CHANGE: "+I"},
+                {"shop": "b", "day": 1, "total": 3.0, CHANGE: "+I"},
+            ]
+        ),
+        writer="w",
+        seq=0,
+    )
     tier_table(store, lake, "ads.totals")
-    store.write("ads.totals", t([{"shop": "a", "day": 1, "total": 10.0, CHANGE: "+U"},
-                                 {"shop": "b", "day": 1, "total": None, CHANGE: "-D"}]), writer="w", seq=1)
+    store.write(
+        "ads.totals",
+        t(
+            [
+                {"shop": "a", "day": 1, "total": 10.0, CHANGE: "+U"},
+                {"shop": "b", "day": 1, "total": None, CHANGE: "-D"},
+            ]
+        ),
+        writer="w",
+        seq=1,
+    )
     tier_table(store, lake, "ads.totals")
-    assert lake_rows(lake, "ads.totals") == [{"shop": "a", "day": 1, "total": 10.0},
-                                             {"shop": "a", "day": 2, "total": 2.0}]
+    assert lake_rows(lake, "ads.totals") == [
+        {"shop": "a", "day": 1, "total": 10.0},
+        {"shop": "a", "day": 2, "total": 2.0},
+    ]
     assert lake.load("ads.totals").schema().identifier_field_names() == {"shop", "day"}
 
 
@@ -96,7 +129,9 @@ def test_schema_evolution_adds_lake_columns(store, lake):
     tier_table(store, lake, "ods.clicks")
     wider = CLICKS.append(pa.field("country", pa.string()))
     store.create_table(TableMeta("ods.clicks", wider))
-    store.write("ods.clicks", clicks(3, start=5).append_column("country", pa.array(["fr"] * 3)), writer="w", seq=1)
+    store.write(
+        "ods.clicks", clicks(3, start=5).append_column("country", pa.array(["fr"] * 3)), writer="w", seq=1
+    )
     tier_table(store, lake, "ods.clicks")
     rows = lake_rows(lake, "ods.clicks")
     assert sorted(r["country"] or "" for r in rows) == [""] * 5 + ["fr"] * 3
@@ -119,11 +154,16 @@ def test_lake_status_reports_backlog_and_delay(store, lake):
 
 def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake, config):
     lake.max_snapshots = 6
-    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2))
+    store.create_table(
+        TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
+    )
     schema = ACTIVITY.append(pa.field(CHANGE, pa.string()))
     expired = 0
     for seq in range(30):
-        rows = [{"user_id": f"u{(seq * 3 + k) % 11}", "events": seq, "last_item": "x", CHANGE: "+U"} for k in range(3)]
+        rows = [
+            {"user_id": f"u{(seq * 3 + k) % 11}", "events": seq, "last_item": "x", CHANGE: "+U"}
+            for k in range(3)
+        ]
         store.write("dws.activity", pa.Table.from_pylist(rows, schema=schema), writer="w", seq=seq)
         result = tier_table(store, lake, "dws.activity")
         expired += sum(int(n.split()[1]) for n in result.maintenance if n.startswith("expired"))

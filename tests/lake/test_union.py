@@ -23,16 +23,30 @@ def filled(store, lake):
     """ods.clicks with 30 rows tiered and 12 hot only; dws.activity with lake state and hot changes after it."""
     store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
     store.write("ods.clicks", clicks(30), writer="w", seq=0)
-    store.create_table(TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2))
-    store.write("dws.activity", changes([{"user_id": f"u{i}", "events": i, "last_item": "a", CHANGE: "+I"}
-                                         for i in range(6)]), writer="w", seq=0)
+    store.create_table(
+        TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
+    )
+    store.write(
+        "dws.activity",
+        changes([{"user_id": f"u{i}", "events": i, "last_item": "a", CHANGE: "+I"} for i in range(6)]),
+        writer="w",
+        seq=0,
+    )
     tier_table(store, lake, "ods.clicks")
     tier_table(store, lake, "dws.activity")
     store.write("ods.clicks", clicks(12, start=30), writer="w", seq=1)
-    store.write("dws.activity", changes([{"user_id": "u1", "events": 100, "last_item": "b", CHANGE: "+U"},
-                                         {"user_id": "u2", "events": None, "last_item": None, CHANGE: "-D"},
-                                         {"user_id": "u9", "events": 9, "last_item": "c", CHANGE: "+I"}]),
-                 writer="w", seq=1)
+    store.write(
+        "dws.activity",
+        changes(
+            [
+                {"user_id": "u1", "events": 100, "last_item": "b", CHANGE: "+U"},
+                {"user_id": "u2", "events": None, "last_item": None, CHANGE: "-D"},
+                {"user_id": "u9", "events": 9, "last_item": "c", CHANGE: "+I"},
+            ]
+        ),
+        writer="w",
+        seq=1,
+    )
     return store, lake
 
 
@@ -43,7 +57,9 @@ def test_log_union_is_lake_plus_hot_tail(filled):
     assert rows_of(out) == rows_of(store.scan("ods.clicks"))
     lake_only = union_query(store, lake, "SELECT count(*) AS n FROM ods.clicks$lake")
     assert lake_only.to_pylist() == [{"n": 30}]
-    log = union_query(store, lake, 'SELECT max("__offset") + 1 AS n, count(*) AS c FROM ods."clicks$changelog"')
+    log = union_query(
+        store, lake, 'SELECT max("__offset") + 1 AS n, count(*) AS c FROM ods."clicks$changelog"'
+    )
     assert log.column("c").to_pylist() == [42]
 
 
@@ -56,15 +72,23 @@ def test_pk_union_hot_wins(filled):
     assert out.filter(pa.compute.equal(out.column("user_id"), "u1")).column("events").to_pylist() == [100]
     lake_only = union_query(store, lake, "SELECT user_id FROM dws.activity$lake ORDER BY 1")
     assert lake_only.column("user_id").to_pylist() == [f"u{i}" for i in range(6)]
-    kinds = union_query(store, lake, "SELECT __change, count(*) n FROM dws.activity$changelog GROUP BY 1 ORDER BY 1")
-    assert dict(zip(kinds.column(0).to_pylist(), kinds.column(1).to_pylist())) == {"+I": 7, "+U": 1, "-D": 1,
-                                                                                   "-U": 1}
+    kinds = union_query(
+        store, lake, "SELECT __change, count(*) n FROM dws.activity$changelog GROUP BY 1 ORDER BY 1"
+    )
+    assert dict(zip(kinds.column(0).to_pylist(), kinds.column(1).to_pylist())) == {
+        "+I": 7,
+        "+U": 1,
+        "-D": 1,
+        "-U": 1,
+    }
 
 
 def test_join_and_string_literals_are_untouched(filled):
     store, lake = filled
-    sql = ("SELECT 'ods.clicks' AS label, count(*) AS n FROM ods.clicks c "
-           "JOIN dws.activity a USING (user_id) -- ods.nothing\n WHERE a.user_id <> 'dws.activity'")
+    sql = (
+        "SELECT 'ods.clicks' AS label, count(*) AS n FROM ods.clicks c "
+        "JOIN dws.activity a USING (user_id) -- ods.nothing\n WHERE a.user_id <> 'dws.activity'"
+    )
     refs = referenced_tables(sql, {"ods.clicks", "dws.activity", "ods.nothing"})
     assert sorted(r.table for r in refs) == ["dws.activity", "ods.clicks"]
     out = union_query(store, lake, sql).to_pylist()

@@ -105,14 +105,20 @@ layers:
 
 ORACLE = {
     "ods.clicks": "SELECT user_id, event_type, item_id, price, ts FROM raw",
-    "dwd.clicks": ("SELECT user_id, lower(event_type) AS event_type, item_id, price, ts FROM raw "
-                   "WHERE lower(event_type) IN ('click', 'view', 'buy') AND price >= 1.0"),
-    "dws.user_activity": ("SELECT user_id, count(*) AS events, sum(price) AS spend FROM raw "
-                          "WHERE lower(event_type) IN ('click', 'view', 'buy') AND price >= 1.0 GROUP BY user_id"),
+    "dwd.clicks": (
+        "SELECT user_id, lower(event_type) AS event_type, item_id, price, ts FROM raw "
+        "WHERE lower(event_type) IN ('click', 'view', 'buy') AND price >= 1.0"
+    ),
+    "dws.user_activity": (
+        "SELECT user_id, count(*) AS events, sum(price) AS spend FROM raw "
+        "WHERE lower(event_type) IN ('click', 'view', 'buy') AND price >= 1.0 GROUP BY user_id"
+    ),
 }
 ORACLE["ads.low_users"] = f"SELECT user_id, events FROM ({ORACLE['dws.user_activity']}) WHERE events < 3"
-ORACLE["ads.top_users"] = (f"SELECT * FROM (SELECT row_number() OVER (ORDER BY events DESC, user_id ASC) AS rank, "
-                           f"user_id, events FROM ({ORACLE['dws.user_activity']})) WHERE rank <= 3")
+ORACLE["ads.top_users"] = (
+    f"SELECT * FROM (SELECT row_number() OVER (ORDER BY events DESC, user_id ASC) AS rank, "
+    f"user_id, events FROM ({ORACLE['dws.user_activity']})) WHERE rank <= 3"
+)
 
 
 def write_project(root: Path, flow: str = FLOW, actions: dict | None = None) -> Path:
@@ -127,13 +133,17 @@ def write_project(root: Path, flow: str = FLOW, actions: dict | None = None) -> 
 def make_events(rng: random.Random, n: int, users: int = 8, bad: int = 2) -> list[str]:
     lines = []
     for i in range(n):
-        lines.append(json.dumps({
-            "user_id": f"u{rng.randrange(users)}",
-            "event_type": rng.choice(["click", "VIEW", "buy", "hover"]),
-            "item_id": f"i{rng.randrange(20)}",
-            "price": round(rng.uniform(0, 20), 2),
-            "ts": f"2024-01-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z",
-        }))
+        lines.append(
+            json.dumps(
+                {
+                    "user_id": f"u{rng.randrange(users)}",
+                    "event_type": rng.choice(["click", "VIEW", "buy", "hover"]),
+                    "item_id": f"i{rng.randrange(20)}",
+                    "price": round(rng.uniform(0, 20), 2),
+                    "ts": f"2024-01-01T00:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z",
+                }
+            )
+        )
     for _ in range(bad):
         lines.insert(rng.randrange(len(lines) + 1), "{this is not json")
     return lines
@@ -156,11 +166,15 @@ def oracle_connection(all_lines: list[str]):
             rows.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-    raw = pa.table({
-        "user_id": [r["user_id"] for r in rows], "event_type": [r["event_type"] for r in rows],
-        "item_id": [r["item_id"] for r in rows], "price": pa.array([r["price"] for r in rows], pa.float64()),
-        "ts": pa.array([r["ts"] for r in rows]).cast(pa.timestamp("us", tz="UTC")),
-    })
+    raw = pa.table(
+        {
+            "user_id": [r["user_id"] for r in rows],
+            "event_type": [r["event_type"] for r in rows],
+            "item_id": [r["item_id"] for r in rows],
+            "price": pa.array([r["price"] for r in rows], pa.float64()),
+            "ts": pa.array([r["ts"] for r in rows]).cast(pa.timestamp("us", tz="UTC")),
+        }
+    )
     con = duckdb.connect()
     con.register("raw", raw)
     return con

@@ -57,15 +57,17 @@ def test_lookup_expectations_and_full_refresh(spark, project_dir, seed):
         store = project.store
         assert store.scan("dwd.clicks").num_rows == len(kept)
         assert report.tables["dwd.clicks"]["expectations"]["cheap"] == len(quarantined)
-        assert report.tables["dwd.clicks"]["dropped"] == len([r for r in clean if r["price"] < 15
-                                                              and r["user_id"] == "u0"])
+        assert report.tables["dwd.clicks"]["dropped"] == len(
+            [r for r in clean if r["price"] < 15 and r["user_id"] == "u0"]
+        )
         q = store.scan("dwd.clicks__quarantine")
         assert q.num_rows == len(quarantined)
         assert set(q.column("reason").to_pylist()) <= {"expectation cheap failed: price < 15"}
         # the lookup saw the complete aggregation (the backfill starts it after its upstream caught up)
         expected = {(c, r["item_id"], r["user_id"]) for r in kept for c in [counts[r["user_id"]]]}
-        assert {(r["user_events"], r["item_id"], r["user_id"]) for r in store.scan("dws.enriched").to_pylist()} \
-            == expected
+        assert {
+            (r["user_events"], r["item_id"], r["user_id"]) for r in store.scan("dws.enriched").to_pylist()
+        } == expected
         before = canon(store.scan("dws.user_activity"))
         # full refresh of dwd.clicks rebuilds it and everything downstream, once
         project.trigger("features", until_idle=True, spark=spark, full_refresh=["dwd.clicks"])

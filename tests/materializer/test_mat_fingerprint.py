@@ -22,18 +22,39 @@ from materializer.plan import (
 
 UPSTREAM = {"source:raw": "f" * 64, "dwd.users": "e" * 64}
 PLAN = TablePlan(
-    name="dws.spend", layer="dws", kind="primary_key", strategy="aggregate", reason="a GROUP BY",
-    action="sum_by_key@3", action_path="actions/sum_by_key.sql", sql_line=9,
+    name="dws.spend",
+    layer="dws",
+    kind="primary_key",
+    strategy="aggregate",
+    reason="a GROUP BY",
+    action="sum_by_key@3",
+    action_path="actions/sum_by_key.sql",
+    sql_line=9,
     sql="SELECT IDENTIFIER(:key), sum(v) AS v FROM events GROUP BY 1",
-    params=(Param("key", "string", "user_id"), Param("weights", "map<string,double>", {"a": 1.5}),
-            Param("tags", "array<string>", ["x", "y"])),
-    inputs=(Input("events", "source:raw", "source", "`v` double", ()),
-            Input("users", "dwd.users", "primary_key", "`user_id` string", ("user_id",))),
-    ddl="`user_id` string, `v` double", primary_key=("user_id",), merge_engine="aggregate",
-    aggregations=(("v", "sum"),), buckets=4, bucket_key=("user_id",), trigger=1.0, tiering_interval=30.0,
-    expect=(Expectation("positive", "v >= 0", "quarantine"),), quarantine="dws.spend__quarantine",
-    fingerprint="", checkpoint="", passthrough=False,
-    exceptions=(BatchException("lookup", "users is read as of each micro-batch"),), freshness=60.0,
+    params=(
+        Param("key", "string", "user_id"),
+        Param("weights", "map<string,double>", {"a": 1.5}),
+        Param("tags", "array<string>", ["x", "y"]),
+    ),
+    inputs=(
+        Input("events", "source:raw", "source", "`v` double", ()),
+        Input("users", "dwd.users", "primary_key", "`user_id` string", ("user_id",)),
+    ),
+    ddl="`user_id` string, `v` double",
+    primary_key=("user_id",),
+    merge_engine="aggregate",
+    aggregations=(("v", "sum"),),
+    buckets=4,
+    bucket_key=("user_id",),
+    trigger=1.0,
+    tiering_interval=30.0,
+    expect=(Expectation("positive", "v >= 0", "quarantine"),),
+    quarantine="dws.spend__quarantine",
+    fingerprint="",
+    checkpoint="",
+    passthrough=False,
+    exceptions=(BatchException("lookup", "users is read as of each micro-batch"),),
+    freshness=60.0,
 )
 
 
@@ -41,12 +62,19 @@ def _released_fingerprint(plan: TablePlan, upstream) -> str:
     """The payload materializer/analyze.py wrote by hand before the fingerprint was derived (verbatim, over
     the plan's values)."""
     payload = {
-        "name": plan.name, "kind": plan.kind, "strategy": plan.strategy, "sql": plan.sql,
+        "name": plan.name,
+        "kind": plan.kind,
+        "strategy": plan.strategy,
+        "sql": plan.sql,
         "params": [(p.name, p.type, p.value) for p in plan.params],
         "inputs": [(i.name, i.ref, upstream[i.ref]) for i in plan.inputs],
-        "ddl": plan.ddl, "pk": plan.primary_key, "merge": plan.merge_engine,
-        "aggs": sorted(dict(plan.aggregations).items()), "buckets": int(plan.buckets),
-        "bucket_key": tuple(plan.bucket_key), "expect": [(e.name, e.condition, e.on_violation) for e in plan.expect],
+        "ddl": plan.ddl,
+        "pk": plan.primary_key,
+        "merge": plan.merge_engine,
+        "aggs": sorted(dict(plan.aggregations).items()),
+        "buckets": int(plan.buckets),
+        "bucket_key": tuple(plan.bucket_key),
+        "expect": [(e.name, e.condition, e.on_violation) for e in plan.expect],
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -85,7 +113,10 @@ def test_every_field_is_in_the_fingerprint_unless_excluded_on_purpose(field):
     if field == "inputs":  # an input is in by its name, its ref and the fingerprint of what it reads
         assert table_fingerprint(changed, {**UPSTREAM, "dwd.users": "d" * 64}) != before
         kind_only = dataclasses.replace(PLAN.inputs[1], kind="log", ddl="`x` int")
-        assert table_fingerprint(dataclasses.replace(PLAN, inputs=(PLAN.inputs[0], kind_only)), UPSTREAM) == before
+        assert (
+            table_fingerprint(dataclasses.replace(PLAN, inputs=(PLAN.inputs[0], kind_only)), UPSTREAM)
+            == before
+        )
         return
     after = table_fingerprint(changed, UPSTREAM)
     assert (after == before) == (field in NOT_FINGERPRINTED), field

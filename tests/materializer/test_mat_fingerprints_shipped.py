@@ -58,7 +58,10 @@ def test_shipped_flows_keep_their_fingerprints(spark, project_dir):
             resolved = project._resolve(project_dir / "flows" / f"{flow}.yaml", register=True)
             plan = build_plan(project, resolved, spark, upstream=upstream)
             upstream.update({t.name: t for t in plan.tables})
-            got[flow] = {**{s.ref: s.fingerprint for s in plan.sources}, **{t.name: t.fingerprint for t in plan.tables}}
+            got[flow] = {
+                **{s.ref: s.fingerprint for s in plan.sources},
+                **{t.name: t.fingerprint for t in plan.tables},
+            }
     finally:
         project.close()
     assert got == PINNED

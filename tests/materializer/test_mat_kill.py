@@ -40,13 +40,29 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
     log_path = project_dir.parent / "trigger.log"
     log_file = open(log_path, "wb")  # a file, not a pipe: a full pipe would block the child
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from runtime.cli import run; run()", "flow", "trigger", "flows/testflow.yaml",
-         "--duration", "300"],
-        cwd=project_dir, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-c",
+            "from runtime.cli import run; run()",
+            "flow",
+            "trigger",
+            "flows/testflow.yaml",
+            "--duration",
+            "300",
+        ],
+        cwd=project_dir,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         store = open_store(str(home / "hot"))
-        _wait(lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
-              420, "the first aggregation batch")
+        _wait(
+            lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
+            420,
+            "the first aggregation batch",
+        )
         more = make_events(rng, 40)
         write_batch(project_dir, "part-1", more)
         lines += more

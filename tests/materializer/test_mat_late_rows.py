@@ -100,8 +100,10 @@ def test_rows_later_than_the_watermark_are_counted_in_status(spark, project_dir,
     # the stream dropped them; a batch run counts them: the table lacks exactly their windows
     project = Project.open()
     try:
-        kept = {(r["user_id"], r["window_start"].strftime("%Y-%m-%dT%H:%M"))
-                for r in project.store.scan("dws.per_minute").to_pylist()}
+        kept = {
+            (r["user_id"], r["window_start"].strftime("%Y-%m-%dT%H:%M"))
+            for r in project.store.scan("dws.per_minute").to_pylist()
+        }
         everything = _windows(on_time_1 + on_time_2 + late + on_time_3)
         assert kept == everything - _windows(late)
         assert sum(project.store.end_offsets("ods.clicks")) == len(on_time_1 + on_time_2 + late + on_time_3)

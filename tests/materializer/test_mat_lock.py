@@ -30,7 +30,8 @@ def test_trigger_refuses_before_planning_or_registering(tmp_path, monkeypatch):
     flow.write_text(
         "flow: orders\n"
         "sources:\n  raw: {format: json, path: data/orders, schema: 'id string'}\n"
-        "layers:\n  ods:\n    orders: {action: ingest, inputs: {raw: raw}}\n")
+        "layers:\n  ods:\n    orders: {action: ingest, inputs: {raw: raw}}\n"
+    )
     project = Project.open(home=tmp_path / "home", project_dir=tmp_path)
     monkeypatch.setattr(Project, "plan", lambda *a, **k: pytest.fail("planned while locked"))
     held = RunLock(project.config.run_dir, "orders")

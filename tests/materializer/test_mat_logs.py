@@ -16,8 +16,9 @@ from tests.materializer._flowkit import make_events, write_batch
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(spark, project_dir, test_flow, seed,
-                                                                         run_cli):
+def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(
+    spark, project_dir, test_flow, seed, run_cli
+):
     (project_dir / "tidehouse.yaml").write_text("logging:\n  level: debug\n  format: json\n")
     lines = make_events(random.Random(seed), 40)
     write_batch(project_dir, "part-0", lines)
@@ -55,10 +56,18 @@ def test_spark_warnings_go_to_a_file_under_the_home_not_to_the_terminal(tmp_path
         "assert spark.range(3).count() == 3\n"
     )
     env = {**os.environ, "TIDEHOUSE_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     log = (home / "logs" / "spark.log").read_text()
     assert " WARN test: a warning for the log file" in log
     assert "a warning for the log file" not in done.stderr
-    assert not [line for line in done.stderr.splitlines() if " WARN " in line or " ERROR " in line], done.stderr
+    assert not [line for line in done.stderr.splitlines() if " WARN " in line or " ERROR " in line], (
+        done.stderr
+    )

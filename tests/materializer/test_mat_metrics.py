@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 # project setting (1h: one cycle at the start, then none), so the lake delay of dwd.clicks grows past 2s
 METRICS_FLOW = FLOW.replace("tiering: {interval: 1s}\n", "freshness: 1h\n").replace(
     "clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}}",
-    "clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}, freshness: 2s}")
+    "clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}, freshness: 2s}",
+)
 TABLES = ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users")
 
 
@@ -97,8 +98,15 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
                 continue
             rows = {r["table"]: (r["hot_rows"], r["batches"]) for r in status["tables"]}
             dwd = next(r for r in status["tables"] if r["table"] == "dwd.clicks")
-            settled = status["running"] and all(r["hot_rows"] for r in status["tables"]  # low_users may be empty
-                                                if r["table"] != "ads.low_users") and (dwd.get("lake_delay_s") or 0) > 2.5
+            settled = (
+                status["running"]
+                and all(
+                    r["hot_rows"]
+                    for r in status["tables"]  # low_users may be empty
+                    if r["table"] != "ads.low_users"
+                )
+                and (dwd.get("lake_delay_s") or 0) > 2.5
+            )
             if settled and rows == previous:
                 break
             previous = rows if settled else None
@@ -112,8 +120,10 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
             taken = time.time()
             again = scrape(url)
             stamp = ("tidehouse_flow_status_timestamp_seconds", frozenset({"flow": "testflow"}.items()))
-            if samples.get(stamp) == again.get(stamp) == pytest.approx(status["updated_at"], abs=1e-3) and \
-                    status["updated_at"] > settled:
+            if (
+                samples.get(stamp) == again.get(stamp) == pytest.approx(status["updated_at"], abs=1e-3)
+                and status["updated_at"] > settled
+            ):
                 break
             time.sleep(0.5)
         else:
@@ -161,7 +171,9 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
 
         # the figures themselves: what the batches did, where their time went, freshness
         ods, dwd = by_table["ods.clicks"], by_table["dwd.clicks"]
-        assert ods["quarantined"] == 2 and ods["rows_in"] == len(lines) and ods["rows_written"] == len(lines) - 2
+        assert (
+            ods["quarantined"] == 2 and ods["rows_in"] == len(lines) and ods["rows_written"] == len(lines) - 2
+        )
         assert dwd["rows_in"] == ods["rows_written"] and dwd["batches"] >= 1
         assert dwd["spark_batches"] >= dwd["batches"]
         phases = dwd["batch_seconds"]
@@ -174,8 +186,12 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
         assert code == 0, err
         row = next(line for line in out.splitlines() if line.startswith("dwd.clicks "))
         assert row.rstrip().endswith("2.0s MISSED")
-        missed = next(line for line in out.splitlines() if line.startswith("dwd.clicks: misses its freshness"))
-        assert missed.startswith("dwd.clicks: misses its freshness target of 2.0s (") and "lake delay " in missed
+        missed = next(
+            line for line in out.splitlines() if line.startswith("dwd.clicks: misses its freshness")
+        )
+        assert (
+            missed.startswith("dwd.clicks: misses its freshness target of 2.0s (") and "lake delay " in missed
+        )
         code, out, err = run_cli("flow", "status", "testflow", "--json")
         assert code == 0, err
         assert {r["table"]: r["fresh"] for r in json.loads(out)["tables"]}["dwd.clicks"] is False
@@ -195,9 +211,14 @@ def test_a_freshness_target_is_in_the_plan_but_not_in_the_fingerprint(spark, pro
     plain = write_project(project_dir)
     project = Project.open()
     try:
-        before = {t.name: (t.fingerprint, t.checkpoint, t.freshness) for t in project.plan(plain, spark=spark).tables}
-        fresh = write_project(project_dir, flow=METRICS_FLOW.replace("freshness: 1h\n", "tiering: {interval: 1s}\n"
-                                                                     "freshness: 1h\n"))
+        before = {
+            t.name: (t.fingerprint, t.checkpoint, t.freshness)
+            for t in project.plan(plain, spark=spark).tables
+        }
+        fresh = write_project(
+            project_dir,
+            flow=METRICS_FLOW.replace("freshness: 1h\n", "tiering: {interval: 1s}\nfreshness: 1h\n"),
+        )
         plan = project.plan(fresh, spark=spark)
     finally:
         project.close()

@@ -21,21 +21,73 @@ from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 from runtime.core.logs import JsonFormatter, TextFormatter, configure_logging
 
 SNAPSHOT = {
-    "flow": "f", "state": "running", "started_at": 100.0, "updated_at": 160.0,
+    "flow": "f",
+    "state": "running",
+    "started_at": 100.0,
+    "updated_at": 160.0,
     "tables": [
-        {"table": "ods.a", "layer": "ods", "state": "active", "rows_in": 12, "rows_written": 10, "batches": 2,
-         "spark_batches": 3, "batch_seconds": {"plan": 0.1, "read": 0.2, "sql": 0.3, "write": 0.05, "commit": 0.02,
-                                               "total": 0.9},
-         "hot_delay_s": 0.4, "lake_delay_s": 45.0, "lake_pending_rows": 7, "hot_rows": 10, "rows_per_s": 1.5,
-         "quarantined": 2, "dropped": 0, "late_dropped": 0, "error": None, "freshness_s": 30.0, "fresh": False,
-         "freshness_missed": ["lake"]},
-        {"table": "dwd.b", "layer": "dwd", "state": "not started", "rows_in": 0, "rows_written": 0, "batches": 0,
-         "spark_batches": 0, "batch_seconds": {}, "hot_delay_s": None, "lake_delay_s": None, "hot_rows": 0,
-         "rows_per_s": None, "quarantined": 0, "dropped": 0, "late_dropped": 0, "error": "boom",
-         "freshness_s": None, "fresh": None, "freshness_missed": []},
+        {
+            "table": "ods.a",
+            "layer": "ods",
+            "state": "active",
+            "rows_in": 12,
+            "rows_written": 10,
+            "batches": 2,
+            "spark_batches": 3,
+            "batch_seconds": {
+                "plan": 0.1,
+                "read": 0.2,
+                "sql": 0.3,
+                "write": 0.05,
+                "commit": 0.02,
+                "total": 0.9,
+            },
+            "hot_delay_s": 0.4,
+            "lake_delay_s": 45.0,
+            "lake_pending_rows": 7,
+            "hot_rows": 10,
+            "rows_per_s": 1.5,
+            "quarantined": 2,
+            "dropped": 0,
+            "late_dropped": 0,
+            "error": None,
+            "freshness_s": 30.0,
+            "fresh": False,
+            "freshness_missed": ["lake"],
+        },
+        {
+            "table": "dwd.b",
+            "layer": "dwd",
+            "state": "not started",
+            "rows_in": 0,
+            "rows_written": 0,
+            "batches": 0,
+            "spark_batches": 0,
+            "batch_seconds": {},
+            "hot_delay_s": None,
+            "lake_delay_s": None,
+            "hot_rows": 0,
+            "rows_per_s": None,
+            "quarantined": 0,
+            "dropped": 0,
+            "late_dropped": 0,
+            "error": "boom",
+            "freshness_s": None,
+            "fresh": None,
+            "freshness_missed": [],
+        },
     ],
-    "tiering": {"ods.a": {"interval": 30.0, "runs": 4, "commits": 3, "errors": 1, "seconds": 1.25,
-                          "last_seconds": 0.25, "last_error": None}},
+    "tiering": {
+        "ods.a": {
+            "interval": 30.0,
+            "runs": 4,
+            "commits": 3,
+            "errors": 1,
+            "seconds": 1.25,
+            "last_seconds": 0.25,
+            "last_error": None,
+        }
+    },
 }
 
 
@@ -72,13 +124,16 @@ def test_a_nested_phase_pauses_the_outer_one_and_each_thread_has_its_own():
 
 
 # -- freshness ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("hot,lake,target,fresh,missed", [
-    (1.0, 20.0, 30.0, True, []),
-    (1.0, 45.0, 30.0, False, ["lake"]),
-    (40.0, 45.0, 30.0, False, ["hot", "lake"]),
-    (None, None, 30.0, True, []),  # nothing arrived yet: nothing is late
-    (1.0, 45.0, None, None, []),   # no target: no verdict
-])
+@pytest.mark.parametrize(
+    "hot,lake,target,fresh,missed",
+    [
+        (1.0, 20.0, 30.0, True, []),
+        (1.0, 45.0, 30.0, False, ["lake"]),
+        (40.0, 45.0, 30.0, False, ["hot", "lake"]),
+        (None, None, 30.0, True, []),  # nothing arrived yet: nothing is late
+        (1.0, 45.0, None, None, []),  # no target: no verdict
+    ],
+)
 def test_freshness_verdict(hot, lake, target, fresh, missed):
     verdict = freshness({"hot_delay_s": hot, "lake_delay_s": lake}, target)
     assert verdict == {"freshness_s": target, "fresh": fresh, "freshness_missed": missed}
@@ -110,11 +165,14 @@ def test_a_table_takes_its_own_freshness_else_the_flows(tmp_path):
     assert _flow(tmp_path, FRESH_FLOW.replace("freshness: 5m\n", "")).freshness_of("ods.a") is None
 
 
-@pytest.mark.parametrize("text,line,col,path", [
-    (FRESH_FLOW.replace("freshness: 1m", "freshness: 10s"), 9, 49, "layers.ods.b.freshness"),
-    (FRESH_FLOW.replace("freshness: 5m", "freshness: 20s"), 3, 12, "freshness"),
-    (FRESH_FLOW.replace("freshness: 1m", "freshness: soon"), 9, 49, "layers.ods.b.freshness"),
-])
+@pytest.mark.parametrize(
+    "text,line,col,path",
+    [
+        (FRESH_FLOW.replace("freshness: 1m", "freshness: 10s"), 9, 49, "layers.ods.b.freshness"),
+        (FRESH_FLOW.replace("freshness: 5m", "freshness: 20s"), 3, 12, "freshness"),
+        (FRESH_FLOW.replace("freshness: 1m", "freshness: soon"), 9, 49, "layers.ods.b.freshness"),
+    ],
+)
 def test_a_freshness_target_the_lake_cannot_meet_is_refused_at_its_line(tmp_path, text, line, col, path):
     with pytest.raises(TidehouseError) as info:
         _flow(tmp_path, text)
@@ -140,11 +198,16 @@ def test_the_flow_collector_serves_the_snapshot_figures():
     b = (("flow", "f"), ("layer", "dwd"), ("table", "dwd.b"))
     assert got[("tidehouse_table_failed", b)] == 1 and got[("tidehouse_table_active", b)] == 0
     # a figure status does not have is no sample (not a 0 that would look like a measurement)
-    for name in ("tidehouse_table_hot_delay_seconds", "tidehouse_table_fresh", "tidehouse_table_rows_per_second",
-                 "tidehouse_table_freshness_target_seconds"):
+    for name in (
+        "tidehouse_table_hot_delay_seconds",
+        "tidehouse_table_fresh",
+        "tidehouse_table_rows_per_second",
+        "tidehouse_table_freshness_target_seconds",
+    ):
         assert (name, b) not in got
-    assert not any(name == "tidehouse_table_batch_seconds_total" and ("table", "dwd.b") in labels
-                   for name, labels in got)
+    assert not any(
+        name == "tidehouse_table_batch_seconds_total" and ("table", "dwd.b") in labels for name, labels in got
+    )
 
 
 def test_before_the_first_snapshot_the_families_are_there_without_samples():
@@ -189,24 +252,30 @@ def test_the_endpoint_is_off_unless_a_port_is_set(tmp_path):
 
 
 # -- settings ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("content,path", [
-    ("metrics:\n  port: 0\n", "metrics.port"),
-    ("metrics:\n  port: http\n", "metrics.port"),
-    ("metrics:\n  host: ''\n", "metrics.host"),
-    ("logging:\n  level: verbose\n", "logging.level"),
-    ("logging:\n  format: xml\n", "logging.format"),
-])
+@pytest.mark.parametrize(
+    "content,path",
+    [
+        ("metrics:\n  port: 0\n", "metrics.port"),
+        ("metrics:\n  port: http\n", "metrics.port"),
+        ("metrics:\n  host: ''\n", "metrics.host"),
+        ("logging:\n  level: verbose\n", "logging.level"),
+        ("logging:\n  format: xml\n", "logging.format"),
+    ],
+)
 def test_bad_metrics_and_logging_settings_are_refused_at_their_line(tmp_path, content, path):
     (tmp_path / PROJECT_FILE).write_text(content)
     with pytest.raises(TidehouseError) as info:
         load_config(home=tmp_path / "home", project_dir=tmp_path)
     errors = info.value.errors if isinstance(info.value, TidehouseErrors) else [info.value]
-    assert [(e.code, e.location.line, e.location.path) for e in errors] == [(ErrorCode.CONFIG_INVALID, 2, path)]
+    assert [(e.code, e.location.line, e.location.path) for e in errors] == [
+        (ErrorCode.CONFIG_INVALID, 2, path)
+    ]
 
 
 def test_metrics_and_logging_settings_are_read(tmp_path):
-    (tmp_path / PROJECT_FILE).write_text("metrics: {port: 9464, host: 0.0.0.0}\nlogging: {level: INFO, "
-                                          "format: json}\n")
+    (tmp_path / PROJECT_FILE).write_text(
+        "metrics: {port: 9464, host: 0.0.0.0}\nlogging: {level: INFO, format: json}\n"
+    )
     config = load_config(home=tmp_path / "home", project_dir=tmp_path)
     assert (config.get("metrics.port"), config.get("metrics.host")) == (9464, "0.0.0.0")
     assert (config.get("logging.level"), config.get("logging.format")) == ("info", "json")
@@ -222,14 +291,19 @@ def _record(**extra) -> logging.LogRecord:
 def test_a_json_log_line_holds_the_record_and_its_fields():
     line = JsonFormatter().format(_record(flow="f", table="dwd.b", batch_id=7, rows_in=3))
     out = json.loads(line)
-    assert out["message"] == "batch 7 done" and out["level"] == "info" and out["logger"] == "materializer.batch"
+    assert (
+        out["message"] == "batch 7 done" and out["level"] == "info" and out["logger"] == "materializer.batch"
+    )
     assert (out["flow"], out["table"], out["batch_id"], out["rows_in"]) == ("f", "dwd.b", 7, 3)
     assert out["ts"].endswith("+00:00")
 
 
 def test_a_text_log_line_names_flow_table_and_batch():
-    assert TextFormatter().format(_record(flow="f", table="dwd.b", batch_id=7)).endswith(
-        " INFO materializer.batch [f dwd.b #7]: batch 7 done")
+    assert (
+        TextFormatter()
+        .format(_record(flow="f", table="dwd.b", batch_id=7))
+        .endswith(" INFO materializer.batch [f dwd.b #7]: batch 7 done")
+    )
     assert TextFormatter().format(_record()).endswith(" INFO materializer.batch: batch 7 done")
 
 
@@ -240,7 +314,9 @@ def test_configuring_logging_twice_keeps_one_handler_and_undo_restores(capsys):
     undo = configure_logging("debug", "json")
     try:
         assert sum(getattr(h, "tidehouse", False) for h in root.handlers) == 1
-        assert logging.getLogger("py4j").getEffectiveLevel() == logging.WARNING  # never its call-by-call DEBUG
+        assert (
+            logging.getLogger("py4j").getEffectiveLevel() == logging.WARNING
+        )  # never its call-by-call DEBUG
         logging.getLogger("materializer.batch").debug("hello", extra={"table": "ods.a"})
         assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["table"] == "ods.a"
     finally:
@@ -255,8 +331,12 @@ def test_a_batch_adds_its_phases_to_the_stats_and_logs_its_flow_table_and_id(cap
     from materializer.strategies import TableStats
     from materializer.telemetry import batch_scope, timed
 
-    ctx = SimpleNamespace(flow=SimpleNamespace(flow="f"), table=SimpleNamespace(name="dwd.b"), stats=TableStats(),
-                          clock=PhaseClock())
+    ctx = SimpleNamespace(
+        flow=SimpleNamespace(flow="f"),
+        table=SimpleNamespace(name="dwd.b"),
+        stats=TableStats(),
+        clock=PhaseClock(),
+    )
 
     @timed("sql")
     def run_sql(ctx):
@@ -271,7 +351,17 @@ def test_a_batch_adds_its_phases_to_the_stats_and_logs_its_flow_table_and_id(cap
         run_sql(ctx)
         raise ValueError("bad row")
     ok, failed = [r for r in caplog.records if r.name == "materializer.batch"]
-    assert (ok.levelname, ok.flow, ok.table, ok.batch_id, ok.rows_in, ok.rows_out) == ("DEBUG", "f", "dwd.b", 7, 5, 4)
+    assert (ok.levelname, ok.flow, ok.table, ok.batch_id, ok.rows_in, ok.rows_out) == (
+        "DEBUG",
+        "f",
+        "dwd.b",
+        7,
+        5,
+        4,
+    )
     assert ok.sql_s >= 0.02 and ok.read_s == 0.0
-    assert (failed.levelname, failed.batch_id) == ("ERROR", 8) and "ValueError: bad row" in failed.getMessage()
+    assert (failed.levelname, failed.batch_id) == (
+        "ERROR",
+        8,
+    ) and "ValueError: bad row" in failed.getMessage()
     assert ctx.stats.phase_seconds["sql"] >= 0.04 and ctx.stats.last_batch_id == 8

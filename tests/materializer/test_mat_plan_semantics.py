@@ -71,8 +71,14 @@ def test_plan_names_the_tables_that_differ_from_batch(spark, project_dir, run_cl
     finally:
         project.close()
     kinds = {t.name: [e.kind for e in t.exceptions] for t in plan.tables}
-    assert kinds == {"ods.clicks": [], "dwd.clicks": [], "dws.user_activity": [], "dws.per_minute": ["watermark"],
-                     "dws.sessions": [], "ads.enriched": ["lookup"]}
+    assert kinds == {
+        "ods.clicks": [],
+        "dwd.clicks": [],
+        "dws.user_activity": [],
+        "dws.per_minute": ["watermark"],
+        "dws.sessions": [],
+        "ads.enriched": ["lookup"],
+    }
     assert "dws.user_activity" in plan.table("ads.enriched").exceptions[0].detail
     assert "ts - 90s" in plan.table("dws.per_minute").exceptions[0].detail
 
@@ -139,8 +145,14 @@ def test_tiering_interval_is_the_tables_else_the_flows_else_the_project_setting(
         assert project.config.get("tiering.interval") == 7.0
         plan = project.plan(path, spark=spark)
         intervals = {t.name: t.tiering_interval for t in plan.tables}
-        assert intervals == {"ods.clicks": 7.0, "dwd.clicks": 7.0, "dws.user_activity": 7.0, "dws.per_minute": 7.0,
-                             "dws.sessions": 3.0, "ads.enriched": 7.0}
+        assert intervals == {
+            "ods.clicks": 7.0,
+            "dwd.clicks": 7.0,
+            "dws.user_activity": 7.0,
+            "dws.per_minute": 7.0,
+            "dws.sessions": 3.0,
+            "ads.enriched": 7.0,
+        }
         # `tier run/schedule --flow` agree with the plan
         project.registry.register_flow(path)
         FlowRunner(project, plan, spark=spark).create_tables()

@@ -39,8 +39,10 @@ layers:
       expect:
         - {name: few, condition: "events < 6", on_violation: quarantine}
 """
-TOP = ("SELECT * FROM (SELECT row_number() OVER (ORDER BY events DESC, user_id ASC) AS rank, user_id, events "
-       "FROM (SELECT user_id, count(*) AS events FROM raw GROUP BY user_id)) WHERE rank <= 6")
+TOP = (
+    "SELECT * FROM (SELECT row_number() OVER (ORDER BY events DESC, user_id ASC) AS rank, user_id, events "
+    "FROM (SELECT user_id, count(*) AS events FROM raw GROUP BY user_id)) WHERE rank <= 6"
+)
 
 
 def _quarantine(store) -> list[dict]:
@@ -56,8 +58,9 @@ def _wait(predicate, timeout: float) -> bool:
     return predicate()
 
 
-def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_reconcile(spark, project_dir,
-                                                                                          seed):
+def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_reconcile(
+    spark, project_dir, seed
+):
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -74,8 +77,11 @@ def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_
         more = make_events(rng, 60, users=6, bad=0)
         write_batch(project_dir, "part-1", more)
         lines += more
-        final = [dict(zip(("rank", "user_id", "events"), r))
-                 for r in oracle_connection(lines).sql(TOP).fetchall() if r[2] >= 6]
+        final = [
+            dict(zip(("rank", "user_id", "events"), r))
+            for r in oracle_connection(lines).sql(TOP).fetchall()
+            if r[2] >= 6
+        ]
 
         def quarantined_final() -> bool:
             got = {json.dumps(r, sort_keys=True) for r in _quarantine(project.store)}
@@ -87,7 +93,11 @@ def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_
         runner = threading.Thread(target=lambda: project.trigger("qflow", stop_event=stop, spark=spark))
         runner.start()
         try:
-            assert _wait(quarantined_final, 120), ("final violators not quarantined", final, _quarantine(project.store))
+            assert _wait(quarantined_final, 120), (
+                "final violators not quarantined",
+                final,
+                _quarantine(project.store),
+            )
         finally:
             stop.set()
             runner.join(60)
@@ -96,7 +106,9 @@ def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_
         texts = [json.dumps(r, sort_keys=True) for r in got]
         assert len(set(texts)) == len(texts), "a violating row was quarantined twice"
         assert quarantined_final()
-        kept = {r["rank"]: (r["user_id"], r["events"]) for r in project.store.scan("ads.top_users").to_pylist()}
+        kept = {
+            r["rank"]: (r["user_id"], r["events"]) for r in project.store.scan("ads.top_users").to_pylist()
+        }
         assert all(kept.get(r["rank"]) != (r["user_id"], r["events"]) for r in final)  # violators not kept
     finally:
         project.close()

@@ -34,12 +34,15 @@ layers:
   dws:
     items: {action: t_items, inputs: {events: dwd.clicks}, primary_key: [item_id]}
 """
-ITEMS_ORACLE = ("SELECT item_id, count(*) AS n FROM raw WHERE lower(event_type) IN ('click', 'view', 'buy') "
-                "AND price >= 1.0 GROUP BY item_id")
+ITEMS_ORACLE = (
+    "SELECT item_id, count(*) AS n FROM raw WHERE lower(event_type) IN ('click', 'view', 'buy') "
+    "AND price >= 1.0 GROUP BY item_id"
+)
 
 
-def test_a_full_refresh_after_retention_keeps_the_lake_table_and_tells_readers_in_other_flows(spark, project_dir,
-                                                                                          seed):
+def test_a_full_refresh_after_retention_keeps_the_lake_table_and_tells_readers_in_other_flows(
+    spark, project_dir, seed
+):
     from runtime.project import Project
 
     (project_dir / "tidehouse.yaml").write_text("storage:\n  retention: 1s\n  segment_bytes: 2048\n")

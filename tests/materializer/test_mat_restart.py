@@ -11,8 +11,9 @@ from tests.materializer._flowkit import canon, make_events, oracle, write_batch,
 pytestmark = pytest.mark.spark
 
 
-def test_a_query_restarted_after_a_transient_failure_resumes_after_a_reconcile(spark, project_dir, seed,
-                                                                                monkeypatch):
+def test_a_query_restarted_after_a_transient_failure_resumes_after_a_reconcile(
+    spark, project_dir, seed, monkeypatch
+):
     """``--until-idle`` reconciles recomputed tables between drains; a query that then fails for a transient
     reason (a Python worker that could not connect back, common on a loaded machine) is restarted from its
     checkpoint, and the run still ends exact."""
@@ -70,12 +71,25 @@ class _Project:
     config = _Config()
 
 
-@pytest.mark.parametrize("spark_text, batch_error, failure, restarted", [
-    ("Python worker failed to connect back", None, None, True),  # in a source's Python worker
-    ("FOREACH_BATCH_USER_FUNCTION_ERROR", "PythonException: Python worker exited unexpectedly", None, True),
-    ("FOREACH_BATCH_USER_FUNCTION_ERROR", "ZeroDivisionError: division by zero", None, False),
-    ("Python worker failed to connect back", "TH308 ...", "raised on purpose", False),  # our own error: never
-])
+@pytest.mark.parametrize(
+    "spark_text, batch_error, failure, restarted",
+    [
+        ("Python worker failed to connect back", None, None, True),  # in a source's Python worker
+        (
+            "FOREACH_BATCH_USER_FUNCTION_ERROR",
+            "PythonException: Python worker exited unexpectedly",
+            None,
+            True,
+        ),
+        ("FOREACH_BATCH_USER_FUNCTION_ERROR", "ZeroDivisionError: division by zero", None, False),
+        (
+            "Python worker failed to connect back",
+            "TH308 ...",
+            "raised on purpose",
+            False,
+        ),  # our own error: never
+    ],
+)
 def test_only_transient_failures_restart_a_query(monkeypatch, spark_text, batch_error, failure, restarted):
     """A transient failure met inside a batch function (its toArrow() ran Spark tasks) restarts the query as
     well as one met by Spark itself; a TidehouseError a batch raised on purpose never does."""
@@ -87,7 +101,8 @@ def test_only_transient_failures_restart_a_query(monkeypatch, spark_text, batch_
     monkeypatch.setattr(runner_mod.FlowRunner, "start_query", lambda self, t: started.append(t))
     runner = runner_mod.FlowRunner(_Project(), _Plan(), spark=object())
     runner.stats["dwd.t"] = runner_mod.TableStats(
-        error=batch_error, failure=TidehouseError(ErrorCode.STORAGE_RANGE, failure) if failure else None)
+        error=batch_error, failure=TidehouseError(ErrorCode.STORAGE_RANGE, failure) if failure else None
+    )
     assert runner._restart_if_transient("dwd.t", RuntimeError(spark_text)) is restarted
     assert started == (["dwd.t"] if restarted else [])
     if restarted:

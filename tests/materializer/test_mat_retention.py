@@ -44,7 +44,7 @@ layers:
 ORACLE = {
     "ods.clicks": "SELECT user_id, event_type, item_id, price, ts FROM raw",
     "dws.item_users": "SELECT item_id AS item, count(DISTINCT user_id) AS users, count(*) AS n FROM raw "
-                      "GROUP BY item_id",
+    "GROUP BY item_id",
 }
 
 

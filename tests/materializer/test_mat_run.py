@@ -42,13 +42,15 @@ def test_until_idle_equals_oracle_and_resumes(spark, project_dir, test_flow, see
     write_batch(project_dir, "part-1", second)
     project.trigger("testflow", until_idle=True, spark=spark)
     check_against_oracle(project, first + second)
-    assert project.store.scan("ods.clicks").num_rows == sum(1 for line in first + second if not line.startswith("{"
-                                                                                                                 "this"))
+    assert project.store.scan("ods.clicks").num_rows == sum(
+        1 for line in first + second if not line.startswith("{this")
+    )
     project.close()
 
 
-def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(spark, project_dir, test_flow,
-                                                                               seed):
+def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(
+    spark, project_dir, test_flow, seed
+):
     """append and changelog queries read each micro-batch in the driver; materializer.max_rows_per_batch
     bounds it, and the result is the same as in one batch."""
     from runtime.project import Project

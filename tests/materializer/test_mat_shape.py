@@ -61,7 +61,9 @@ def test_merge_engine_needs_stateless_sql():
     with pytest.raises(TidehouseError) as err:
         decide("t.x", shape("Aggregate", top="Aggregate"), LOG, primary_key=("k",), merge_engine="aggregate")
     assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
-    assert decide("t.x", shape("Filter"), LOG, primary_key=("k",), merge_engine="aggregate").strategy == "append"
+    assert (
+        decide("t.x", shape("Filter"), LOG, primary_key=("k",), merge_engine="aggregate").strategy == "append"
+    )
 
 
 def test_sources_are_only_ingested():
@@ -73,8 +75,11 @@ def test_sources_are_only_ingested():
 
 # -- what Spark cannot run as a streaming aggregation is recomputed, never started -------------------------
 
+
 def test_session_windows_are_recomputed_not_aggregated_in_update_mode():
-    sessions = SqlShape(shape("Aggregate").nodes, "Aggregate", session_window=True, watermarks=(("ts", 60.0),))
+    sessions = SqlShape(
+        shape("Aggregate").nodes, "Aggregate", session_window=True, watermarks=(("ts", 60.0),)
+    )
     decision = decide("dws.sessions", sessions, LOG, primary_key=("user_id", "session_start"))
     assert decision.strategy == "recompute"
     assert "session window" in decision.reason
@@ -89,8 +94,11 @@ def test_an_aggregation_spark_refuses_in_update_mode_is_recomputed_with_sparks_r
 
 # -- the named exceptions to the batch result ---------------------------------------------------------------
 
+
 def test_lookups_of_an_append_table_are_a_batch_exception():
-    (exc,) = batch_exceptions("append", shape("Join"), [("ods.orders", "log"), ("dws.customers", "primary_key")])
+    (exc,) = batch_exceptions(
+        "append", shape("Join"), [("ods.orders", "log"), ("dws.customers", "primary_key")]
+    )
     assert exc.kind == "lookup" and "dws.customers" in exc.detail
 
 
@@ -100,8 +108,10 @@ def test_a_watermark_is_a_batch_exception_only_for_a_streaming_aggregation():
     assert exc.kind == "watermark" and "ts - 1m" in exc.detail
     # recomputed (or stateless) SQL runs in batch, where a WATERMARK clause drops nothing
     assert batch_exceptions("recompute", windowed, LOG) == ()
-    assert batch_exceptions("append", SqlShape(shape("Filter").nodes, "Filter", watermarks=(("ts", 60.0),)),
-                            LOG) == ()
+    assert (
+        batch_exceptions("append", SqlShape(shape("Filter").nodes, "Filter", watermarks=(("ts", 60.0),)), LOG)
+        == ()
+    )
 
 
 def test_batch_exact_strategies_have_no_exception():

@@ -14,11 +14,13 @@ from runtime.storage.api import TableMeta
 
 
 def test_last_images_keep_the_last_upsert_per_key():
-    data = pa.table({
-        "k": ["a", "a", "a", "b", "b", "c"],
-        "v": [1, 1, 2, 5, 5, 7],
-        "__change": ["+I", "-U", "+U", "+I", "-D", "+I"],
-    })
+    data = pa.table(
+        {
+            "k": ["a", "a", "a", "b", "b", "c"],
+            "v": [1, 1, 2, 5, 5, 7],
+            "__change": ["+I", "-U", "+U", "+I", "-D", "+I"],
+        }
+    )
     last = _last_images(data, ("k",))
     assert last.to_pydict() == {"k": ["a", "c"], "v": [2, 7], "__change": ["+U", "+I"]}
 

@@ -19,7 +19,9 @@ from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, 
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "/*---\nname: broken\ninputs: [events]\n---*/\n"
-SYNTAX_ERROR = HEADER + "SELECT user_id, price\nFROM events\nWHERE price > > 1\n"  # Spark: at the 2nd '>' (7:15)
+SYNTAX_ERROR = (
+    HEADER + "SELECT user_id, price\nFROM events\nWHERE price > > 1\n"
+)  # Spark: at the 2nd '>' (7:15)
 
 pytestmark = pytest.mark.spark
 
@@ -39,6 +41,7 @@ def _refused(code: int, err: str, prefix: str, error_code: str) -> None:
 
 # -- actions ----------------------------------------------------------------------------------------------
 
+
 def test_action_whose_sql_does_not_parse_is_refused_where_spark_points(spark, run_cli, project_dir):
     write_actions(project_dir / "actions")
     (project_dir / "actions" / "broken.sql").write_text(SYNTAX_ERROR)
@@ -52,12 +55,21 @@ def test_action_whose_sql_does_not_parse_is_refused_where_spark_points(spark, ru
     assert (code, out.strip()) == (0, "broken@1"), err
 
 
-@pytest.mark.parametrize("sql,line,col", [
-    ("CREATE TABLE pwned_by_register (a int)", 5, 1),  # a command: parsing it as a subquery fails
-    ("SELECT 1 AS a; DROP TABLE pwned_by_register", 5, 16),  # a second statement
-    ("SELECT * FROM events\nWHERE price > ?", 6, 15),  # a positional marker: no declared parameter binds it
-])
-def test_action_sql_that_is_not_one_query_is_refused_and_never_run(spark, run_cli, project_dir, sql, line, col):
+@pytest.mark.parametrize(
+    "sql,line,col",
+    [
+        ("CREATE TABLE pwned_by_register (a int)", 5, 1),  # a command: parsing it as a subquery fails
+        ("SELECT 1 AS a; DROP TABLE pwned_by_register", 5, 16),  # a second statement
+        (
+            "SELECT * FROM events\nWHERE price > ?",
+            6,
+            15,
+        ),  # a positional marker: no declared parameter binds it
+    ],
+)
+def test_action_sql_that_is_not_one_query_is_refused_and_never_run(
+    spark, run_cli, project_dir, sql, line, col
+):
     (project_dir / "actions" / "broken.sql").write_text(HEADER + sql + "\n")
     code, _, err = run_cli("action", "register", "actions/broken.sql")
     _refused(code, err, f"actions/broken.sql:{line}:{col}: action broken: ", "TH223")
@@ -85,12 +97,24 @@ def test_every_shipped_and_test_action_parses(spark):
 
 # a dws table over `clean` (no output contract: only Spark knows its columns) with one bad column
 FIELDS = {
-    "primary_key": ("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id, nope]}",
-                    "primary_key[1]", "nope"),
-    "bucket_key": ("{action: clean, inputs: {events: dwd.clean}, buckets: 2, bucket_key: [nope]}",
-                   "bucket_key[0]", "nope"),
-    "aggregations": (("{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id], "
-                      "merge_engine: aggregate, aggregations: {nope: sum}}"), "aggregations.nope", "sum"),
+    "primary_key": (
+        "{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id, nope]}",
+        "primary_key[1]",
+        "nope",
+    ),
+    "bucket_key": (
+        "{action: clean, inputs: {events: dwd.clean}, buckets: 2, bucket_key: [nope]}",
+        "bucket_key[0]",
+        "nope",
+    ),
+    "aggregations": (
+        (
+            "{action: clean, inputs: {events: dwd.clean}, primary_key: [user_id], "
+            "merge_engine: aggregate, aggregations: {nope: sum}}"
+        ),
+        "aggregations.nope",
+        "sum",
+    ),
 }
 
 
@@ -113,8 +137,13 @@ def test_key_column_the_sql_does_not_output_is_refused_at_its_field(spark, run_c
     assert out == ""
     code, out, _ = run_cli("flow", "validate", "flows/shop.yaml", "--format", "json")
     (error,) = json.loads(out)["errors"]
-    assert (code, error["code"], error["line"], error["col"], error["path"]) == \
-        (2, "TH243", line, col, f"layers.dws.t.{path}")
+    assert (code, error["code"], error["line"], error["col"], error["path"]) == (
+        2,
+        "TH243",
+        line,
+        col,
+        f"layers.dws.t.{path}",
+    )
     # register: refused the same way, nothing registered
     run_cli("action", "register", "actions")
     code, _, err = run_cli("flow", "register", "flows/shop.yaml")
@@ -143,8 +172,12 @@ def test_flow_validate_reports_an_unparsable_local_action_at_its_file(spark, run
     (project_dir / "actions" / "broken.sql").write_text(SYNTAX_ERROR)
     _flow_with(project_dir, "{action: broken, inputs: {events: dwd.clean}}")
     code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
-    _refused(code, err, f"{project_dir / 'actions' / 'broken.sql'}:7:15: action broken: the SQL does not parse: ",
-             "TH223")  # the project's actions/ folder is found by its absolute path
+    _refused(
+        code,
+        err,
+        f"{project_dir / 'actions' / 'broken.sql'}:7:15: action broken: the SQL does not parse: ",
+        "TH223",
+    )  # the project's actions/ folder is found by its absolute path
 
 
 def test_a_flow_reading_a_flow_that_has_not_run_is_analysed_against_its_producer(spark, run_cli, project_dir):
@@ -152,18 +185,24 @@ def test_a_flow_reading_a_flow_that_has_not_run_is_analysed_against_its_producer
     (project_dir / "flows" / "other.yaml").write_text(OTHER_FLOW)
     assert run_cli("action", "register", "actions")[0] == 0
     assert run_cli("flow", "register", "flows/other.yaml")[0] == 0  # registered, never run: no hot table
-    text = BASE_FLOW + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}, primary_key: [%s]}\n"
+    text = (
+        BASE_FLOW
+        + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}, primary_key: [%s]}\n"
+    )
     (project_dir / "flows" / "shop.yaml").write_text(text % "user_id")
     code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
     assert (code, out.strip()) == (0, "ok"), err
     (project_dir / "flows" / "shop.yaml").write_text(text % "order_id")  # not a column of dwd.shared
     code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
     _refused(code, err, "flows/shop.yaml:13:", "TH243")
-    assert "layers.ads.shared_view.primary_key[0]: table ads.shared_view: primary_key column 'order_id'" in err
+    assert (
+        "layers.ads.shared_view.primary_key[0]: table ads.shared_view: primary_key column 'order_id'" in err
+    )
 
 
 def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, monkeypatch):
     """The registry's checks come first: their errors are reported and the Spark checks never run."""
+
     def engine_called(*_args, **_kwargs):
         raise AssertionError("the engine checks ran on a spec the registry refuses")
 
@@ -187,8 +226,10 @@ def test_flow_plan_never_runs_an_action_registered_without_checks(spark, run_cli
     code, _, err = run_cli("action", "register", "--quick", "actions/broken.sql")
     assert code == 0, err
     flow = project_dir / "flows" / "f.yaml"
-    flow.write_text("flow: f\nsources:\n  raw: {format: rate}\nlayers:\n  ods:\n"
-                    "    t: {action: broken@1, inputs: {events: raw}}\n")
+    flow.write_text(
+        "flow: f\nsources:\n  raw: {format: rate}\nlayers:\n  ods:\n"
+        "    t: {action: broken@1, inputs: {events: raw}}\n"
+    )
     code, _, err = run_cli("flow", "plan", str(flow))
     assert code == 2 and err.rstrip().endswith("[TH223]"), err
     assert "actions/broken.sql:5:1: action broken: the SQL is not a query" in err  # the stored absolute path

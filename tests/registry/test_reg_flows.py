@@ -28,9 +28,20 @@ def write(tmp_path, name: str, text: str):
 
 
 def test_yaml_scalars_follow_yaml_1_2_without_timestamps():
-    doc = load_yaml("d: 2024-01-31\nt: 12:30\nhex: 0x1F\nneg: -3\nf: 1e3\ninf: -.inf\nq: 'yes'\nb: TRUE\nn: ~\n")
-    assert doc.data == {"d": "2024-01-31", "t": "12:30", "hex": 31, "neg": -3, "f": 1000.0, "inf": -math.inf,
-                        "q": "yes", "b": True, "n": None}
+    doc = load_yaml(
+        "d: 2024-01-31\nt: 12:30\nhex: 0x1F\nneg: -3\nf: 1e3\ninf: -.inf\nq: 'yes'\nb: TRUE\nn: ~\n"
+    )
+    assert doc.data == {
+        "d": "2024-01-31",
+        "t": "12:30",
+        "hex": 31,
+        "neg": -3,
+        "f": 1000.0,
+        "inf": -math.inf,
+        "q": "yes",
+        "b": True,
+        "n": None,
+    }
     assert doc.ambiguous == {}
 
 
@@ -78,7 +89,9 @@ def test_flow_spec_is_frozen():
 
 def test_all_errors_are_reported_together(registry, tmp_path):
     text = BASE_FLOW.replace("action: clean,", "action: clen,").replace("{key: user_id}", "{kye: user_id}")
-    path = write(tmp_path, "shop.yaml", text + "  ads:\n    top: {action: clean, inputs: {events: dws.nope}}\n")
+    path = write(
+        tmp_path, "shop.yaml", text + "  ads:\n    top: {action: clean, inputs: {events: dws.nope}}\n"
+    )
     with pytest.raises(TidehouseError) as info:
         registry.validate_flow(path)
     codes = sorted(e.code.name for e in errors_of(info.value))
@@ -113,7 +126,9 @@ def test_explicit_versions_are_kept(registry, tmp_path):
 def test_registered_flow_revalidates_with_its_pins(registry, tmp_path):
     registry.register_flow(write(tmp_path, "shop.yaml", BASE_FLOW))
     # the latest clean now needs a parameter; the registered flow is pinned to clean@1 and stays valid
-    changed = dedent(ACTIONS["clean"]).replace("min_price: {type: double, default: 0.0}", "min_price: {type: double}")
+    changed = dedent(ACTIONS["clean"]).replace(
+        "min_price: {type: double, default: 0.0}", "min_price: {type: double}"
+    )
     assert registry.register_action(changed).version == 2
     assert registry.validate_registered_flow("shop").pins["dwd.clean"] == "clean@1"
     with pytest.raises(TidehouseError) as info:
@@ -125,7 +140,9 @@ def test_tables_of_other_flows_can_be_read_but_not_produced(registry, tmp_path):
     registry.register_flow(write(tmp_path, "other.yaml", OTHER_FLOW))
     reader = BASE_FLOW + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}}\n"
     assert registry.validate_flow(write(tmp_path, "shop.yaml", reader)).flow == "shop"
-    clash = BASE_FLOW.replace("  dws:\n", "    shared: {action: clean, inputs: {events: ods.clicks}}\n  dws:\n")
+    clash = BASE_FLOW.replace(
+        "  dws:\n", "    shared: {action: clean, inputs: {events: ods.clicks}}\n  dws:\n"
+    )
     with pytest.raises(TidehouseError) as info:
         registry.register_flow(write(tmp_path, "clash.yaml", clash))
     assert info.value.code is ErrorCode.TABLE_DUPLICATE

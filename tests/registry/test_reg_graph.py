@@ -18,8 +18,11 @@ TABLES = {
 def test_generations_sorted_and_stable():
     dag = FlowGraph.build(["clicks"], TABLES)
     assert dag.generations() == [
-        ["other.dim", "source:clicks"], ["ods.clicks"], ["dwd.clicks"],
-        ["ads.enriched", "dws.items", "dws.users"], ["ads.top"],
+        ["other.dim", "source:clicks"],
+        ["ods.clicks"],
+        ["dwd.clicks"],
+        ["ads.enriched", "dws.items", "dws.users"],
+        ["ads.top"],
     ]
     assert dag.kind("other.dim") == "external"
     assert dag.table_generations()[-1] == ["ads.top"]
@@ -30,7 +33,13 @@ def test_generations_sorted_and_stable():
 def test_descendants_in_order():
     dag = FlowGraph.build(["clicks"], TABLES)
     assert dag.descendants(["dws.users"]) == ["dws.users", "ads.top"]
-    assert dag.descendants(["dwd.clicks"]) == ["dwd.clicks", "ads.enriched", "dws.items", "dws.users", "ads.top"]
+    assert dag.descendants(["dwd.clicks"]) == [
+        "dwd.clicks",
+        "ads.enriched",
+        "dws.items",
+        "dws.users",
+        "ads.top",
+    ]
     with pytest.raises(TidehouseError) as err:
         dag.descendants(["dws.nope"])
     assert err.value.code == ErrorCode.INPUT_UNKNOWN_TABLE
@@ -41,7 +50,9 @@ def test_cycle_is_named():
     with pytest.raises(TidehouseError) as err:
         FlowGraph.build(["src"], tables)
     assert err.value.code == ErrorCode.FLOW_CYCLE
-    assert "dwd.a --> dwd.b --> dwd.a" in err.value.message or "dwd.b --> dwd.a --> dwd.b" in err.value.message
+    assert (
+        "dwd.a --> dwd.b --> dwd.a" in err.value.message or "dwd.b --> dwd.a --> dwd.b" in err.value.message
+    )
 
 
 def test_edges_carry_relation_names():

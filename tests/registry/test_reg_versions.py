@@ -103,8 +103,10 @@ def test_concurrent_processes_lose_nothing_and_duplicate_nothing(tmp_path, seed)
     outcome = race(url, tmp_path / "gate", jobs)
     results = [r for r, _ in outcome]
     slowest = max(t for _, t in outcome)
-    print(f"\n[measured] 4 processes x 15 registrations under contention: {slowest:.2f}s "
-          f"({60 / slowest:.0f} registrations/s)")
+    print(
+        f"\n[measured] 4 processes x 15 registrations under contention: {slowest:.2f}s "
+        f"({60 / slowest:.0f} registrations/s)"
+    )
 
     registry = Registry.open(url)
     try:

@@ -76,8 +76,15 @@ def lake_snapshots(home: Path, project_dir: Path) -> dict[str, int]:
 
 
 def status(env: dict, cwd: Path) -> dict:
-    proc = subprocess.run([tidehouse(), "flow", "status", FLOW, "--json"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [tidehouse(), "flow", "status", FLOW, "--json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     try:
         return json.loads(proc.stdout)
     except ValueError:
@@ -120,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if not project.exists():
         subprocess.run([tidehouse(), "init", str(project)], check=True, capture_output=True)
     env = {**os.environ, "TIDEHOUSE_HOME": str(home)}
-    (project / "tidehouse.yaml").write_text("tiering:\n  interval: 10s\n  max_snapshots: 20\n"
-                                            "storage:\n  retention: 1m\n  segment_bytes: 1048576\n")
+    (project / "tidehouse.yaml").write_text(
+        "tiering:\n  interval: 10s\n  max_snapshots: 20\n"
+        "storage:\n  retention: 1m\n  segment_bytes: 1048576\n"
+    )
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     driver = spawn(["flow", "trigger", f"flows/{FLOW}.yaml"], project, env, logs / "trigger.out")
@@ -133,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while time.time() - started < args.minutes * 60:
             now = time.time()
-            if (scheduler is None or scheduler.poll() is not None) and any((home / "hot").glob("*/*/meta.json")):
+            if (scheduler is None or scheduler.poll() is not None) and any(
+                (home / "hot").glob("*/*/meta.json")
+            ):
                 # (re)start the tiering service once the flow's hot tables exist
                 scheduler = spawn(["tier", "schedule", "--flow", FLOW], project, env, logs / "schedule.out")
             while now >= next_file:  # catch up if a slow sample held the loop
@@ -148,15 +159,22 @@ def main(argv: list[str] | None = None) -> int:
                     "t_s": round(now - started, 1),
                     "driver_rss_mb": round(tree_rss_mb(driver.pid), 1),
                     "scheduler_rss_mb": round(tree_rss_mb(scheduler.pid), 1) if scheduler else None,
-                    "hot_segments": sum(1 for _ in (home / "hot").rglob("*.log")) if (home / "hot").exists() else 0,
+                    "hot_segments": sum(1 for _ in (home / "hot").rglob("*.log"))
+                    if (home / "hot").exists()
+                    else 0,
                     "lake_snapshots_max": max(lake_snapshots(home, project).values(), default=0),
-                    "hot_delay_s_max": max((r["hot_delay_s"] for r in rows if r.get("hot_delay_s") is not None),
-                                           default=None),
-                    "lake_delay_s_max": max((r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None),
-                                            default=None),
+                    "hot_delay_s_max": max(
+                        (r["hot_delay_s"] for r in rows if r.get("hot_delay_s") is not None), default=None
+                    ),
+                    "lake_delay_s_max": max(
+                        (r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None), default=None
+                    ),
                     # which table lags most in the lake (the bound is about the tiering interval for every table)
-                    "lake_delay_table": max((r for r in rows if r.get("lake_delay_s") is not None),
-                                            key=lambda r: r["lake_delay_s"], default={}).get("table"),
+                    "lake_delay_table": max(
+                        (r for r in rows if r.get("lake_delay_s") is not None),
+                        key=lambda r: r["lake_delay_s"],
+                        default={},
+                    ).get("table"),
                     "input_files": part - 1000,
                     "driver_alive": driver.poll() is None,
                 }
@@ -184,14 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     snaps = [s["lake_snapshots_max"] for s in samples]
     lake = [s["lake_delay_s_max"] for s in samples[warm:] if s["lake_delay_s_max"] is not None]
     summary = {
-        "minutes": args.minutes, "samples": len(samples), "input_files": part - 1000,
+        "minutes": args.minutes,
+        "samples": len(samples),
+        "input_files": part - 1000,
         "driver_alive_at_end": bool(samples and samples[-1]["driver_alive"]),
         "driver_rss_growth": growth([s["driver_rss_mb"] for s in samples], warm),
-        "scheduler_rss_growth": growth([s["scheduler_rss_mb"] for s in samples if s["scheduler_rss_mb"]], warm),
-        "hot_segments_first_half_max": max(seg[:half], default=None), "hot_segments_last_half_max": max(seg[half:], default=None),
+        "scheduler_rss_growth": growth(
+            [s["scheduler_rss_mb"] for s in samples if s["scheduler_rss_mb"]], warm
+        ),
+        "hot_segments_first_half_max": max(seg[:half], default=None),
+        "hot_segments_last_half_max": max(seg[half:], default=None),
         "lake_snapshots_first_half_max": max(snaps[:half], default=None),
         "lake_snapshots_last_half_max": max(snaps[half:], default=None),
-        "lake_delay_s_p50": statistics.median(lake) if lake else None, "lake_delay_s_max": max(lake, default=None),
+        "lake_delay_s_p50": statistics.median(lake) if lake else None,
+        "lake_delay_s_max": max(lake, default=None),
     }
     (work / "soak.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))

@@ -81,8 +81,14 @@ class Proc:
     def start(self) -> None:
         with open(self.log, "ab") as fh:
             fh.write(f"\n=== start {time.strftime('%H:%M:%S')} ===\n".encode())
-            self.popen = subprocess.Popen([TIDEHOUSE, *self.args], cwd=self.cwd, env=self.env, stdout=fh,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = subprocess.Popen(
+                [TIDEHOUSE, *self.args],
+                cwd=self.cwd,
+                env=self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.started = time.time()
 
     def alive(self) -> bool:
@@ -110,9 +116,12 @@ def steady(status_file: Path, driver: Proc) -> bool:
     except (OSError, ValueError):
         return False
     tables = {t["table"]: t for t in doc.get("tables", [])}
-    return (doc.get("pid") == driver.popen.pid and bool(tables)
-            and all(t.get("state") == "active" for t in tables.values())
-            and all(tables.get(name, {}).get("batches", 0) >= 1 for name in ("ods.clicks", "dws.user_activity")))
+    return (
+        doc.get("pid") == driver.popen.pid
+        and bool(tables)
+        and all(t.get("state") == "active" for t in tables.values())
+        and all(tables.get(name, {}).get("batches", 0) >= 1 for name in ("ods.clicks", "dws.user_activity"))
+    )
 
 
 def _wait(predicate, timeout: float, what: str, procs: list[Proc] = ()) -> None:
@@ -141,10 +150,14 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     FLOW.write_project(root)
     # the separate scheduler ticks often enough that kills land inside its commits
     (root / "tidehouse.yaml").write_text("tiering:\n  interval: 1s\n")
-    env = {**os.environ, "TIDEHOUSE_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable,
-           # a busy 2-core machine can be slower than Spark's 15 s default for a Python worker to connect back
-           "PYSPARK_SUBMIT_ARGS": "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell"}
+    env = {
+        **os.environ,
+        "TIDEHOUSE_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        # a busy 2-core machine can be slower than Spark's 15 s default for a Python worker to connect back
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell",
+    }
     driver = Proc("trigger", ["flow", "trigger", "flows/testflow.yaml"], root, env, logs)
     scheduler = Proc("schedule", ["tier", "schedule", "--flow", "testflow"], root, env, logs)
     feeder = Feeder(root, random.Random(rng.getrandbits(64)))
@@ -156,14 +169,22 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     began = time.time()
     try:
         driver.start()
-        _wait(lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
-              300, "the first aggregation batch", [driver])
+        _wait(
+            lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
+            300,
+            "the first aggregation batch",
+            [driver],
+        )
         print(f"[chaos] first aggregation batch after {time.time() - began:.0f}s")
         feeder.start()
         scheduler.start()
         for i in range(kills):
             # the driver first, then the scheduler (so CI's two kills hit both); after that one or both at random
-            victims = ([driver], [scheduler])[i] if i < 2 else rng.choice([[driver], [scheduler], [driver, scheduler]])
+            victims = (
+                ([driver], [scheduler])[i]
+                if i < 2
+                else rng.choice([[driver], [scheduler], [driver, scheduler]])
+            )
             for proc in (driver, scheduler):
                 if not proc.alive():
                     proc.start()
@@ -172,15 +193,22 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
             # until every query of this process runs, then pick a moment inside its steady micro-batches.
             mode = "steady" if driver in victims and (i == 0 or rng.random() < 0.5) else "any"
             if mode == "steady":
-                _wait(lambda: steady(status_file, driver), 300, f"kill {i}: a steady driver", [driver, scheduler])
+                _wait(
+                    lambda: steady(status_file, driver),
+                    300,
+                    f"kill {i}: a steady driver",
+                    [driver, scheduler],
+                )
             moment = rng.uniform(0.0, 6.0) if mode == "steady" else rng.uniform(2.0, 20.0)
             due = time.time() + moment
             _wait(lambda due=due: time.time() >= due, moment + 5, f"kill {i}", [driver, scheduler])
             for proc in victims:
                 proc.kill9()
             modes[mode] += 1
-            print(f"[chaos] kill {i + 1}/{kills}: {'+'.join(p.name for p in victims)} {moment:.1f}s after "
-                  f"{'all queries ran' if mode == 'steady' else 'the restart'}, {feeder.parts} parts so far")
+            print(
+                f"[chaos] kill {i + 1}/{kills}: {'+'.join(p.name for p in victims)} {moment:.1f}s after "
+                f"{'all queries ran' if mode == 'steady' else 'the restart'}, {feeder.parts} parts so far"
+            )
     finally:
         feeder.stop.set()
         if feeder.is_alive():
@@ -190,8 +218,15 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
                 proc.kill9(count=False)
     feeder.write()  # input after the last kill too
     idle_start = time.time()
-    final = subprocess.run([TIDEHOUSE, "flow", "trigger", "testflow", "--until-idle"], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=600, check=False)
+    final = subprocess.run(
+        [TIDEHOUSE, "flow", "trigger", "testflow", "--until-idle"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert final.returncode == 0, f"{final.stdout[-3000:]}\n{final.stderr[-3000:]}\n{driver.tail()}"
     assert "Traceback" not in final.stdout + final.stderr
     assert driver.kills >= 1 and driver.kills + scheduler.kills >= kills
@@ -201,9 +236,16 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     good = sum(1 for line in feeder.lines if not line.startswith("{this"))
     assert sum(expected["ods.clicks"].values()) == good
     # the user's read path: `tidehouse query` unions the lake with the hot tail; a range in both would count twice
-    sql = "SELECT " + ", ".join(f"(SELECT count(*) FROM {t}) AS \"{t}\"" for t in TABLES)
-    query = subprocess.run([TIDEHOUSE, "query", "--format", "json", sql], cwd=root, env=env, capture_output=True,
-                           text=True, timeout=300, check=False)
+    sql = "SELECT " + ", ".join(f'(SELECT count(*) FROM {t}) AS "{t}"' for t in TABLES)
+    query = subprocess.run(
+        [TIDEHOUSE, "query", "--format", "json", sql],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert query.returncode == 0, query.stderr[-3000:]
     assert json.loads(query.stdout) == [{t: sum(expected[t].values()) for t in TABLES}]
     project = Project.open(home=home, project_dir=root)
@@ -212,14 +254,18 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
             hot = bag(project.store.scan(table))
             lake = bag(project.lake.load(table).scan().to_arrow())
             want = expected[table]
-            assert hot == want, (f"hot {table}: lost {sum((want - hot).values())}, "
-                                 f"extra {sum((hot - want).values())}")
-            assert lake == want, (f"lake {table}: lost {sum((want - lake).values())}, "
-                                  f"extra {sum((lake - want).values())}")
+            assert hot == want, (
+                f"hot {table}: lost {sum((want - hot).values())}, extra {sum((hot - want).values())}"
+            )
+            assert lake == want, (
+                f"lake {table}: lost {sum((want - lake).values())}, extra {sum((lake - want).values())}"
+            )
         bad = len(feeder.lines) - good
         assert sum(project.store.end_offsets("ods.clicks__quarantine")) == bad
     finally:
         project.close()
-    print(f"[chaos] {driver.kills} driver kills ({modes['steady']} in steady micro-batches), "
-          f"{scheduler.kills} scheduler kills, {feeder.parts} parts, "
-          f"{good} good rows, {len(feeder.lines) - good} malformed; every hot and lake table equals the oracle")
+    print(
+        f"[chaos] {driver.kills} driver kills ({modes['steady']} in steady micro-batches), "
+        f"{scheduler.kills} scheduler kills, {feeder.parts} parts, "
+        f"{good} good rows, {len(feeder.lines) - good} malformed; every hot and lake table equals the oracle"
+    )

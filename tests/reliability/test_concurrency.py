@@ -76,13 +76,20 @@ def test_second_flow_trigger_process_is_refused(tmp_path):
     (project / "actions" / "ingest.sql").write_text((REPO / "actions" / "ingest.sql").read_text())
     (project / "flows").mkdir()
     (project / "flows" / "shop.yaml").write_text(
-        "flow: shop\nsources:\n  ticks: {format: rate}\nlayers:\n  ods:\n    ticks: {action: ingest, inputs: {raw: ticks}}\n")
+        "flow: shop\nsources:\n  ticks: {format: rate}\nlayers:\n  ods:\n    ticks: {action: ingest, inputs: {raw: ticks}}\n"
+    )
     home = tmp_path / "home"
     holder = _hold_lock(home / "run", "shop")
     try:
         env = {**os.environ, "TIDEHOUSE_HOME": str(home)}
-        proc = subprocess.run([TIDEHOUSE, "flow", "trigger", "flows/shop.yaml", "--until-idle"], cwd=project,
-                              env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [TIDEHOUSE, "flow", "trigger", "flows/shop.yaml", "--until-idle"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
@@ -92,9 +99,16 @@ def test_second_flow_trigger_process_is_refused(tmp_path):
     assert not (home / "checkpoints").exists() or not any((home / "checkpoints").rglob("commits/*"))
 
 
-LOG = TableMeta("ods.events", pa.schema([("k", pa.int64()), ("v", pa.string())]), buckets=2, bucket_key=("k",))
-PK = TableMeta("dws.totals", pa.schema([("k", pa.int64()), ("n", pa.int64())]), kind="primary_key",
-               primary_key=("k",), buckets=2)
+LOG = TableMeta(
+    "ods.events", pa.schema([("k", pa.int64()), ("v", pa.string())]), buckets=2, bucket_key=("k",)
+)
+PK = TableMeta(
+    "dws.totals",
+    pa.schema([("k", pa.int64()), ("n", pa.int64())]),
+    kind="primary_key",
+    primary_key=("k",),
+    buckets=2,
+)
 
 
 @pytest.mark.slow
@@ -117,11 +131,24 @@ def test_two_tiering_schedulers_commit_each_range_once(tmp_path, seed):
         while not stop.is_set():
             n = rng.randrange(1, 40)
             first = written["log"]
-            store.write(LOG.name, pa.table({"k": pa.array(range(first, first + n), pa.int64()),
-                                            "v": [f"v{i}" for i in range(first, first + n)]}), writer="w", seq=seq)
+            store.write(
+                LOG.name,
+                pa.table(
+                    {
+                        "k": pa.array(range(first, first + n), pa.int64()),
+                        "v": [f"v{i}" for i in range(first, first + n)],
+                    }
+                ),
+                writer="w",
+                seq=seq,
+            )
             keys = [rng.randrange(50) for _ in range(5)]
-            store.write(PK.name, pa.table({"k": pa.array(keys, pa.int64()), "n": pa.array([seq] * 5, pa.int64())}),
-                        writer="w", seq=seq)
+            store.write(
+                PK.name,
+                pa.table({"k": pa.array(keys, pa.int64()), "n": pa.array([seq] * 5, pa.int64())}),
+                writer="w",
+                seq=seq,
+            )
             written["log"] += n
             seq += 1
             time.sleep(rng.uniform(0.01, 0.1))
@@ -129,8 +156,17 @@ def test_two_tiering_schedulers_commit_each_range_once(tmp_path, seed):
     env = {**os.environ, "TIDEHOUSE_HOME": str(home)}
     thread = threading.Thread(target=writer)
     thread.start()
-    schedulers = [subprocess.Popen([TIDEHOUSE, "tier", "schedule", "--duration", "12"], cwd=root, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    schedulers = [
+        subprocess.Popen(
+            [TIDEHOUSE, "tier", "schedule", "--duration", "12"],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=300) for p in schedulers]
     finally:
@@ -139,7 +175,9 @@ def test_two_tiering_schedulers_commit_each_range_once(tmp_path, seed):
     for p, (out, err) in zip(schedulers, outs):
         assert p.returncode == 0, err[-3000:]
         assert "Traceback" not in out + err
-    final = subprocess.run([TIDEHOUSE, "tier", "run"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    final = subprocess.run(
+        [TIDEHOUSE, "tier", "run"], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     assert final.returncode == 0, final.stderr[-3000:]
     commits = sum(int(m) for out, _ in outs for m in __import__("re").findall(r"(\d+) commits/", out))
     assert commits >= 4, outs  # both services were really tiering

@@ -33,12 +33,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
 EXTRA_ACTIONS = {
     "t_items.sql": "/*---\nname: t_items\ndescription: events per item\ninputs: [events]\n---*/\n"
-                   "SELECT item_id, count(*) AS n FROM events GROUP BY item_id\n",
+    "SELECT item_id, count(*) AS n FROM events GROUP BY item_id\n",
     "t_copy.sql": "/*---\nname: t_copy\ndescription: the rows as they are\ninputs: [events]\n---*/\n"
-                  "SELECT * FROM events\n",
+    "SELECT * FROM events\n",
     "t_distinct.sql": "/*---\nname: t_distinct\ndescription: distinct users per item, recomputed\n"
-                      "inputs: [events]\n---*/\n"
-                      "SELECT item_id, count(DISTINCT user_id) AS users FROM events GROUP BY item_id\n",
+    "inputs: [events]\n---*/\n"
+    "SELECT item_id, count(DISTINCT user_id) AS users FROM events GROUP BY item_id\n",
 }
 LATE = """flow: late
 trigger: 100ms
@@ -73,9 +73,23 @@ def _kill_mid_run(project_dir, home, rng, lines: list[str]) -> None:
     env = dict(os.environ, TIDEHOUSE_HOME=str(home))
     log_path = project_dir.parent / "trigger.log"
     with open(log_path, "wb") as log_file:  # a file, not a pipe: a full pipe would block the child
-        proc = subprocess.Popen([sys.executable, "-c", "from runtime.cli import run; run()", "flow", "trigger",
-                                 "testflow", "--duration", "400"], cwd=project_dir, env=env, stdout=log_file,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from runtime.cli import run; run()",
+                "flow",
+                "trigger",
+                "testflow",
+                "--duration",
+                "400",
+            ],
+            cwd=project_dir,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             store = open_store(str(home / "hot"))
             before = sum(store.end_offsets("dws.user_activity"))
@@ -86,14 +100,20 @@ def _kill_mid_run(project_dir, home, rng, lines: list[str]) -> None:
                 time.sleep(1.0)
             deadline = time.time() + 300
             while time.time() < deadline:  # it caught up with new input, and retention trimmed under it
-                assert proc.poll() is None, "the flow stopped: " + log_path.read_text(errors="replace")[-3000:]
-                if sum(store.end_offsets("dws.user_activity")) > before and \
-                        min(store.start_offsets("dwd.clicks")) > 0:
+                assert proc.poll() is None, (
+                    "the flow stopped: " + log_path.read_text(errors="replace")[-3000:]
+                )
+                if (
+                    sum(store.end_offsets("dws.user_activity")) > before
+                    and min(store.start_offsets("dwd.clicks")) > 0
+                ):
                     break
                 time.sleep(0.5)
             else:
-                raise AssertionError("the running flow never caught up and trimmed: "
-                                     + log_path.read_text(errors="replace")[-3000:])
+                raise AssertionError(
+                    "the running flow never caught up and trimmed: "
+                    + log_path.read_text(errors="replace")[-3000:]
+                )
             time.sleep(rng.uniform(0.0, 2.0))
         finally:
             if proc.poll() is None:
@@ -104,8 +124,9 @@ def _kill_mid_run(project_dir, home, rng, lines: list[str]) -> None:
 def test_every_reader_gets_every_row_once_after_retention_and_a_kill_9(spark, project_dir, home, seed):
     from runtime.project import Project
 
-    (project_dir / "tidehouse.yaml").write_text("storage:\n  retention: 1s\n  segment_bytes: 2048\n"
-                                                "  fsync: false\n")
+    (project_dir / "tidehouse.yaml").write_text(
+        "storage:\n  retention: 1s\n  segment_bytes: 2048\n  fsync: false\n"
+    )
     path = write_project(project_dir)
     for name, text in EXTRA_ACTIONS.items():
         (project_dir / "actions" / name).write_text(text)
@@ -129,13 +150,20 @@ def test_every_reader_gets_every_row_once_after_retention_and_a_kill_9(spark, pr
         project.trigger("testflow", until_idle=True, spark=spark)  # run 3 resumes; its final tiering trims
         for table, read_upto in late_read.items():  # retention went past what flow `late` has read
             firsts = project.store.start_offsets(table)
-            assert any(f > r for f, r in zip(firsts, read_upto)), f"{table}: first {firsts}, late read {read_upto}"
+            assert any(f > r for f, r in zip(firsts, read_upto)), (
+                f"{table}: first {firsts}, late read {read_upto}"
+            )
 
         project.trigger("late", until_idle=True, spark=spark)  # its offsets were trimmed meanwhile
-        project.trigger(project_dir / "flows" / "newcomer.yaml", until_idle=True, spark=spark)  # from the start
+        project.trigger(
+            project_dir / "flows" / "newcomer.yaml", until_idle=True, spark=spark
+        )  # from the start
 
-        expected = {name: bag for name, bag in oracle(lines).items() if name.count(".") == 1 and
-                    "quarantine" not in name}
+        expected = {
+            name: bag
+            for name, bag in oracle(lines).items()
+            if name.count(".") == 1 and "quarantine" not in name
+        }
         con = oracle_connection(lines)
         expected.update({name: canon(con.sql(sql).to_arrow_table()) for name, sql in MORE_ORACLE.items()})
         for table, want in expected.items():

@@ -30,84 +30,188 @@ from tests.reliability._project import cli
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 HEAD, ODS, flow = registry_flows.HEAD, registry_flows.ODS, registry_flows.flow
-SRC = "sources:\n  clicks: {format: json, path: data/clicks, schema: \"user_id string, price double, event_type string\"}\n"
+SRC = 'sources:\n  clicks: {format: json, path: data/clicks, schema: "user_id string, price double, event_type string"}\n'
 
 # (id, file content, the error code's name) -- added to the registry's table
 HOSTILE_FLOWS = [
     ("name-trailing-newline", 'flow: "shop\\n"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-trailing-newline", HEAD + 'layers:\n  ods:\n    "clicks\\n": {action: ingest, inputs: {raw: clicks}}\n',
-     "SPEC_BAD_IDENTIFIER"),
+    (
+        "table-trailing-newline",
+        HEAD + 'layers:\n  ods:\n    "clicks\\n": {action: ingest, inputs: {raw: clicks}}\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
     ("name-cyrillic-o", "flow: sh\u043ep\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-cyrillic-i", HEAD + "layers:\n  ods:\n    cl\u0456cks: {action: ingest, inputs: {raw: clicks}}\n",
-     "SPEC_BAD_IDENTIFIER"),
+    (
+        "table-cyrillic-i",
+        HEAD + "layers:\n  ods:\n    cl\u0456cks: {action: ingest, inputs: {raw: clicks}}\n",
+        "SPEC_BAD_IDENTIFIER",
+    ),
     ("name-fullwidth", "flow: \uff53\uff48\uff4f\uff50\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
     ("name-zero-width-space", "flow: sh\u200bop\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("name-rtl-override", "flow: \"shop\u202egnp\"\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("action-homoglyph", HEAD + "layers:\n  ods:\n    clicks: {action: \u0456ngest, inputs: {raw: clicks}}\n",
-     "SPEC_BAD_IDENTIFIER"),
+    ("name-rtl-override", 'flow: "shop\u202egnp"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
+    (
+        "action-homoglyph",
+        HEAD + "layers:\n  ods:\n    clicks: {action: \u0456ngest, inputs: {raw: clicks}}\n",
+        "SPEC_BAD_IDENTIFIER",
+    ),
     ("name-129-chars", "flow: " + "a" * 129 + "\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
     ("name-100k-chars", "flow: " + "a" * 100_000 + "\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-10k-chars", HEAD + "layers:\n  ods:\n    " + "t" * 10_000 + ": {action: ingest, inputs: {raw: clicks}}\n",
-     "YAML_SYNTAX"),  # PyYAML refuses keys over 1024 characters
-    ("name-sql-drop", 'flow: "shop; DROP TABLE flows; --"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("name-sql-quote", "flow: \"x') OR 1=1 --\"\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-sql", HEAD + "layers:\n  ods:\n    \"c'); DELETE FROM actions; --\": {action: ingest, inputs: {raw: clicks}}\n",
-     "SPEC_BAD_IDENTIFIER"),
-    ("action-sql", HEAD + "layers:\n  ods:\n    clicks: {action: \"ingest; DROP TABLE actions\", inputs: {raw: clicks}}\n",
-     "SPEC_BAD_IDENTIFIER"),
-    ("action-version-sql", HEAD + "layers:\n  ods:\n    clicks: {action: \"ingest@1 OR 1=1\", inputs: {raw: clicks}}\n",
-     "SPEC_BAD_IDENTIFIER"),
-    ("input-sql", flow(ODS + "dwd:\n  clean: {action: clean, inputs: {events: \"ods.clicks; DROP TABLE x\"}}\n"),
-     "INPUT_UNKNOWN_TABLE"),
-    ("source-sql", "flow: shop\nsources:\n  \"clicks /* */ --\": {format: rate}\nlayers:\n  " + ODS,
-     "SPEC_BAD_IDENTIFIER"),
-    ("param-name-sql", flow(ODS + "dwd:\n  clean: {action: clean, inputs: {events: ods.clicks},"
-                              " params: {\"min_price) OR (1=1\": 1.0}}\n"), "SPEC_BAD_IDENTIFIER"),
+    (
+        "table-10k-chars",
+        HEAD + "layers:\n  ods:\n    " + "t" * 10_000 + ": {action: ingest, inputs: {raw: clicks}}\n",
+        "YAML_SYNTAX",
+    ),  # PyYAML refuses keys over 1024 characters
+    (
+        "name-sql-drop",
+        'flow: "shop; DROP TABLE flows; --"\n' + SRC + "layers:\n  " + ODS,
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    ("name-sql-quote", 'flow: "x\') OR 1=1 --"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
+    (
+        "table-sql",
+        HEAD
+        + 'layers:\n  ods:\n    "c\'); DELETE FROM actions; --": {action: ingest, inputs: {raw: clicks}}\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "action-sql",
+        HEAD + 'layers:\n  ods:\n    clicks: {action: "ingest; DROP TABLE actions", inputs: {raw: clicks}}\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "action-version-sql",
+        HEAD + 'layers:\n  ods:\n    clicks: {action: "ingest@1 OR 1=1", inputs: {raw: clicks}}\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "input-sql",
+        flow(ODS + 'dwd:\n  clean: {action: clean, inputs: {events: "ods.clicks; DROP TABLE x"}}\n'),
+        "INPUT_UNKNOWN_TABLE",
+    ),
+    (
+        "source-sql",
+        'flow: shop\nsources:\n  "clicks /* */ --": {format: rate}\nlayers:\n  ' + ODS,
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "param-name-sql",
+        flow(
+            ODS + "dwd:\n  clean: {action: clean, inputs: {events: ods.clicks},"
+            ' params: {"min_price) OR (1=1": 1.0}}\n'
+        ),
+        "SPEC_BAD_IDENTIFIER",
+    ),
     ("name-path-traversal", 'flow: "../../etc/passwd"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-path-traversal", HEAD + 'layers:\n  ods:\n    "../hot": {action: ingest, inputs: {raw: clicks}}\n',
-     "SPEC_BAD_IDENTIFIER"),
+    (
+        "table-path-traversal",
+        HEAD + 'layers:\n  ods:\n    "../hot": {action: ingest, inputs: {raw: clicks}}\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
     ("name-empty", 'flow: ""\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
     ("name-escaped-nul", 'flow: "sh\\0op"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
     ("name-ansi-escape", 'flow: "\\e[31mshop"\n' + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
     ("name-reserved-system", "flow: __shop\n" + SRC + "layers:\n  " + ODS, "SPEC_BAD_IDENTIFIER"),
-    ("table-key-integer", HEAD + "layers:\n  ods:\n    123: {action: ingest, inputs: {raw: clicks}}\n",
-     "SPEC_WRONG_TYPE"),
-    ("table-key-complex", HEAD + "layers:\n  ods:\n    ? [a, b]\n    : {action: ingest, inputs: {raw: clicks}}\n",
-     None),
+    (
+        "table-key-integer",
+        HEAD + "layers:\n  ods:\n    123: {action: ingest, inputs: {raw: clicks}}\n",
+        "SPEC_WRONG_TYPE",
+    ),
+    (
+        "table-key-complex",
+        HEAD + "layers:\n  ods:\n    ? [a, b]\n    : {action: ingest, inputs: {raw: clicks}}\n",
+        None,
+    ),
     ("raw-nul-in-middle", (HEAD + "layers:\n  ods:\n    cli\x00cks: {}\n").encode(), "YAML_NOT_TEXT"),
     ("utf16-file", ("flow: shop\n" + SRC + "layers:\n  " + ODS).encode("utf-16"), "YAML_NOT_TEXT"),
     ("lone-surrogate-bytes", b"flow: shop\ndescription: \xed\xa0\x80\n", "YAML_NOT_TEXT"),
-    ("python-apply-tag", "flow: !!python/object/apply:os.system ['touch PWNED']\n" + SRC + "layers:\n  " + ODS,
-     "YAML_SYNTAX"),
+    (
+        "python-apply-tag",
+        "flow: !!python/object/apply:os.system ['touch PWNED']\n" + SRC + "layers:\n  " + ODS,
+        "YAML_SYNTAX",
+    ),
     ("python-name-tag", "flow: !!python/name:os.system\n" + SRC + "layers:\n  " + ODS, "YAML_SYNTAX"),
     ("custom-tag", "flow: !Ref shop\n" + SRC + "layers:\n  " + ODS, "YAML_SYNTAX"),
-    ("mapping-alias-bomb", "".join(f"k{i}: &k{i} {{" + ", ".join(f"a{j}: " + (f"*k{i - 1}" if i else "x")
-                                                            for j in range(9)) + "}\n" for i in range(8)),
-     "YAML_TOO_LARGE"),
-    ("merge-key-chain", "".join(f"k{i}: &k{i}\n  <<: [" + ", ".join(f"*k{j}" for j in range(i)) + "]\n  v{i}: 1\n"
-                                for i in range(1, 60)).replace("<<: []", "x: 0") + "flow: shop\n", None),
+    (
+        "mapping-alias-bomb",
+        "".join(
+            f"k{i}: &k{i} {{" + ", ".join(f"a{j}: " + (f"*k{i - 1}" if i else "x") for j in range(9)) + "}\n"
+            for i in range(8)
+        ),
+        "YAML_TOO_LARGE",
+    ),
+    (
+        "merge-key-chain",
+        "".join(
+            f"k{i}: &k{i}\n  <<: [" + ", ".join(f"*k{j}" for j in range(i)) + "]\n  v{i}: 1\n"
+            for i in range(1, 60)
+        ).replace("<<: []", "x: 0")
+        + "flow: shop\n",
+        None,
+    ),
     ("deep-mapping", "flow: shop\ndescription: " + "{a: " * 100 + "x" + "}" * 100 + "\n", "YAML_TOO_DEEP"),
-    ("deep-block-mapping", "flow: shop\nx:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 80))
-     + "  " * 80 + "v\n", "YAML_TOO_DEEP"),
+    (
+        "deep-block-mapping",
+        "flow: shop\nx:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 80)) + "  " * 80 + "v\n",
+        "YAML_TOO_DEEP",
+    ),
     ("two-megabyte-line", "flow: shop\ndescription: " + "x" * (2 << 20) + "\n", "YAML_TOO_LARGE"),
-    ("many-small-tables", HEAD + "layers:\n  ods:\n" + "".join(f"    t{i}: {{action: nope, inputs: {{raw: clicks}}}}\n"
-                                                              for i in range(500)), "ACTION_UNKNOWN"),
+    (
+        "many-small-tables",
+        HEAD
+        + "layers:\n  ods:\n"
+        + "".join(f"    t{i}: {{action: nope, inputs: {{raw: clicks}}}}\n" for i in range(500)),
+        "ACTION_UNKNOWN",
+    ),
 ]
 
 HOSTILE_ACTIONS = [
-    ("name-trailing-newline", '/*---\nname: "a\\n"\ninputs: [t]\n---*/\nSELECT * FROM t\n', "SPEC_BAD_IDENTIFIER"),
-    ("name-homoglyph", "/*---\nname: \u0456ngest\ninputs: [t]\n---*/\nSELECT * FROM t\n", "SPEC_BAD_IDENTIFIER"),
-    ("name-sql", "/*---\nname: \"a'; DROP TABLE actions; --\"\ninputs: [t]\n---*/\nSELECT * FROM t\n",
-     "SPEC_BAD_IDENTIFIER"),
-    ("name-long", "/*---\nname: " + "a" * 5000 + "\ninputs: [t]\n---*/\nSELECT * FROM t\n", "SPEC_BAD_IDENTIFIER"),
-    ("input-sql", "/*---\nname: a\ninputs: [\"t; DROP TABLE x\"]\n---*/\nSELECT * FROM t\n", "SPEC_BAD_IDENTIFIER"),
-    ("param-name-sql", "/*---\nname: a\ninputs: [t]\nparams:\n  \"p OR 1=1\": {type: int}\n---*/\nSELECT * FROM t\n",
-     "SPEC_BAD_IDENTIFIER"),
-    ("python-tag", "/*---\nname: !!python/object/apply:os.system ['touch PWNED']\ninputs: [t]\n---*/\nSELECT 1\n",
-     "YAML_SYNTAX"),
-    ("header-alias-bomb", "/*---\n" + "".join(f"k{i}: &k{i} [" + ", ".join([f"*k{i - 1}" if i else "x"] * 9) + "]\n"
-                                              for i in range(8)) + "name: a\n---*/\nSELECT 1\n", "YAML_TOO_LARGE"),
-    ("huge-sql", "/*---\nname: a\ninputs: [t]\n---*/\nSELECT * FROM t -- " + "x" * (2 << 20) + "\n", "YAML_TOO_LARGE"),
+    (
+        "name-trailing-newline",
+        '/*---\nname: "a\\n"\ninputs: [t]\n---*/\nSELECT * FROM t\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "name-homoglyph",
+        "/*---\nname: \u0456ngest\ninputs: [t]\n---*/\nSELECT * FROM t\n",
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "name-sql",
+        '/*---\nname: "a\'; DROP TABLE actions; --"\ninputs: [t]\n---*/\nSELECT * FROM t\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "name-long",
+        "/*---\nname: " + "a" * 5000 + "\ninputs: [t]\n---*/\nSELECT * FROM t\n",
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "input-sql",
+        '/*---\nname: a\ninputs: ["t; DROP TABLE x"]\n---*/\nSELECT * FROM t\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "param-name-sql",
+        '/*---\nname: a\ninputs: [t]\nparams:\n  "p OR 1=1": {type: int}\n---*/\nSELECT * FROM t\n',
+        "SPEC_BAD_IDENTIFIER",
+    ),
+    (
+        "python-tag",
+        "/*---\nname: !!python/object/apply:os.system ['touch PWNED']\ninputs: [t]\n---*/\nSELECT 1\n",
+        "YAML_SYNTAX",
+    ),
+    (
+        "header-alias-bomb",
+        "/*---\n"
+        + "".join(f"k{i}: &k{i} [" + ", ".join([f"*k{i - 1}" if i else "x"] * 9) + "]\n" for i in range(8))
+        + "name: a\n---*/\nSELECT 1\n",
+        "YAML_TOO_LARGE",
+    ),
+    (
+        "huge-sql",
+        "/*---\nname: a\ninputs: [t]\n---*/\nSELECT * FROM t -- " + "x" * (2 << 20) + "\n",
+        "YAML_TOO_LARGE",
+    ),
     ("nul-in-sql", b"/*---\nname: a\ninputs: [t]\n---*/\nSELECT '\x00' FROM t\n", "YAML_NOT_TEXT"),
 ]
 
@@ -238,8 +342,15 @@ def _limit_memory() -> None:  # pragma: no cover - runs in the child
 def test_endless_file_is_refused_not_read(tmp_path, command):
     """``/dev/zero`` reports size 0 but never ends: the reader must stop at the size limit (real process)."""
     env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([TIDEHOUSE, *command, "/dev/zero"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
+    proc = subprocess.run(
+        [TIDEHOUSE, *command, "/dev/zero"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_limit_memory,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-2000:]
     assert "Traceback" not in text and "MemoryError" not in text, text[-2000:]
@@ -252,8 +363,9 @@ def test_sql_in_a_name_through_a_real_process(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text('flow: "shop\'; DROP TABLE flow_versions; --"\n' + SRC + "layers:\n  " + ODS)
     env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
-    run = lambda *args: subprocess.run([TIDEHOUSE, *args], cwd=tmp_path, env=env,
-                                       capture_output=True, text=True, timeout=120)
+    run = lambda *args: subprocess.run(
+        [TIDEHOUSE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     proc = run("flow", "register", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert re.search(r"evil\.yaml:1:\d+: flow: .*\[TH215\]", proc.stderr), proc.stderr

@@ -26,9 +26,17 @@ TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 
 def _secrets() -> dict[str, str]:
     tag = uuid.uuid4().hex[:12]
-    return {name: f"S3cr3t{name[3:]}{tag}" for name in
-            ("TH_DB_PASSWORD", "TH_CATALOG_TOKEN", "TH_CATALOG_CREDENTIAL", "TH_S3_SECRET", "TH_STORAGE_KEY",
-             "TH_SPARK_S3_SECRET")}
+    return {
+        name: f"S3cr3t{name[3:]}{tag}"
+        for name in (
+            "TH_DB_PASSWORD",
+            "TH_CATALOG_TOKEN",
+            "TH_CATALOG_CREDENTIAL",
+            "TH_S3_SECRET",
+            "TH_STORAGE_KEY",
+            "TH_SPARK_S3_SECRET",
+        )
+    }
 
 
 def _project_file(home: Path, *, registry_url: str, catalog_uri: str | None = None) -> str:
@@ -39,8 +47,8 @@ registry:
 lake:
   catalog:
     type: sql
-    uri: "{catalog_uri or f'sqlite:///{lake}/catalog.db'}"
-    warehouse: "{(lake / 'warehouse').as_uri()}"
+    uri: "{catalog_uri or f"sqlite:///{lake}/catalog.db"}"
+    warehouse: "{(lake / "warehouse").as_uri()}"
     token: "${{TH_CATALOG_TOKEN}}"
     credential: "client:${{TH_CATALOG_CREDENTIAL}}"
     s3.secret-access-key: "${{TH_S3_SECRET}}"
@@ -72,20 +80,27 @@ def _assert_clean(outputs: list[str], secrets: dict[str, str]) -> None:
 
 def test_config_repr_and_masked_never_show_secrets(secret_project):
     root, home, secrets = secret_project
-    (root / "tidehouse.yaml").write_text(_project_file(home, registry_url="postgresql://th:${TH_DB_PASSWORD}@db/th"))
+    (root / "tidehouse.yaml").write_text(
+        _project_file(home, registry_url="postgresql://th:${TH_DB_PASSWORD}@db/th")
+    )
     config = load_config(home=home, project_dir=root)
     assert secrets["TH_DB_PASSWORD"] in config.registry_url  # the value is there for the code that needs it
-    _assert_clean([repr(config), str(config), json.dumps(config.masked(), default=str),
-                   repr(config.masked())], secrets)
+    _assert_clean(
+        [repr(config), str(config), json.dumps(config.masked(), default=str), repr(config.masked())], secrets
+    )
 
 
 @pytest.mark.reliability
 @pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug"])
 def test_info_never_prints_secrets(secret_project, debug):
     root, home, secrets = secret_project
-    (root / "tidehouse.yaml").write_text(_project_file(
-        home, registry_url="sqlite:///" + str(home / "r.db") + "?pw=${TH_DB_PASSWORD}",
-        catalog_uri="postgresql://th:${TH_DB_PASSWORD}@catalog-db/iceberg"))
+    (root / "tidehouse.yaml").write_text(
+        _project_file(
+            home,
+            registry_url="sqlite:///" + str(home / "r.db") + "?pw=${TH_DB_PASSWORD}",
+            catalog_uri="postgresql://th:${TH_DB_PASSWORD}@catalog-db/iceberg",
+        )
+    )
     flags = ["--debug"] if debug else []
     outputs = []
     for fmt in ("text", "json"):
@@ -133,10 +148,18 @@ def test_missing_env_var_names_the_variable_not_a_value(secret_project, monkeypa
 def test_real_process_with_debug_never_prints_secrets(secret_project, tmp_path):
     """A real ``tidehouse --debug`` process (stderr, warnings and logging included)."""
     root, home, secrets = secret_project
-    (root / "tidehouse.yaml").write_text(_project_file(home, registry_url="postgresql://th:${TH_DB_PASSWORD}@127.0.0.1:1/th"))
+    (root / "tidehouse.yaml").write_text(
+        _project_file(home, registry_url="postgresql://th:${TH_DB_PASSWORD}@127.0.0.1:1/th")
+    )
     env = {**os.environ, "TIDEHOUSE_HOME": str(home), "PYTHONWARNINGS": "always"}
     outputs = []
-    for args in (["--debug", "info", "--format", "json"], ["--debug", "flow", "list"], ["--debug", "tier", "run"]):
-        proc = subprocess.run([TIDEHOUSE, *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    for args in (
+        ["--debug", "info", "--format", "json"],
+        ["--debug", "flow", "list"],
+        ["--debug", "tier", "run"],
+    ):
+        proc = subprocess.run(
+            [TIDEHOUSE, *args], cwd=root, env=env, capture_output=True, text=True, timeout=120
+        )
         outputs += [proc.stdout, proc.stderr]
     _assert_clean(outputs, secrets)

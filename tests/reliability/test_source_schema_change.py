@@ -61,7 +61,9 @@ class Input:
 
     def __init__(self, rng: random.Random, data_dir) -> None:
         self.rng, self.dir, self.next_id, self.files = rng, data_dir, 0, 0
-        self.accepted: list[dict] = []  # rows the ODS table must hold (declared columns, plus `channel` if sent)
+        self.accepted: list[
+            dict
+        ] = []  # rows the ODS table must hold (declared columns, plus `channel` if sent)
         self.malformed: list[str] = []  # lines that do not parse with the schema: quarantined verbatim
         self.missing: Counter = Counter()  # required column -> records lacking it
         self.negative = 0  # records breaking the expectation
@@ -69,8 +71,12 @@ class Input:
 
     def _order(self) -> dict:
         self.next_id += 1
-        return {"id": self.next_id, "kind": self.rng.choice(KINDS), "amount": round(self.rng.uniform(1, 99), 2),
-                "ts": datetime.fromtimestamp(TS0 + self.next_id, timezone.utc).isoformat().replace("+00:00", "Z")}
+        return {
+            "id": self.next_id,
+            "kind": self.rng.choice(KINDS),
+            "amount": round(self.rng.uniform(1, 99), 2),
+            "ts": datetime.fromtimestamp(TS0 + self.next_id, timezone.utc).isoformat().replace("+00:00", "Z"),
+        }
 
     def good(self, extra: dict | None = None) -> str:
         row = self._order() | (extra or {})
@@ -134,7 +140,9 @@ def _expected_ods(inp: Input, columns: list[str]) -> Counter:
     for r in inp.accepted:
         ts = datetime.fromisoformat(r["ts"].replace("Z", "+00:00"))
         row = r | {"ts": int(ts.timestamp() * 1_000_000)}
-        out[tuple(round(row[c], 6) if isinstance(row.get(c), float) else row.get(c) for c in sorted(columns))] += 1
+        out[
+            tuple(round(row[c], 6) if isinstance(row.get(c), float) else row.get(c) for c in sorted(columns))
+        ] += 1
     return out
 
 
@@ -176,8 +184,11 @@ def _check(project, inp: Input, *, columns: list[str]) -> None:
         assert sum(f"lacks required column(s) {column} " in why for why in reasons) == n, column
     assert sum(why.startswith("expectation non_negative failed") for why in reasons) == inp.negative
     assert _bag(store.scan("dws.by_kind"), ["kind", "orders", "amount"]) == _expected_by_kind(inp)
-    for table, cols in (("ods.orders", columns), ("dws.by_kind", ["kind", "orders", "amount"]),
-                        ("ods.orders__quarantine", ["raw", "reason"])):
+    for table, cols in (
+        ("ods.orders", columns),
+        ("dws.by_kind", ["kind", "orders", "amount"]),
+        ("ods.orders__quarantine", ["raw", "reason"]),
+    ):
         lake_rows = project.lake.load(table).scan().to_arrow()
         assert _bag(lake_rows, cols) == _bag(store.scan(table), cols), f"lake {table}"
 
@@ -208,6 +219,7 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
     runner = threading.Thread(target=run, name="drift-flow", daemon=True)
     runner.start()
     try:
+
         def landed() -> bool:
             return _rows(store, "ods.orders") + _rows(store, "ods.orders__quarantine") >= inp.lines
 
@@ -217,16 +229,22 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
             _wait(landed, 120, f"file {inp.files - 1} in ODS", lambda: outcome.get("error"))
         inp.v1_file(20)  # and back to the old shape
         _wait(landed, 120, "the last file in ODS", lambda: outcome.get("error"))
-        _wait(lambda: _bag(store.scan("dws.by_kind"), ["kind", "orders", "amount"]) == _expected_by_kind(inp),
-              120, "dws.by_kind to catch up", lambda: outcome.get("error"))
+        _wait(
+            lambda: _bag(store.scan("dws.by_kind"), ["kind", "orders", "amount"]) == _expected_by_kind(inp),
+            120,
+            "dws.by_kind to catch up",
+            lambda: outcome.get("error"),
+        )
     finally:
         stop.set()
         runner.join(timeout=120)
     assert "error" not in outcome, outcome.get("error")
     assert not runner.is_alive()
     report = outcome["report"]
-    assert report.tables["ods.orders"]["quarantined"] == len(inp.malformed) + sum(inp.missing.values()) \
-        + inp.negative
+    assert (
+        report.tables["ods.orders"]["quarantined"]
+        == len(inp.malformed) + sum(inp.missing.values()) + inp.negative
+    )
 
     project.trigger("drift", until_idle=True, spark=spark)  # a final tiering cycle
     _check(project, inp, columns=["id", "kind", "amount", "ts"])
@@ -240,6 +258,9 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
     # rebuilt from the same files, the added field is now a column (absent -> null)
     project.trigger(flow_path, until_idle=True, spark=spark, full_refresh=["ods.orders"])
     _check(project, inp, columns=["id", "kind", "amount", "ts", "channel"])
-    assert sum(1 for c in store.scan("ods.orders").column("channel").to_pylist() if c) == \
-        sum(1 for r in inp.accepted if "channel" in r) > 0
+    assert (
+        sum(1 for c in store.scan("ods.orders").column("channel").to_pylist() if c)
+        == sum(1 for r in inp.accepted if "channel" in r)
+        > 0
+    )
     project.close()

@@ -19,12 +19,39 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.storage import TableMeta, open_store
 
 HOSTILE = [
-    "'", "''", '"', "\\", "\\'", "x' OR '1'='1", "') OR 1=1 --", "click' OR 1=1 --",
-    "click'; DROP TABLE sentinel; --", "click'); DROP VIEW sentinel; --", "click /* comment */",
-    "*/ OR 1=1 /*", "-- ", "click -- trailing", "\\'; DROP TABLE sentinel; --",
-    "\u2019 OR 1=1 --", "\uff07 OR \uff071\uff07=\uff071", "\u02bc OR 1=1 --", "click\u0000", "click\n",
-    "${sentinel}", ":min_price", "?", "%", "_", "$$ OR 1=1 $$", "'; SELECT * FROM sentinel; --",
-    "IDENTIFIER('sentinel')", "click\\' OR 1=1 --", "\" OR \"\"=\"", "`sentinel`", "CLICK", "click",
+    "'",
+    "''",
+    '"',
+    "\\",
+    "\\'",
+    "x' OR '1'='1",
+    "') OR 1=1 --",
+    "click' OR 1=1 --",
+    "click'; DROP TABLE sentinel; --",
+    "click'); DROP VIEW sentinel; --",
+    "click /* comment */",
+    "*/ OR 1=1 /*",
+    "-- ",
+    "click -- trailing",
+    "\\'; DROP TABLE sentinel; --",
+    "\u2019 OR 1=1 --",
+    "\uff07 OR \uff071\uff07=\uff071",
+    "\u02bc OR 1=1 --",
+    "click\u0000",
+    "click\n",
+    "${sentinel}",
+    ":min_price",
+    "?",
+    "%",
+    "_",
+    "$$ OR 1=1 $$",
+    "'; SELECT * FROM sentinel; --",
+    "IDENTIFIER('sentinel')",
+    "click\\' OR 1=1 --",
+    '" OR ""="',
+    "`sentinel`",
+    "CLICK",
+    "click",
 ]
 
 EVENTS = [(f"u{i}", t, float(i)) for i, t in enumerate(["click", "view", "CLICK", *HOSTILE])]
@@ -75,8 +102,9 @@ def _sentinel_intact(spark) -> None:
 def test_hostile_values_are_bound_as_literals(spark, events):
     failures = []
     for value in HOSTILE:
-        got = sorted(tuple(r) for r in _run(spark, VALUE_ACTION, {"t": value, "types": [value, "x' OR 1=1"]})
-                     .collect())
+        got = sorted(
+            tuple(r) for r in _run(spark, VALUE_ACTION, {"t": value, "types": [value, "x' OR 1=1"]}).collect()
+        )
         want = sorted((u, t) for u, t, _p in EVENTS if t == value)  # the literal semantics, no more, no less
         if got != want:
             failures.append((value, got, want))
@@ -96,14 +124,32 @@ def test_hostile_identifier_fails_analysis_and_runs_nothing(spark, events):
 
     plain = sorted(tuple(r) for r in _run(spark, IDENTIFIER_ACTION, {"key": "event_type"}).collect())
     assert plain
-    for value in ["event_type) FROM events; DROP VIEW sentinel; --", "event_type, (SELECT count(*) FROM sentinel)",
-                  "user_id`, `event_type", "1=1 OR event_type", "sentinel.id", "`sentinel`.`id`", "*", "",
-                  "'event_type'", "event_type\u2019", "event_type; DROP VIEW sentinel", "(SELECT 1)"]:
+    for value in [
+        "event_type) FROM events; DROP VIEW sentinel; --",
+        "event_type, (SELECT count(*) FROM sentinel)",
+        "user_id`, `event_type",
+        "1=1 OR event_type",
+        "sentinel.id",
+        "`sentinel`.`id`",
+        "*",
+        "",
+        "'event_type'",
+        "event_type\u2019",
+        "event_type; DROP VIEW sentinel",
+        "(SELECT 1)",
+    ]:
         with pytest.raises(AnalysisException):  # ParseException is an AnalysisException
             _run(spark, IDENTIFIER_ACTION, {"key": value}).collect()
         _sentinel_intact(spark)
-    for value in ["event_type --", "event_type /* DROP VIEW sentinel */", "`event_type`", "events.event_type"]:
-        assert sorted(tuple(r) for r in _run(spark, IDENTIFIER_ACTION, {"key": value}).collect()) == plain, value
+    for value in [
+        "event_type --",
+        "event_type /* DROP VIEW sentinel */",
+        "`event_type`",
+        "events.event_type",
+    ]:
+        assert sorted(tuple(r) for r in _run(spark, IDENTIFIER_ACTION, {"key": value}).collect()) == plain, (
+            value
+        )
         _sentinel_intact(spark)
 
 
@@ -118,8 +164,26 @@ def test_hostile_strings_for_typed_params_are_refused(spark, events):
     _sentinel_intact(spark)
 
 
-BAD_NAMES = ["shop\n", "Shop", "sh\u043ep", "sh\u200bop", "shop; drop table flows", "shop'--", "../shop", "sh op",
-             "", "1shop", "__shop", "shop-1", "shop.x", "a" * 129, "\uff53hop", "shop\x00", "sh\u0131p", "ｓhop"]
+BAD_NAMES = [
+    "shop\n",
+    "Shop",
+    "sh\u043ep",
+    "sh\u200bop",
+    "shop; drop table flows",
+    "shop'--",
+    "../shop",
+    "sh op",
+    "",
+    "1shop",
+    "__shop",
+    "shop-1",
+    "shop.x",
+    "a" * 129,
+    "\uff53hop",
+    "shop\x00",
+    "sh\u0131p",
+    "ｓhop",
+]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=[repr(n)[:20] for n in BAD_NAMES])
@@ -135,7 +199,9 @@ def test_registry_accepts_identifiers(name):
     assert identifier(name) == name
 
 
-@pytest.mark.parametrize("name", ["ods.t\n", "ods.t; drop", "ods.\u0442", "ods./x", "ods", "ods.t.u", "../ods.t"])
+@pytest.mark.parametrize(
+    "name", ["ods.t\n", "ods.t; drop", "ods.\u0442", "ods./x", "ods", "ods.t.u", "../ods.t"]
+)
 def test_hot_storage_refuses_bad_table_names(tmp_path, name):
     store = open_store(str(tmp_path), fsync=False)
     with pytest.raises(TidehouseError) as info:

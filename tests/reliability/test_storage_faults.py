@@ -31,7 +31,12 @@ NAME = "ods.t"
 
 
 def _batch(first: int, n: int) -> pa.Table:
-    return pa.table({"k": pa.array(range(first, first + n), pa.int64()), "v": [f"v{i}" * 3 for i in range(first, first + n)]})
+    return pa.table(
+        {
+            "k": pa.array(range(first, first + n), pa.int64()),
+            "v": [f"v{i}" * 3 for i in range(first, first + n)],
+        }
+    )
 
 
 def _read_keys(root: str) -> list[int]:
@@ -39,7 +44,9 @@ def _read_keys(root: str) -> list[int]:
     try:
         out: list[int] = []
         for b in store.read(NAME, 0, 0, columns=["k"]):
-            assert b.column("__offset").to_pylist() == list(range(len(out), len(out) + b.num_rows)), "offsets not dense"
+            assert b.column("__offset").to_pylist() == list(range(len(out), len(out) + b.num_rows)), (
+                "offsets not dense"
+            )
             out.extend(b.column("k").to_pylist())
         return out
     finally:
@@ -120,7 +127,7 @@ def test_segment_truncations_and_bit_flips(tmp_path, seed):
             except TidehouseError as again:
                 assert again.code is ErrorCode.STORAGE_CORRUPT, again
             after = target.read_bytes()
-            assert after[:len(damaged)] == damaged, (case, kind, target.name, pos, "damaged data truncated")
+            assert after[: len(damaged)] == damaged, (case, kind, target.name, pos, "damaged data truncated")
             with pytest.raises(TidehouseError) as info:
                 _read_keys(root)
             assert info.value.code is ErrorCode.STORAGE_CORRUPT
@@ -130,8 +137,10 @@ def test_segment_truncations_and_bit_flips(tmp_path, seed):
         if kind == "truncate" and target.name == last_seg:
             # a shorter active segment is a torn tail: every whole frame before the cut stays
             # (documented limitation: frames the index knew of are dropped without an error)
-            want = max((e.end_offset for e in entries if e.segment == last_frame.segment and e.end_position <= pos),
-                       default=last_frame.segment)
+            want = max(
+                (e.end_offset for e in entries if e.segment == last_frame.segment and e.end_position <= pos),
+                default=last_frame.segment,
+            )
         else:
             want = ends[-2] if in_last_frame else total
         assert len(keys) == want, (case, kind, target.name, pos, len(keys), want)
@@ -162,16 +171,21 @@ def test_index_damage_loses_nothing(tmp_path, seed):
         elif how == "zero":
             raw = bytearray(index.read_bytes())
             start = rng.randrange(len(raw))
-            raw[start:start + rng.randrange(1, 200)] = bytes(min(len(raw) - start, 200))
-            index.write_bytes(bytes(raw[:len(index.read_bytes())]))
+            raw[start : start + rng.randrange(1, 200)] = bytes(min(len(raw) - start, 200))
+            index.write_bytes(bytes(raw[: len(index.read_bytes())]))
         elif how == "garbage":
             with open(index, "ab") as fh:
                 fh.write(rng.randbytes(rng.randrange(1, 300)))
         else:
-            _damage(rng, index) if how == "flip" else index.open("r+b").truncate(rng.randrange(index.stat().st_size))
+            _damage(rng, index) if how == "flip" else index.open("r+b").truncate(
+                rng.randrange(index.stat().st_size)
+            )
         assert _read_keys(root) == list(range(total)), (case, how)
         store = open_store(root, fsync=False)
-        assert store.write(NAME, _batch(total, 3), writer="w2", seq=1).ranges[0] == (total, total + 3), (case, how)
+        assert store.write(NAME, _batch(total, 3), writer="w2", seq=1).ranges[0] == (total, total + 3), (
+            case,
+            how,
+        )
         store.close()
         assert _read_keys(root) == list(range(total + 3)), (case, how)
 
@@ -194,13 +208,17 @@ def test_meta_json_damage_is_a_clean_error_or_harmless(tmp_path, seed):
             got = store.get_table(NAME)
             keys = _read_keys(root)
         except TidehouseError as exc:
-            assert exc.code in (ErrorCode.STORAGE_CORRUPT, ErrorCode.TABLE_UNKNOWN, ErrorCode.TABLE_INVALID), exc
+            assert exc.code in (
+                ErrorCode.STORAGE_CORRUPT,
+                ErrorCode.TABLE_UNKNOWN,
+                ErrorCode.TABLE_INVALID,
+            ), exc
             outcomes["error"] += 1
             continue
         except Exception as exc:  # noqa: BLE001 - anything else is the failure we look for
             pytest.fail(f"case {case}: {kind} at {pos}: {type(exc).__name__}: {exc}")
         if got != original or keys != list(range(ends[-1])):
-            silent.append((case, kind, pos, meta.read_bytes()[max(0, pos - 20):pos + 20]))
+            silent.append((case, kind, pos, meta.read_bytes()[max(0, pos - 20) : pos + 20]))
         else:
             outcomes["same"] += 1
     print("meta.json damage outcomes:", outcomes, "silently changed:", len(silent))
@@ -281,7 +299,10 @@ def test_power_loss_drops_unsynced_bytes(tmp_path, monkeypatch, seed, fsync):
             assert len(keys) == acked, (round_, "acknowledged rows lost", len(keys), acked, cut)
         # recovery: a new writer continues right after the surviving rows
         store = open_store(str(root), fsync=fsync)
-        assert store.write(NAME, _batch(len(keys), 2), writer="w2", seq=0).ranges[0] == (len(keys), len(keys) + 2)
+        assert store.write(NAME, _batch(len(keys), 2), writer="w2", seq=0).ranges[0] == (
+            len(keys),
+            len(keys) + 2,
+        )
         store.close()
         assert _read_keys(str(root)) == list(range(len(keys) + 2))
 
@@ -290,15 +311,18 @@ def test_power_loss_drops_unsynced_bytes(tmp_path, monkeypatch, seed, fsync):
 def _fail(err: int):
     def raiser(*_a, **_k):
         raise OSError(err, os.strerror(err))
+
     return raiser
 
 
 def _partial_pwritev(real):
     """A full disk mid-frame: the first part of the frame reaches the file, then ENOSPC."""
+
     def pwritev(fd, buffers, offset):
         data = b"".join(bytes(b) for b in buffers)
         os.pwrite(fd, data[: max(1, len(data) // 3)], offset)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     return pwritev
 
 
@@ -333,7 +357,12 @@ def test_disk_errors_are_clean_and_recoverable(tmp_path, monkeypatch, seed, faul
         assert "Traceback" not in info.value.render()
         # nothing partial is visible: the failed batch is absent, or (its frame was whole) present entirely
         seen = _read_keys(root)
-        assert seen in (list(range(committed)), list(range(committed + 5))), (fault, round_, len(seen), committed)
+        assert seen in (list(range(committed)), list(range(committed + 5))), (
+            fault,
+            round_,
+            len(seen),
+            committed,
+        )
         # space is back: the same write retried lands exactly once, and the next one is dense
         store.write(NAME, _batch(committed, 5), writer="w", seq=failing_seq)
         got = store.write(NAME, _batch(committed + 5, 3), writer="w", seq=failing_seq + 1)

@@ -30,9 +30,15 @@ def main(argv: list[str]) -> int:
     from runtime.spark.writer import foreach_batch_writer
 
     spark = get_spark("local[1]")
-    inner = foreach_batch_writer(args.root, args.dst, f"copy@{args.checkpoint}", checkpoint=args.checkpoint,
-                                 on_write=lambda b, r: print(json.dumps({"batch": b, "rows": r.rows,
-                                                                         "skipped": r.skipped}), flush=True))
+    inner = foreach_batch_writer(
+        args.root,
+        args.dst,
+        f"copy@{args.checkpoint}",
+        checkpoint=args.checkpoint,
+        on_write=lambda b, r: print(
+            json.dumps({"batch": b, "rows": r.rows, "skipped": r.skipped}), flush=True
+        ),
+    )
 
     writes = []
 
@@ -43,10 +49,19 @@ def main(argv: list[str]) -> int:
             Path(args.marker).write_text(str(batch_id))
             time.sleep(3600)  # the parent kills us here: written to the store, not committed by Spark
 
-    stream = (spark.readStream.format("tidehouse").option("root", args.root).option("table", args.src)
-              .option("maxRowsPerTrigger", str(args.max_rows)).load())
-    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", args.checkpoint)
-             .trigger(availableNow=True).start())
+    stream = (
+        spark.readStream.format("tidehouse")
+        .option("root", args.root)
+        .option("table", args.src)
+        .option("maxRowsPerTrigger", str(args.max_rows))
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(write)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     print(json.dumps({"done": True}), flush=True)
     return 0

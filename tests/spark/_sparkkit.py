@@ -34,13 +34,27 @@ def read_table(spark, root: str, table: str, **options):
     return reader.load()
 
 
-def start_writer(df, root: str, table: str, checkpoint: Path, *, writer_id: str | None = None,
-                 output_mode: str = "append", available_now: bool = False, origin: bool = True):
+def start_writer(
+    df,
+    root: str,
+    table: str,
+    checkpoint: Path,
+    *,
+    writer_id: str | None = None,
+    output_mode: str = "append",
+    available_now: bool = False,
+    origin: bool = True,
+):
     """Start ``df`` writing into ``table`` through the exactly-once ``foreachBatch`` writer."""
-    fn = foreach_batch_writer(root, table, writer_id or f"{table}@{checkpoint}",
-                              checkpoint=str(checkpoint) if origin else None)
-    writer = df.writeStream.foreachBatch(fn).outputMode(output_mode).option("checkpointLocation", str(checkpoint))
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+    fn = foreach_batch_writer(
+        root, table, writer_id or f"{table}@{checkpoint}", checkpoint=str(checkpoint) if origin else None
+    )
+    writer = (
+        df.writeStream.foreachBatch(fn).outputMode(output_mode).option("checkpointLocation", str(checkpoint))
+    )
+    writer = (
+        writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="0 seconds")
+    )
     return writer.start()
 
 
@@ -56,10 +70,28 @@ ALL_TYPES_DDL = (
     "b boolean, dt date, ts timestamp, ntz timestamp_ntz, bin binary, arr array<bigint>, "
     "m map<string, double>, st struct<x: int, y: array<string>, z: map<int, date>>"
 )
-ALL_TYPES_ARROW = pa.schema([
-    ("s", pa.string()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
-    ("f", pa.float32()), ("d", pa.float64()), ("dec", pa.decimal128(12, 3)), ("b", pa.bool_()),
-    ("dt", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("ntz", pa.timestamp("us")),
-    ("bin", pa.binary()), ("arr", pa.list_(pa.int64())), ("m", pa.map_(pa.string(), pa.float64())),
-    ("st", pa.struct([("x", pa.int32()), ("y", pa.list_(pa.string())), ("z", pa.map_(pa.int32(), pa.date32()))])),
-])
+ALL_TYPES_ARROW = pa.schema(
+    [
+        ("s", pa.string()),
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("i32", pa.int32()),
+        ("i64", pa.int64()),
+        ("f", pa.float32()),
+        ("d", pa.float64()),
+        ("dec", pa.decimal128(12, 3)),
+        ("b", pa.bool_()),
+        ("dt", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("us")),
+        ("bin", pa.binary()),
+        ("arr", pa.list_(pa.int64())),
+        ("m", pa.map_(pa.string(), pa.float64())),
+        (
+            "st",
+            pa.struct(
+                [("x", pa.int32()), ("y", pa.list_(pa.string())), ("z", pa.map_(pa.int32(), pa.date32()))]
+            ),
+        ),
+    ]
+)

@@ -22,11 +22,14 @@ EVENTS = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("ts", pa.tim
 
 def _events(rng: random.Random, n: int, users: int = 7) -> pa.Table:
     base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-    return pa.table({
-        "user": [f"u{rng.randrange(users)}" for _ in range(n)],
-        "amount": [rng.randrange(-5, 100) for _ in range(n)],
-        "ts": [base + dt.timedelta(seconds=rng.randrange(86400)) for _ in range(n)],
-    }, schema=EVENTS)
+    return pa.table(
+        {
+            "user": [f"u{rng.randrange(users)}" for _ in range(n)],
+            "amount": [rng.randrange(-5, 100) for _ in range(n)],
+            "ts": [base + dt.timedelta(seconds=rng.randrange(86400)) for _ in range(n)],
+        },
+        schema=EVENTS,
+    )
 
 
 def _ends(store, table):
@@ -63,7 +66,9 @@ def test_streaming_copy_of_a_log_table_equals_its_input(spark, store, root, tmp_
     assert info.origin_ts is not None and info.origin_ts <= info.commit_ts
 
 
-def test_aggregation_into_a_primary_key_table_equals_the_batch_aggregation(spark, store, root, tmp_path, seed):
+def test_aggregation_into_a_primary_key_table_equals_the_batch_aggregation(
+    spark, store, root, tmp_path, seed
+):
     from pyspark.sql import functions as F
 
     rng = random.Random(seed)
@@ -75,10 +80,16 @@ def test_aggregation_into_a_primary_key_table_equals_the_batch_aggregation(spark
         store.write("dwd.pay", _events(rng, rng.randrange(50, 300)), writer="src", seq=seq)
         stream = read_stream(spark, root, "dwd.pay", columns="user,amount")
         agg = stream.groupBy("user").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
-        start_writer(agg, root, "dws.pay", checkpoint, output_mode="update", available_now=True).awaitTermination()
+        start_writer(
+            agg, root, "dws.pay", checkpoint, output_mode="update", available_now=True
+        ).awaitTermination()
 
-    batch = (read_table(spark, root, "dwd.pay").groupBy("user")
-             .agg(F.count("*").alias("n"), F.sum("amount").alias("total")).toArrow())
+    batch = (
+        read_table(spark, root, "dwd.pay")
+        .groupBy("user")
+        .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+        .toArrow()
+    )
     assert sorted_rows(store.scan("dws.pay")) == sorted_rows(batch)
     # the batch reader of a primary-key table gives the current state, with +I rows
     state = read_table(spark, root, "dws.pay").toArrow()
@@ -90,9 +101,15 @@ def test_aggregation_into_a_primary_key_table_equals_the_batch_aggregation(spark
     gone = min(batch.column("user").to_pylist())
     store.write("dws.pay", pa.table({"user": [gone], "__change": ["-D"]}), writer="admin", seq=0)
     store.create_table(TableMeta("ads.pay", agg_schema, kind="primary_key", primary_key=("user",)))
-    start_writer(read_stream(spark, root, "dws.pay"), root, "ads.pay", tmp_path / "cl",
-                 available_now=True).awaitTermination()
-    kinds = {k for b in range(2) for batch_ in store.read("dws.pay", b, 0) for k in batch_.column("__change").to_pylist()}
+    start_writer(
+        read_stream(spark, root, "dws.pay"), root, "ads.pay", tmp_path / "cl", available_now=True
+    ).awaitTermination()
+    kinds = {
+        k
+        for b in range(2)
+        for batch_ in store.read("dws.pay", b, 0)
+        for k in batch_.column("__change").to_pylist()
+    }
     assert {"+I", "-U", "+U", "-D"} <= kinds
     assert sorted_rows(store.scan("ads.pay")) == sorted_rows(store.scan("dws.pay"))
     assert gone not in store.scan("ads.pay").column("user").to_pylist()
@@ -110,7 +127,9 @@ def test_lookup_join_sees_updates_made_after_the_query_started(spark, store, roo
     store.create_table(TableMeta("ods.clicks", pa.schema([("user", pa.string()), ("n", pa.int64())])))
     out_schema = pa.schema([("user", pa.string()), ("n", pa.int64()), ("tier", pa.string())])
     store.create_table(TableMeta("dwd.clicks", out_schema))
-    store.write("dws.users", pa.table({"user": ["a", "b"], "tier": ["bronze", "silver"]}), writer="dim", seq=0)
+    store.write(
+        "dws.users", pa.table({"user": ["a", "b"], "tier": ["bronze", "silver"]}), writer="dim", seq=0
+    )
 
     clicks = read_stream(spark, root, "ods.clicks", systemColumns="false")
     users = read_table(spark, root, "dws.users", systemColumns="false")
@@ -124,18 +143,32 @@ def test_lookup_join_sees_updates_made_after_the_query_started(spark, store, roo
     finally:
         query.stop()
     assert sorted_rows(store.scan("dwd.clicks")) == sorted(
-        [("a", 1, "bronze"), ("b", 2, "silver"), ("a", 3, "gold"), ("c", 4, "new")], key=repr)
+        [("a", 1, "bronze"), ("b", 2, "silver"), ("a", 3, "gold"), ("c", 4, "new")], key=repr
+    )
 
 
 def _all_types_rows() -> pa.Table:
     schema = ddl_to_arrow(ALL_TYPES_DDL)
     utc = dt.timezone.utc
     rows = [
-        {"s": "é✓", "i8": -128, "i16": 32767, "i32": -2**31, "i64": 2**63 - 1, "f": 1.5, "d": -2.25,
-         "dec": decimal.Decimal("123456789.123"), "b": True, "dt": dt.date(1970, 1, 2),
-         "ts": dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=utc), "ntz": dt.datetime(1999, 12, 31, 1, 2, 3),
-         "bin": b"\x00\xff", "arr": [1, None, 3], "m": [("k", 0.5)],
-         "st": {"x": 1, "y": ["p", None], "z": [(1, dt.date(2000, 1, 1))]}},
+        {
+            "s": "é✓",
+            "i8": -128,
+            "i16": 32767,
+            "i32": -(2**31),
+            "i64": 2**63 - 1,
+            "f": 1.5,
+            "d": -2.25,
+            "dec": decimal.Decimal("123456789.123"),
+            "b": True,
+            "dt": dt.date(1970, 1, 2),
+            "ts": dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=utc),
+            "ntz": dt.datetime(1999, 12, 31, 1, 2, 3),
+            "bin": b"\x00\xff",
+            "arr": [1, None, 3],
+            "m": [("k", 0.5)],
+            "st": {"x": 1, "y": ["p", None], "z": [(1, dt.date(2000, 1, 1))]},
+        },
         {name: None for name in schema.names},
     ]
     return pa.Table.from_pylist(rows, schema=schema)
@@ -160,8 +193,9 @@ def test_every_type_round_trips_through_spark(spark, store, root, tmp_path):
     read_back = read_table(spark, root, "ods.types", systemColumns="false").toArrow()
     assert read_back.to_pylist() == stored.to_pylist()
     assert sorted_rows(stored, ["i64", "s", "dec", "bin"]) == sorted_rows(data, ["i64", "s", "dec", "bin"])
-    start_writer(read_stream(spark, root, "ods.types"), root, "dwd.types", tmp_path / "ck",
-                 available_now=True).awaitTermination()
+    start_writer(
+        read_stream(spark, root, "ods.types"), root, "dwd.types", tmp_path / "ck", available_now=True
+    ).awaitTermination()
     assert store.scan("dwd.types").to_pylist() == stored.to_pylist()
 
 
@@ -172,18 +206,33 @@ def test_projection_admission_control_and_starting_offsets(spark, store, root, t
         store.write("ods.big", _events(rng, 250), writer="src", seq=seq)
     ends = store.end_offsets("ods.big")
 
-    df = read_stream(spark, root, "ods.big", columns="amount", maxRowsPerTrigger=300,
-                     startingOffsets=f'{{"0": {ends[0] // 2}}}')
+    df = read_stream(
+        spark,
+        root,
+        "ods.big",
+        columns="amount",
+        maxRowsPerTrigger=300,
+        startingOffsets=f'{{"0": {ends[0] // 2}}}',
+    )
     assert df.columns == ["amount", "__offset", "__bucket", "__ts"]
-    query = (df.writeStream.format("memory").queryName("big_proj").trigger(availableNow=True)
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query = (
+        df.writeStream.format("memory")
+        .queryName("big_proj")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     query.awaitTermination()
     rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     expected = ends[0] - ends[0] // 2 + ends[1]
     assert sum(rows) == expected and max(rows) <= 300 and len(rows) >= expected // 300
-    got = spark.sql("SELECT __bucket, min(__offset), max(__offset), count(*) FROM big_proj GROUP BY 1 ORDER BY 1")
-    assert [tuple(r) for r in got.collect()] == [(0, ends[0] // 2, ends[0] - 1, ends[0] - ends[0] // 2),
-                                                (1, 0, ends[1] - 1, ends[1])]
+    got = spark.sql(
+        "SELECT __bucket, min(__offset), max(__offset), count(*) FROM big_proj GROUP BY 1 ORDER BY 1"
+    )
+    assert [tuple(r) for r in got.collect()] == [
+        (0, ends[0] // 2, ends[0] - 1, ends[0] - ends[0] // 2),
+        (1, 0, ends[1] - 1, ends[1]),
+    ]
 
 
 def test_write_batch_is_idempotent_and_checks_columns(spark, store, root):

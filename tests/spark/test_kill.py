@@ -30,9 +30,19 @@ SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 
 
 def _spawn(root: str, checkpoint: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "tests.spark._copy_process", root, "ods.src", "dwd.dst", str(checkpoint), *extra]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group: the JVM dies with it
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.spark._copy_process",
+        root,
+        "ods.src",
+        "dwd.dst",
+        str(checkpoint),
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )  # its own process group: the JVM dies with it
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -62,9 +72,18 @@ def test_kill_9_between_write_and_commit_neither_duplicates_nor_loses(spark, tmp
     for round_ in range(scale(1, 4)):
         for seq in range(3):  # new input each round: 3 upstream batches of 150..400 rows
             n = rng.randrange(150, 400)
-            store.write("ods.src", pa.table({"id": range(next_id, next_id + n),
-                                             "payload": [f"p{i}" for i in range(next_id, next_id + n)]},
-                                            schema=SCHEMA), writer="src", seq=round_ * 3 + seq)
+            store.write(
+                "ods.src",
+                pa.table(
+                    {
+                        "id": range(next_id, next_id + n),
+                        "payload": [f"p{i}" for i in range(next_id, next_id + n)],
+                    },
+                    schema=SCHEMA,
+                ),
+                writer="src",
+                seq=round_ * 3 + seq,
+            )
             next_id += n
         hold = rng.randrange(0, 3)
         marker = tmp_path / f"held-{round_}"
@@ -75,12 +94,27 @@ def test_kill_9_between_write_and_commit_neither_duplicates_nor_loses(spark, tmp
         assert not (checkpoint / "commits" / marker.read_text()).exists()
         held = int(marker.read_text())
         writes = []
-        fn = foreach_batch_writer(root, "dwd.dst", f"copy@{checkpoint}", checkpoint=str(checkpoint),
-                                  on_write=lambda b, r, writes=writes: writes.append((b, r)))
-        stream = (spark.readStream.format("tidehouse").option("root", root).option("table", "ods.src")
-                  .option("maxRowsPerTrigger", "200").load())
-        (stream.writeStream.foreachBatch(fn).option("checkpointLocation", str(checkpoint))
-         .trigger(availableNow=True).start().awaitTermination())
+        fn = foreach_batch_writer(
+            root,
+            "dwd.dst",
+            f"copy@{checkpoint}",
+            checkpoint=str(checkpoint),
+            on_write=lambda b, r, writes=writes: writes.append((b, r)),
+        )
+        stream = (
+            spark.readStream.format("tidehouse")
+            .option("root", root)
+            .option("table", "ods.src")
+            .option("maxRowsPerTrigger", "200")
+            .load()
+        )
+        (
+            stream.writeStream.foreachBatch(fn)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
         assert writes and writes[0][0] == held and writes[0][1].skipped, writes  # the replay was a no-op
         assert all(not r.skipped and r.rows > 0 for _, r in writes[1:])
         assert sorted_rows(store.scan("dwd.dst")) == sorted_rows(store.scan("ods.src"))

@@ -32,8 +32,9 @@ def test_ddl_maps_every_type_to_the_documented_arrow_type():
     assert got.names == ALL_TYPES_ARROW.names
     for g, want in zip(got, ALL_TYPES_ARROW):
         # list element names differ between writers ("item"/"element"); compare the types structurally
-        assert g.type.equals(want.type, check_metadata=False) or str(g.type).replace("element", "item") == str(
-            want.type).replace("element", "item"), (g, want)
+        assert g.type.equals(want.type, check_metadata=False) or str(g.type).replace(
+            "element", "item"
+        ) == str(want.type).replace("element", "item"), (g, want)
 
 
 def test_arrow_spark_arrow_round_trip_is_identity_on_supported_types():
@@ -43,16 +44,34 @@ def test_arrow_spark_arrow_round_trip_is_identity_on_supported_types():
 
 
 def test_arrow_variants_map_to_what_spark_accepts():
-    odd = pa.schema([("a", pa.large_string()), ("b", pa.timestamp("ms")), ("c", pa.timestamp("ns", tz="UTC")),
-                     ("d", pa.large_binary())])
-    assert spark_compatible(odd) == pa.schema([("a", pa.string()), ("b", pa.timestamp("us")),
-                                               ("c", pa.timestamp("us", tz="UTC")), ("d", pa.binary())])
+    odd = pa.schema(
+        [
+            ("a", pa.large_string()),
+            ("b", pa.timestamp("ms")),
+            ("c", pa.timestamp("ns", tz="UTC")),
+            ("d", pa.large_binary()),
+        ]
+    )
+    assert spark_compatible(odd) == pa.schema(
+        [
+            ("a", pa.string()),
+            ("b", pa.timestamp("us")),
+            ("c", pa.timestamp("us", tz="UTC")),
+            ("d", pa.binary()),
+        ]
+    )
 
 
-@pytest.mark.parametrize("arrow_type, column", [
-    (pa.uint32(), "bad"), (pa.duration("s"), "bad"), (pa.struct([("inner", pa.time32("s"))]), "bad.inner"),
-    (pa.list_(pa.float16()), "bad[]"), (pa.decimal256(60, 2), "bad"),
-])
+@pytest.mark.parametrize(
+    "arrow_type, column",
+    [
+        (pa.uint32(), "bad"),
+        (pa.duration("s"), "bad"),
+        (pa.struct([("inner", pa.time32("s"))]), "bad.inner"),
+        (pa.list_(pa.float16()), "bad[]"),
+        (pa.decimal256(60, 2), "bad"),
+    ],
+)
 def test_unsupported_arrow_type_names_the_column(arrow_type, column):
     with pytest.raises(TidehouseError) as info:
         arrow_to_spark(pa.schema([("ok", pa.int32()), ("bad", arrow_type)]))
@@ -67,12 +86,19 @@ def test_unsupported_spark_type_names_the_column():
     assert info.value.code == ErrorCode.SPARK_TYPE_UNSUPPORTED and info.value.params["column"] == "when"
 
 
-@pytest.mark.parametrize("ddl, code", [
-    ("", ErrorCode.SPEC_BAD_VALUE), ("a int,", ErrorCode.SPEC_BAD_VALUE), ("a int b", ErrorCode.SPEC_BAD_VALUE),
-    ("a array<int", ErrorCode.SPEC_BAD_VALUE), ("a decimal(40,2)", ErrorCode.SPEC_BAD_VALUE),
-    ("a int, A string", ErrorCode.SPEC_BAD_VALUE), ("a interval", ErrorCode.SPARK_TYPE_UNSUPPORTED),
-    ("a int; drop table x", ErrorCode.SPEC_BAD_VALUE),
-])
+@pytest.mark.parametrize(
+    "ddl, code",
+    [
+        ("", ErrorCode.SPEC_BAD_VALUE),
+        ("a int,", ErrorCode.SPEC_BAD_VALUE),
+        ("a int b", ErrorCode.SPEC_BAD_VALUE),
+        ("a array<int", ErrorCode.SPEC_BAD_VALUE),
+        ("a decimal(40,2)", ErrorCode.SPEC_BAD_VALUE),
+        ("a int, A string", ErrorCode.SPEC_BAD_VALUE),
+        ("a interval", ErrorCode.SPARK_TYPE_UNSUPPORTED),
+        ("a int; drop table x", ErrorCode.SPEC_BAD_VALUE),
+    ],
+)
 def test_bad_ddl_is_a_located_error(ddl, code):
     where = Location("flows/f.yaml", 7, 13, "sources.clicks.schema")
     with pytest.raises(TidehouseError) as info:
@@ -82,10 +108,14 @@ def test_bad_ddl_is_a_located_error(ddl, code):
 
 def test_ddl_accepts_spark_spellings():
     schema = parse_ddl("`odd name` varchar(10) NOT NULL COMMENT 'x', n NUMERIC(5), l LONG, st struct<a int>")
-    assert schema == T.StructType([
-        T.StructField("odd name", T.StringType(), False), T.StructField("n", T.DecimalType(5, 0)),
-        T.StructField("l", T.LongType()), T.StructField("st", T.StructType([T.StructField("a", T.IntegerType())])),
-    ])
+    assert schema == T.StructType(
+        [
+            T.StructField("odd name", T.StringType(), False),
+            T.StructField("n", T.DecimalType(5, 0)),
+            T.StructField("l", T.LongType()),
+            T.StructField("st", T.StructType([T.StructField("a", T.IntegerType())])),
+        ]
+    )
 
 
 def test_conform_selects_casts_and_fills():
@@ -157,12 +187,15 @@ def test_offsets_round_trip_and_unknown_buckets_start_at_zero():
     assert offset_ends({"table": "ods.t", "offsets": {"0": 3}}, 2) == [3, 0]
 
 
-@pytest.mark.parametrize("options, option", [
-    ({"root": "/x"}, "table"),
-    ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "0"}, "maxrowspertrigger"),
-    ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "lots"}, "maxrowspertrigger"),
-    ({"root": "/x", "table": "a.b", "fsync": "yes"}, "fsync"),
-])
+@pytest.mark.parametrize(
+    "options, option",
+    [
+        ({"root": "/x"}, "table"),
+        ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "0"}, "maxrowspertrigger"),
+        ({"root": "/x", "table": "a.b", "maxRowsPerTrigger": "lots"}, "maxrowspertrigger"),
+        ({"root": "/x", "table": "a.b", "fsync": "yes"}, "fsync"),
+    ],
+)
 def test_bad_options(options, option):
     with pytest.raises(TidehouseError) as info:
         SourceOptions.parse(options)
@@ -171,7 +204,12 @@ def test_bad_options(options, option):
 
 def test_options_are_case_insensitive_and_project():
     opts = SourceOptions.parse({"ROOT": "/x", "Table": "a.b", "columns": " u, v ", "MAXROWSPERTRIGGER": "7"})
-    assert (opts.place.root, opts.table, opts.columns, opts.max_rows_per_trigger) == ("/x", "a.b", ("u", "v"), 7)
+    assert (opts.place.root, opts.table, opts.columns, opts.max_rows_per_trigger) == (
+        "/x",
+        "a.b",
+        ("u", "v"),
+        7,
+    )
     assert opts.place.config is None  # a bare storage root: no lake
 
 
@@ -210,7 +248,9 @@ class _Times:
 
     def offset_times(self, name, bucket, offset):
         k = offset // 10
-        return BatchInfo(bucket, 10 * k, 10, commit_ts=2000.0 + k, origin_ts=1000.0 + k + bucket, writer="w", seq=k)
+        return BatchInfo(
+            bucket, 10 * k, 10, commit_ts=2000.0 + k, origin_ts=1000.0 + k + bucket, writer="w", seq=k
+        )
 
 
 def _offset_file(checkpoint, batch_id, *sources):
@@ -240,9 +280,15 @@ def test_batch_ranges_start_where_the_previous_batch_ended(tmp_path):
     _offset_file(tmp_path, 1, make_offset("ods.a", [30, 50]), make_offset("ods.b", [7]))
     _offset_file(tmp_path, 2, make_offset("ods.a", [45, 50]), make_offset("ods.b", [7]))
     assert batch_ranges(tmp_path, 0) == {"ods.a": ({}, {"0": 3, "1": 0})}  # earliest: every bucket at 0
-    assert batch_ranges(tmp_path, 1) == {"ods.a": ({"0": 3, "1": 0}, {"0": 30, "1": 50}), "ods.b": ({}, {"0": 7})}
-    assert batch_ranges(tmp_path, 2) == batch_ranges(tmp_path, 2) == {
-        "ods.a": ({"0": 30, "1": 50}, {"0": 45, "1": 50}), "ods.b": ({"0": 7}, {"0": 7})}
+    assert batch_ranges(tmp_path, 1) == {
+        "ods.a": ({"0": 3, "1": 0}, {"0": 30, "1": 50}),
+        "ods.b": ({}, {"0": 7}),
+    }
+    assert (
+        batch_ranges(tmp_path, 2)
+        == batch_ranges(tmp_path, 2)
+        == {"ods.a": ({"0": 30, "1": 50}, {"0": 45, "1": 50}), "ods.b": ({"0": 7}, {"0": 7})}
+    )
 
 
 def test_a_micro_batch_whose_offset_log_is_missing_fails_instead_of_reading_nothing(tmp_path):
@@ -264,7 +310,9 @@ def test_a_micro_batch_whose_offset_log_is_missing_fails_instead_of_reading_noth
 def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     from runtime.spark.session import DEFAULT_CONF, session_conf
 
-    conf = session_conf("local[*]", {"spark.sql.shuffle.partitions": 8, "spark.driver.extraJavaOptions": "-Dx=1"})
+    conf = session_conf(
+        "local[*]", {"spark.sql.shuffle.partitions": 8, "spark.driver.extraJavaOptions": "-Dx=1"}
+    )
     assert conf["spark.sql.shuffle.partitions"] == "8"
     assert conf["spark.python.worker.reuse"] == DEFAULT_CONF["spark.python.worker.reuse"]
     opts = conf["spark.driver.extraJavaOptions"]
@@ -273,7 +321,10 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     assert "rootLogger.level = warn" in Path(log4j).read_text()
     cluster = session_conf("spark://head:7077", {})
     assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
-    assert session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
+    assert (
+        session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"]
+        == "10.0.0.5"
+    )
 
 
 def test_local_checkpoints_use_a_checkpoint_manager_that_does_not_fork():
@@ -307,8 +358,12 @@ def test_every_new_session_can_read_a_tidehouse_stream(spark, tmp_path):
     store.create_table(TableMeta("ods.a", pa.schema([("x", pa.int64())])))
     for _ in range(4):
         session = new_session(spark)
-        stream = session.readStream.format("tidehouse").option("root", str(tmp_path / "hot")) \
-            .option("table", "ods.a").load()
+        stream = (
+            session.readStream.format("tidehouse")
+            .option("root", str(tmp_path / "hot"))
+            .option("table", "ods.a")
+            .load()
+        )
         assert stream.columns[0] == "x"
         session.createDataFrame([(1,)], "x long").createOrReplaceTempView("v")
         assert session.sql("SELECT count(*) FROM v").collect()[0][0] == 1
@@ -318,5 +373,9 @@ def test_python_workers_get_time_to_connect_back_on_a_loaded_machine():
     from runtime.spark.session import session_conf
 
     assert session_conf("local[2]")["spark.python.authenticate.socketTimeout"] == "120s"
-    assert session_conf("local[2]", {"spark.python.authenticate.socketTimeout": "30s"})[
-        "spark.python.authenticate.socketTimeout"] == "30s"
+    assert (
+        session_conf("local[2]", {"spark.python.authenticate.socketTimeout": "30s"})[
+            "spark.python.authenticate.socketTimeout"
+        ]
+        == "30s"
+    )

@@ -17,8 +17,14 @@ from runtime.storage import open_store
 
 
 def batch(writer: str, seq: int, n: int) -> pa.Table:
-    return pa.table({"writer": [writer] * n, "seq": pa.array([seq] * n, pa.int64()),
-                     "i": pa.array(range(n), pa.int64()), "n": pa.array([n] * n, pa.int64())})
+    return pa.table(
+        {
+            "writer": [writer] * n,
+            "seq": pa.array([seq] * n, pa.int64()),
+            "i": pa.array(range(n), pa.int64()),
+            "n": pa.array([n] * n, pa.int64()),
+        }
+    )
 
 
 def main() -> None:

@@ -14,8 +14,13 @@ from runtime.storage import open_store
 
 
 def batch(seq: int, rows: int) -> pa.Table:
-    return pa.table({"seq": pa.array([seq] * rows, pa.int64()), "i": pa.array(range(rows), pa.int64()),
-                     "pad": pa.array(["x" * 40] * rows)})
+    return pa.table(
+        {
+            "seq": pa.array([seq] * rows, pa.int64()),
+            "i": pa.array(range(rows), pa.int64()),
+            "pad": pa.array(["x" * 40] * rows),
+        }
+    )
 
 
 def main() -> None:

@@ -55,9 +55,26 @@ def test_two_processes_append_to_one_bucket(tmp_path, seed):
     writes = scale(100, 1500)
     go = tmp_path / "go"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_concurrent_writer.py"), root, "ods.cc", w, str(writes),
-                               str(seed), str(16 * 1024), str(go)], stdout=subprocess.PIPE, text=True, env=env,
-                              cwd=str(REPO)) for w in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "_concurrent_writer.py"),
+                root,
+                "ods.cc",
+                w,
+                str(writes),
+                str(seed),
+                str(16 * 1024),
+                str(go),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(REPO),
+        )
+        for w in ("a", "b")
+    ]
     for p in procs:  # both are up (imports done) before either writes
         assert p.stdout.readline() == "ready\n"
     go.touch()

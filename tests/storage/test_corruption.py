@@ -29,8 +29,12 @@ def _template(tmp_path) -> tuple[str, list[int]]:
     s = open_store(root, fsync=False)
     s.create_table(TableMeta("ods.t", SCHEMA))
     for seq in range(FRAMES):
-        s.write("ods.t", pa.table({"seq": [seq] * (seq + 3), "v": [f"value-{seq}"] * (seq + 3)}),
-                writer="w", seq=seq)
+        s.write(
+            "ods.t",
+            pa.table({"seq": [seq] * (seq + 3), "v": [f"value-{seq}"] * (seq + 3)}),
+            writer="w",
+            seq=seq,
+        )
     s.close()
     from runtime.storage.log import BucketLog
 

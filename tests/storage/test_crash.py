@@ -25,12 +25,18 @@ SCHEMA = pa.schema([("seq", pa.int64()), ("i", pa.int64()), ("pad", pa.string())
 ROWS = 500
 
 
-def _run_and_kill(root: str, table: str, rng: random.Random, acked: set[int], *, segment_bytes: int = 64 << 20,
-                  during=None) -> None:
+def _run_and_kill(
+    root: str, table: str, rng: random.Random, acked: set[int], *, segment_bytes: int = 64 << 20, during=None
+) -> None:
     """Start a writer, kill -9 it at a random moment after its first ack; ``during()`` runs meanwhile."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, str(HERE / "_crash_writer.py"), root, table, str(ROWS),
-                             str(segment_bytes)], stdout=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_crash_writer.py"), root, table, str(ROWS), str(segment_bytes)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
@@ -59,8 +65,17 @@ def test_kill9_writer_loses_and_duplicates_nothing(tmp_path, seed, kind):
     if kind == "log":
         store.create_table(TableMeta("ods.c", SCHEMA, buckets=2, bucket_key=("i",)))
     elif kind == "primary_key":  # the row loop
-        store.create_table(TableMeta("ods.c", SCHEMA, kind="primary_key", primary_key=("i",), buckets=2,
-                                     merge_engine="aggregate", aggregations={"seq": "count"}))
+        store.create_table(
+            TableMeta(
+                "ods.c",
+                SCHEMA,
+                kind="primary_key",
+                primary_key=("i",),
+                buckets=2,
+                merge_engine="aggregate",
+                aggregations={"seq": "count"},
+            )
+        )
     else:  # the vectorised merge: each seq overwrites every key with seq
         store.create_table(TableMeta("ods.c", SCHEMA, kind="primary_key", primary_key=("i",), buckets=2))
     store.close()
@@ -96,8 +111,11 @@ def test_kill9_writer_loses_and_duplicates_nothing(tmp_path, seed, kind):
         replay: dict = {}
         for b in range(2):
             for batch in final.read("ods.c", b, 0, columns=["i", "seq"]):
-                for i, s, k in zip(batch.column("i").to_pylist(), batch.column("seq").to_pylist(),
-                                   batch.column("__change").to_pylist()):
+                for i, s, k in zip(
+                    batch.column("i").to_pylist(),
+                    batch.column("seq").to_pylist(),
+                    batch.column("__change").to_pylist(),
+                ):
                     if k in ("+I", "+U"):
                         replay[i] = s
                     elif k == "-D":

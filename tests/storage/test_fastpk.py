@@ -12,13 +12,23 @@ import pytest
 from runtime.storage import TableMeta, fastpk, open_store
 from tests.storage._util import read_all
 
-SCHEMA = pa.schema([("k", pa.string()), ("day", pa.date32()), ("a", pa.int64()), ("b", pa.float64()),
-                    ("c", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("d", pa.decimal128(9, 2))])
+SCHEMA = pa.schema(
+    [
+        ("k", pa.string()),
+        ("day", pa.date32()),
+        ("a", pa.int64()),
+        ("b", pa.float64()),
+        ("c", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("d", pa.decimal128(9, 2)),
+    ]
+)
 
 
 def _meta(engine: str, buckets: int) -> TableMeta:
-    return TableMeta("dws.f", SCHEMA, kind="primary_key", primary_key=("k", "day"), buckets=buckets,
-                     merge_engine=engine)
+    return TableMeta(
+        "dws.f", SCHEMA, kind="primary_key", primary_key=("k", "day"), buckets=buckets, merge_engine=engine
+    )
 
 
 def _random_write(rng: random.Random, n_keys: int, deletes: bool) -> pa.Table:
@@ -29,7 +39,8 @@ def _random_write(rng: random.Random, n_keys: int, deletes: bool) -> pa.Table:
         return None if rng.random() < 0.1 else v
 
     data = {
-        "k": [k for k, _ in keys], "day": pa.array([d for _, d in keys], pa.date32()),
+        "k": [k for k, _ in keys],
+        "day": pa.array([d for _, d in keys], pa.date32()),
         "a": pa.array([maybe(rng.randint(0, 2)) for _ in keys], pa.int64()),
         "b": pa.array([maybe(rng.choice([0.5, 1.0, math.nan])) for _ in keys], pa.float64()),
         "c": [maybe(rng.choice(["x", "y"])) for _ in keys],
@@ -92,8 +103,12 @@ def test_first_row_with_deletes_falls_back_to_the_loop():
     t = pa.table({c: pa.nulls(1, f.type) for c, f in zip(SCHEMA.names, SCHEMA)})
     assert fastpk.supported(meta, t, fastpk.delete_mask(["+I"], 1))
     assert not fastpk.supported(meta, t, fastpk.delete_mask(["-D"], 1))
-    nested = TableMeta("dws.n", pa.schema([("k", pa.string()), ("l", pa.list_(pa.int64()))]), kind="primary_key",
-                       primary_key=("k",))
+    nested = TableMeta(
+        "dws.n",
+        pa.schema([("k", pa.string()), ("l", pa.list_(pa.int64()))]),
+        kind="primary_key",
+        primary_key=("k",),
+    )
     assert not fastpk.supported(nested, pa.table({"k": ["a"], "l": [[1]]}), fastpk.delete_mask(None, 1))
 
 
@@ -101,8 +116,16 @@ def test_first_row_with_deletes_falls_back_to_the_loop():
 def test_nan_rewrite_is_a_noop(store, engine):
     """NaN never compares equal in Python or Arrow; the no-op check treats NaN as equal to NaN."""
     schema = pa.schema([("k", pa.string()), ("v", pa.float64())])
-    store.create_table(TableMeta("dws.n", schema, kind="primary_key", primary_key=("k",), merge_engine=engine,
-                                 aggregations={"v": "max"} if engine == "aggregate" else {}))
+    store.create_table(
+        TableMeta(
+            "dws.n",
+            schema,
+            kind="primary_key",
+            primary_key=("k",),
+            merge_engine=engine,
+            aggregations={"v": "max"} if engine == "aggregate" else {},
+        )
+    )
     data = pa.table({"k": ["a", "b"], "v": [math.nan, 1.0]})
     store.write("dws.n", data, writer="w", seq=1)
     again = store.write("dws.n", data, writer="w", seq=2)
@@ -113,11 +136,23 @@ def test_nan_rewrite_is_a_noop(store, engine):
 @pytest.mark.parametrize("engine", ["last_row", "aggregate"])
 def test_delete_then_upsert_in_one_write_is_delete_then_insert(store, engine):
     """Documented: rows apply in order, so -D old then +I new (not -U/+U); the end state is the new row."""
-    store.create_table(TableMeta("dws.t", pa.schema([("k", pa.string()), ("v", pa.int64())]), kind="primary_key",
-                                 primary_key=("k",), merge_engine=engine))
+    store.create_table(
+        TableMeta(
+            "dws.t",
+            pa.schema([("k", pa.string()), ("v", pa.int64())]),
+            kind="primary_key",
+            primary_key=("k",),
+            merge_engine=engine,
+        )
+    )
     store.write("dws.t", pa.table({"k": ["a"], "v": [1]}), writer="w", seq=1)
-    store.write("dws.t", pa.table({"k": ["a", "a"], "v": [1, 2], "__change": ["-U", "+U"]}), writer="w", seq=2)
+    store.write(
+        "dws.t", pa.table({"k": ["a", "a"], "v": [1, 2], "__change": ["-U", "+U"]}), writer="w", seq=2
+    )
     t = read_all(store, "dws.t")
     assert list(zip(t.column("__change").to_pylist(), t.column("v").to_pylist())) == [
-        ("+I", 1), ("-D", 1), ("+I", 2)]
+        ("+I", 1),
+        ("-D", 1),
+        ("+I", 2),
+    ]
     assert store.scan("dws.t").to_pylist() == [{"k": "a", "v": 2}]

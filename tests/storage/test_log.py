@@ -113,13 +113,17 @@ def test_bucket_of_vectorised_paths_match_the_definition(seed):
 
     rng = random.Random(seed)
     n = 500
-    t = pa.table({
-        "i": pa.array([rng.choice([None, rng.randint(-2**63, 2**63 - 1)]) for _ in range(n)], pa.int64()),
-        "u8": pa.array([rng.choice([None, rng.randint(0, 255)]) for _ in range(n)], pa.uint8()),
-        "s": [rng.choice([None, "", "ü€" + str(rng.random())]) for _ in range(n)],
-        "f": [rng.choice([None, rng.random() * 1e9, -0.5]) for _ in range(n)],
-        "d": pa.array([dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 999)) for _ in range(n)]),
-    })
+    t = pa.table(
+        {
+            "i": pa.array(
+                [rng.choice([None, rng.randint(-(2**63), 2**63 - 1)]) for _ in range(n)], pa.int64()
+            ),
+            "u8": pa.array([rng.choice([None, rng.randint(0, 255)]) for _ in range(n)], pa.uint8()),
+            "s": [rng.choice([None, "", "ü€" + str(rng.random())]) for _ in range(n)],
+            "f": [rng.choice([None, rng.random() * 1e9, -0.5]) for _ in range(n)],
+            "d": pa.array([dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 999)) for _ in range(n)]),
+        }
+    )
     for cols in (["i"], ["u8"], ["s"], ["i", "s", "u8"], ["f"], ["d", "s"]):
         for buckets in (2, 5, 64):
             ref = []
@@ -169,17 +173,22 @@ def test_schema_evolution_adds_nullable_columns(store):
     assert store.scan("ods.events").column("extra").to_pylist() == [None, None, "x"]
 
 
-@pytest.mark.parametrize("schema, what", [
-    (pa.schema([("id", pa.int64()), ("name", pa.string())]), "columns removed"),
-    (LOG_SCHEMA.set(0, pa.field("id", pa.string())), "changed"),
-    (LOG_SCHEMA.append(pa.field("extra", pa.string(), nullable=False)), "nullable"),
-])
+@pytest.mark.parametrize(
+    "schema, what",
+    [
+        (pa.schema([("id", pa.int64()), ("name", pa.string())]), "columns removed"),
+        (LOG_SCHEMA.set(0, pa.field("id", pa.string())), "changed"),
+        (LOG_SCHEMA.append(pa.field("extra", pa.string(), nullable=False)), "nullable"),
+    ],
+)
 def test_schema_incompatible_names_both(store, schema, what):
     store.create_table(log_meta())
     with pytest.raises(TidehouseError) as err:
         store.create_table(TableMeta("ods.events", schema))
     assert err.value.code == ErrorCode.SCHEMA_INCOMPATIBLE
-    assert what in err.value.message and "existing [" in err.value.message and "requested [" in err.value.message
+    assert (
+        what in err.value.message and "existing [" in err.value.message and "requested [" in err.value.message
+    )
 
 
 def test_table_catalog(store):
@@ -199,15 +208,24 @@ def test_table_catalog(store):
     assert store.end_offsets("ods.a") == [0] and store.last_seq("ods.a", "w") is None
 
 
-@pytest.mark.parametrize("meta", [
-    TableMeta("nodot", LOG_SCHEMA),
-    TableMeta("ods.x", pa.schema([("__x", pa.int64())])),
-    TableMeta("ods.x", LOG_SCHEMA, kind="primary_key"),
-    TableMeta("ods.x", LOG_SCHEMA, kind="primary_key", primary_key=("nope",)),
-    TableMeta("ods.x", LOG_SCHEMA, buckets=0),
-    TableMeta("ods.x", LOG_SCHEMA, kind="primary_key", primary_key=("id",), merge_engine="aggregate",
-              aggregations={"price": "avg"}),
-])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        TableMeta("nodot", LOG_SCHEMA),
+        TableMeta("ods.x", pa.schema([("__x", pa.int64())])),
+        TableMeta("ods.x", LOG_SCHEMA, kind="primary_key"),
+        TableMeta("ods.x", LOG_SCHEMA, kind="primary_key", primary_key=("nope",)),
+        TableMeta("ods.x", LOG_SCHEMA, buckets=0),
+        TableMeta(
+            "ods.x",
+            LOG_SCHEMA,
+            kind="primary_key",
+            primary_key=("id",),
+            merge_engine="aggregate",
+            aggregations={"price": "avg"},
+        ),
+    ],
+)
 def test_invalid_definitions(store, meta):
     with pytest.raises(TidehouseError) as err:
         store.create_table(meta)
@@ -224,7 +242,13 @@ def test_batch_info_and_offset_times(store):
     assert (info.base_offset, info.rows, info.writer, info.seq, info.origin_ts) == (3, 2, "q2", 9, None)
     assert before - 1 <= info.commit_ts <= time.time() + 1
     first = store.offset_times("ods.events", 0, 2)
-    assert (first.base_offset, first.rows, first.writer, first.seq, first.origin_ts) == (0, 3, "q1", 4, 1000.5)
+    assert (first.base_offset, first.rows, first.writer, first.seq, first.origin_ts) == (
+        0,
+        3,
+        "q1",
+        4,
+        1000.5,
+    )
     assert store.offset_times("ods.events", 0, 5) is None
 
 
@@ -278,8 +302,11 @@ def test_write_over_the_frame_limit_is_refused_and_writes_nothing(store, monkeyp
     """A bucket write of 2 GiB or more cannot be one frame: WRITE_INVALID, not a struct error (limit mocked)."""
     from runtime.storage import frames
 
-    meta = log_meta() if kind == "log" else TableMeta("ods.events", LOG_SCHEMA, kind="primary_key",
-                                                       primary_key=("id",))
+    meta = (
+        log_meta()
+        if kind == "log"
+        else TableMeta("ods.events", LOG_SCHEMA, kind="primary_key", primary_key=("id",))
+    )
     store.create_table(meta)
     store.write("ods.events", rows(0, 5), writer="w", seq=1)
     monkeypatch.setattr(frames, "MAX_FRAME", 8192)  # stands for 2 GiB

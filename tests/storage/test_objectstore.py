@@ -30,8 +30,15 @@ def _objects(tmp_path) -> list:
 
 
 def _pk(name: str = "dws.p", buckets: int = 1) -> TableMeta:
-    return TableMeta(name, SCHEMA, kind="primary_key", primary_key=("k",), buckets=buckets,
-                     merge_engine="aggregate", aggregations={"a": "sum"})
+    return TableMeta(
+        name,
+        SCHEMA,
+        kind="primary_key",
+        primary_key=("k",),
+        buckets=buckets,
+        merge_engine="aggregate",
+        aggregations={"a": "sum"},
+    )
 
 
 def test_the_default_metastore_is_sqlite_next_to_the_data(tmp_path):
@@ -88,8 +95,10 @@ def test_pk_state_is_rebuilt_from_a_bootstrap_snapshot_after_retention(tmp_path)
         store.write("dws.p", pa.table({"k": ["a", "b", "c", "d"], "a": [seq] * 4}), writer="w", seq=seq)
     expected = sorted(store.scan("dws.p").to_pylist(), key=lambda r: r["k"])
     ends = store.end_offsets("dws.p")
-    snapshots = {b: (pa.Table.from_pylist([r for r in expected if _bucket(store, r["k"]) == b], SCHEMA), ends[b])
-                 for b in range(2)}
+    snapshots = {
+        b: (pa.Table.from_pylist([r for r in expected if _bucket(store, r["k"]) == b], SCHEMA), ends[b])
+        for b in range(2)
+    }
     assert store.delete_before("dws.p", 0, ends[0], older_than=time.time() + 3600) == 0  # no snapshot source:
     assert store.start_offsets("dws.p") == [0, 0]  # the changelog is the state's only copy, kept whole
     calls = []
@@ -132,7 +141,10 @@ def test_a_reader_follows_a_writer_in_another_instance(tmp_path):
     writer.write("dws.p", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
     assert reader.lookup("dws.p", pa.table({"k": ["a"]})).to_pylist() == [{"k": "a", "a": 1}]
     writer.write("dws.p", pa.table({"k": ["a", "b"], "a": [2, 3]}), writer="w", seq=2)
-    assert sorted(reader.scan("dws.p").to_pylist(), key=lambda r: r["k"]) == [{"k": "a", "a": 3}, {"k": "b", "a": 3}]
+    assert sorted(reader.scan("dws.p").to_pylist(), key=lambda r: r["k"]) == [
+        {"k": "a", "a": 3},
+        {"k": "b", "a": 3},
+    ]
 
 
 def test_an_unreachable_metastore_is_storage_io_naming_the_setting(tmp_path):

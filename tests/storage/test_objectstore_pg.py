@@ -9,10 +9,13 @@ from tests.storage._util import log_meta, read_all, rows
 
 
 def _drop_connections(postgres, url: str) -> None:
-    with psycopg.connect(host="127.0.0.1", port=postgres.port, user="postgres", dbname="postgres",
-                         autocommit=True) as admin:
-        killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
-                               (url.rsplit("/", 1)[1],)).fetchone()[0]
+    with psycopg.connect(
+        host="127.0.0.1", port=postgres.port, user="postgres", dbname="postgres", autocommit=True
+    ) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+            (url.rsplit("/", 1)[1],),
+        ).fetchone()[0]
     assert killed >= 1
 
 

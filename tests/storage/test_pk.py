@@ -17,11 +17,19 @@ AGGS = {"a": "sum", "b": "max", "c": "last_non_null"}
 
 
 def pk_meta(engine: str = "last_row", buckets: int = 1, name: str = "dws.t") -> TableMeta:
-    return TableMeta(name, SCHEMA, kind="primary_key", primary_key=("k",), buckets=buckets,
-                     merge_engine=engine, aggregations=AGGS if engine == "aggregate" else {})
+    return TableMeta(
+        name,
+        SCHEMA,
+        kind="primary_key",
+        primary_key=("k",),
+        buckets=buckets,
+        merge_engine=engine,
+        aggregations=AGGS if engine == "aggregate" else {},
+    )
 
 
 # -- the model --------------------------------------------------------------------------------------------
+
 
 def _agg(fn, old, new):
     if fn == "sum":
@@ -116,7 +124,7 @@ def test_merge_engine_matches_model(tmp_path, seed, engine, buckets):
     actual_log: dict[str, list] = {}
     for b in range(meta.buckets):
         t = read_all(store, "dws.t", bucket=b)
-        for r in ([] if t is None else t.to_pylist()):
+        for r in [] if t is None else t.to_pylist():
             actual_log.setdefault(r["k"], []).append((r["__change"], tuple(r[n] for n in SCHEMA.names)))
     assert actual_log == expected_log
     # a fresh process sees the same state; lookup answers present keys only
@@ -139,10 +147,13 @@ def test_noop_update_emits_nothing_but_records_seq(store):
 def test_changelog_kinds(store):
     store.create_table(pk_meta())
     store.write("dws.t", pa.table({"k": ["a", "b"], "a": [1, 2]}), writer="w", seq=1)
-    store.write("dws.t", pa.table({"k": ["a", "b"], "a": [3, 2], "__change": ["+U", "-D"]}), writer="w", seq=2)
+    store.write(
+        "dws.t", pa.table({"k": ["a", "b"], "a": [3, 2], "__change": ["+U", "-D"]}), writer="w", seq=2
+    )
     t = read_all(store, "dws.t")
-    assert list(zip(t.column("__change").to_pylist(), t.column("k").to_pylist(), t.column("a").to_pylist())) == [
-        ("+I", "a", 1), ("+I", "b", 2), ("-U", "a", 1), ("+U", "a", 3), ("-D", "b", 2)]
+    assert list(
+        zip(t.column("__change").to_pylist(), t.column("k").to_pylist(), t.column("a").to_pylist())
+    ) == [("+I", "a", 1), ("+I", "b", 2), ("-U", "a", 1), ("+U", "a", 3), ("-D", "b", 2)]
     assert t.schema.names[-4:] == ["__offset", "__bucket", "__ts", "__change"]
 
 
@@ -160,9 +171,14 @@ def test_partial_update_two_writers_both_land(tmp_path):
 
 def test_pk_write_validation(store):
     store.create_table(pk_meta())
-    for data, text in [(pa.table({"a": [1]}), "primary key"), (pa.table({"k": [None], "a": [1]}, schema=pa.schema(
-            [("k", pa.string()), ("a", pa.int64())])), "null"),
-            (pa.table({"k": ["a"], "__change": ["?"]}), "row kinds")]:
+    for data, text in [
+        (pa.table({"a": [1]}), "primary key"),
+        (
+            pa.table({"k": [None], "a": [1]}, schema=pa.schema([("k", pa.string()), ("a", pa.int64())])),
+            "null",
+        ),
+        (pa.table({"k": ["a"], "__change": ["?"]}), "row kinds"),
+    ]:
         with pytest.raises(TidehouseError) as err:
             store.write("dws.t", data, writer="w", seq=1)
         assert err.value.code == ErrorCode.WRITE_INVALID and text in err.value.message
@@ -197,20 +213,33 @@ def test_kv_state_catches_up_from_the_log(tmp_path):
 def test_schema_evolution_pk(store):
     store.create_table(pk_meta())
     store.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
-    store.create_table(TableMeta("dws.t", SCHEMA.append(pa.field("d", pa.int32())), kind="primary_key",
-                                 primary_key=("k",)))
+    store.create_table(
+        TableMeta("dws.t", SCHEMA.append(pa.field("d", pa.int32())), kind="primary_key", primary_key=("k",))
+    )
     assert store.lookup("dws.t", pa.table({"k": ["a"]})).to_pylist() == [
-        {"k": "a", "a": 1, "b": None, "c": None, "d": None}]
+        {"k": "a", "a": 1, "b": None, "c": None, "d": None}
+    ]
     store.write("dws.t", pa.table({"k": ["a"], "a": [1], "d": pa.array([4], pa.int32())}), writer="w", seq=2)
     t = read_all(store, "dws.t")
-    assert t.column("d").to_pylist() == [None, None, 4] and t.column("__change").to_pylist() == ["+I", "-U", "+U"]
+    assert t.column("d").to_pylist() == [None, None, 4] and t.column("__change").to_pylist() == [
+        "+I",
+        "-U",
+        "+U",
+    ]
 
 
 def test_timestamp_keys_and_values_roundtrip(store):
-    schema = pa.schema([("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.decimal128(10, 2))])
+    schema = pa.schema(
+        [("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.decimal128(10, 2))]
+    )
     store.create_table(TableMeta("dws.d", schema, kind="primary_key", primary_key=("day",)))
-    data = pa.table({"day": pa.array([19000, 19001], pa.date32()),
-                     "ts": pa.array([5, 6], pa.timestamp("ms")), "v": pa.array([Decimal("1.00"), Decimal("2.00")], pa.decimal128(10, 2))})
+    data = pa.table(
+        {
+            "day": pa.array([19000, 19001], pa.date32()),
+            "ts": pa.array([5, 6], pa.timestamp("ms")),
+            "v": pa.array([Decimal("1.00"), Decimal("2.00")], pa.decimal128(10, 2)),
+        }
+    )
     store.write("dws.d", data, writer="w", seq=1)
     got = store.lookup("dws.d", pa.table({"day": pa.array([19001], pa.date32())}))
     assert got.column("ts").cast(pa.int64()).to_pylist() == [6000] and str(got.column("v")[0]) == "2.00"
@@ -268,7 +297,7 @@ class _FailingKV:
         self.db = db
 
     def write(self, *_a, **_k):
-        raise Exception("IO error: No space left on device")  # noqa: TRY002 - what rocksdict raises
+        raise Exception("IO error: No space left on device")
 
     def close(self) -> None:
         self.db.close()

@@ -85,7 +85,9 @@ def test_writer_seqs_survive_retention_and_a_lost_index(tmp_path):
     assert fresh.write("ods.events", rows(0, 5), writer="early", seq=7).skipped  # a replay stays a no-op
     assert fresh.write("ods.events", rows(0, 5), writer="early", seq=3).skipped
     assert fresh.write("ods.events", rows(300, 1), writer="w", seq=30).ranges == {0: (end, end + 1)}
-    assert read_all(fresh, "ods.events", start=first).column("__offset").to_pylist() == list(range(first, end + 1))
+    assert read_all(fresh, "ods.events", start=first).column("__offset").to_pylist() == list(
+        range(first, end + 1)
+    )
     fresh.close()
 
 
@@ -113,8 +115,11 @@ def test_pk_retention_flushes_the_state_only_when_it_deletes(tmp_path, monkeypat
         s.write("dws.p", rows(i * 10, 10), writer="w", seq=i)
     flushes = []
     real = Tablet.applied_offset
-    monkeypatch.setattr(Tablet, "applied_offset", lambda self, durable=True: flushes.append(durable) or
-                        real(self, durable=durable))
+    monkeypatch.setattr(
+        Tablet,
+        "applied_offset",
+        lambda self, durable=True: flushes.append(durable) or real(self, durable=durable),
+    )
     end = s.end_offsets("dws.p")[0]
     assert s.delete_before("dws.p", 0, end, older_than=time.time() - LATER) == 0  # too young: no flush
     assert flushes == [False]
@@ -156,7 +161,7 @@ def test_retention_compacts_the_index_and_other_views_follow(tmp_path):
     from runtime.storage.frames import ENTRY_SIZE, Entry
 
     raw = (bdir / "index").read_bytes()
-    entries = [Entry.unpack(raw[i:i + ENTRY_SIZE]) for i in range(0, len(raw), ENTRY_SIZE)]
+    entries = [Entry.unpack(raw[i : i + ENTRY_SIZE]) for i in range(0, len(raw), ENTRY_SIZE)]
     assert entries[0].base_offset == first and entries[-1].end_offset == end + 10
     assert all(x.end_offset == y.base_offset for x, y in itertools.pairwise(entries))
     a.close()
@@ -189,7 +194,9 @@ def test_a_segment_deleted_under_a_running_read_is_storage_range(tmp_path):
     reader = open_store(str(root))
     it = reader.read("ods.events", 0, 0)
     assert next(it).column("__offset").to_pylist()[0] == 0
-    assert a.delete_before("ods.events", 0, a.end_offsets("ods.events")[0], older_than=time.time() + LATER) >= 2
+    assert (
+        a.delete_before("ods.events", 0, a.end_offsets("ods.events")[0], older_than=time.time() + LATER) >= 2
+    )
     with pytest.raises(TidehouseError) as err:
         list(it)
     assert err.value.code == ErrorCode.STORAGE_RANGE and "deleted by retention" in err.value.message

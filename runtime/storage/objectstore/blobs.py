@@ -46,28 +46,44 @@ def filesystem_for(root: str, s3: Mapping[str, Any] | None = None) -> tuple[pafs
     scheme = scheme_of(root)
     loc = Location(path=root)
     if scheme not in SCHEMES:
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage root {root!r}: the object-store hot storage "
-                             f"takes {', '.join(s + '://' for s in SCHEMES)} roots", location=loc)
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"storage root {root!r}: the object-store hot storage "
+            f"takes {', '.join(s + '://' for s in SCHEMES)} roots",
+            location=loc,
+        )
     parsed = urlparse(root)
     if not parsed.netloc:
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage root {root!r} names no bucket "
-                             "(s3://bucket/prefix)", location=loc)
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"storage root {root!r} names no bucket (s3://bucket/prefix)",
+            location=loc,
+        )
     opts = dict(s3 or {})
     unknown = sorted(set(opts) - set(S3_KEYS))
     if unknown:
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage.s3: unknown key(s) {unknown} (known: "
-                             f"{list(S3_KEYS)})", location=Location(path="storage.s3"))
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"storage.s3: unknown key(s) {unknown} (known: {list(S3_KEYS)})",
+            location=Location(path="storage.s3"),
+        )
     if bool(opts.get("access_key")) != bool(opts.get("secret_key")):
-        raise TidehouseError(ErrorCode.CONFIG_INVALID, "storage.s3: access_key and secret_key go together",
-                             location=Location(path="storage.s3"))
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            "storage.s3: access_key and secret_key go together",
+            location=Location(path="storage.s3"),
+        )
     kwargs: dict[str, Any] = {"region": str(opts.get("region") or "us-east-1")}
     endpoint = opts.get("endpoint")
     if endpoint:
         endpoint = str(endpoint)
         ep_scheme = scheme_of(endpoint)
         if ep_scheme and ep_scheme not in ("http", "https"):
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage.s3.endpoint {endpoint!r}: expected "
-                                 "http://host:port or https://host:port", location=Location(path="storage.s3"))
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"storage.s3.endpoint {endpoint!r}: expected http://host:port or https://host:port",
+                location=Location(path="storage.s3"),
+            )
         kwargs["scheme"] = ep_scheme or "https"
         kwargs["endpoint_override"] = endpoint.split("://", 1)[-1].rstrip("/")
     if opts.get("access_key"):
@@ -102,7 +118,7 @@ def encode(batches: Sequence[pa.RecordBatch]) -> tuple[pa.Buffer, list[Part]]:
             sink.write(b"\0" * pad)
         parts.append(Part(start, end - start, 0))
     buf = sink.getvalue()
-    return buf, [Part(p.position, p.length, _crc32(buf[p.position:p.position + p.length])) for p in parts]
+    return buf, [Part(p.position, p.length, _crc32(buf[p.position : p.position + p.length])) for p in parts]
 
 
 def decode(buf: pa.Buffer, part: Part) -> pa.RecordBatch:
@@ -110,13 +126,15 @@ def decode(buf: pa.Buffer, part: Part) -> pa.RecordBatch:
 
 
 def part_ok(buf: pa.Buffer, part: Part) -> bool:
-    return part.position + part.length <= buf.size and \
-        _crc32(buf.slice(part.position, part.length)) == part.crc
+    return (
+        part.position + part.length <= buf.size and _crc32(buf.slice(part.position, part.length)) == part.crc
+    )
 
 
 def io_error(what: str, path: str, exc: BaseException, hint: str | None = None) -> TidehouseError:
-    return TidehouseError(ErrorCode.STORAGE_IO, f"{what} {path} failed: {exc}", location=Location(file=path),
-                          hint=hint)
+    return TidehouseError(
+        ErrorCode.STORAGE_IO, f"{what} {path} failed: {exc}", location=Location(file=path), hint=hint
+    )
 
 
 class Blobs:
@@ -142,8 +160,12 @@ class Blobs:
             with self.fs.open_output_stream(path) as out:
                 out.write(buf)
         except (OSError, pa.ArrowException) as exc:
-            raise io_error("putting the data object", path, exc,
-                           hint="nothing was committed; retry with the same writer and seq") from exc
+            raise io_error(
+                "putting the data object",
+                path,
+                exc,
+                hint="nothing was committed; retry with the same writer and seq",
+            ) from exc
         self._remember(path, buf)
 
     def get(self, path: str) -> pa.Buffer:
@@ -174,8 +196,9 @@ class Blobs:
                 pass
             except (OSError, pa.ArrowException) as exc:
                 if "NoSuchKey" not in str(exc):
-                    raise io_error("deleting the data object", path, exc,
-                                   hint="it is collected later (collect_garbage)") from exc
+                    raise io_error(
+                        "deleting the data object", path, exc, hint="it is collected later (collect_garbage)"
+                    ) from exc
 
     def forget(self, path: str) -> None:
         with self._lock:

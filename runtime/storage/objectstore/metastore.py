@@ -28,7 +28,8 @@ from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 _META = sa.MetaData()
 TABLES = sa.Table(
-    "th_tables", _META,
+    "th_tables",
+    _META,
     sa.Column("incarnation", sa.String(32), primary_key=True),
     sa.Column("store", sa.String(1024), nullable=False),
     sa.Column("name", sa.String(255), nullable=False),
@@ -37,7 +38,8 @@ TABLES = sa.Table(
     sa.UniqueConstraint("store", "name", name="th_tables_store_name"),
 )
 BUCKETS = sa.Table(
-    "th_buckets", _META,
+    "th_buckets",
+    _META,
     sa.Column("incarnation", sa.String(32), primary_key=True),
     sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("end_offset", sa.BigInteger, nullable=False),
@@ -46,7 +48,8 @@ BUCKETS = sa.Table(
     sa.Column("owner", sa.String(64)),
 )
 FRAMES = sa.Table(
-    "th_frames", _META,
+    "th_frames",
+    _META,
     sa.Column("incarnation", sa.String(32), primary_key=True),
     sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("base_offset", sa.BigInteger, primary_key=True, autoincrement=False),
@@ -63,7 +66,8 @@ FRAMES = sa.Table(
 )
 sa.Index("th_frames_object", FRAMES.c.incarnation, FRAMES.c.object)
 WRITERS = sa.Table(
-    "th_writers", _META,
+    "th_writers",
+    _META,
     sa.Column("incarnation", sa.String(32), primary_key=True),
     sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("writer", sa.String(1024), primary_key=True),
@@ -73,13 +77,30 @@ WRITERS = sa.Table(
 # the commit's first statement, built once (its compiled form is cached): lock the buckets, read their heads
 # and the writer's last seq in each
 _LOCK_HEADS = (
-    sa.select(BUCKETS.c.bucket, BUCKETS.c.end_offset, BUCKETS.c.epoch, BUCKETS.c.owner,
-              WRITERS.c.seq.label("last_seq"))
-    .select_from(BUCKETS.outerjoin(WRITERS, sa.and_(WRITERS.c.incarnation == BUCKETS.c.incarnation,
-                                                    WRITERS.c.bucket == BUCKETS.c.bucket,
-                                                    WRITERS.c.writer == sa.bindparam("writer"))))
-    .where(BUCKETS.c.incarnation == sa.bindparam("inc"), BUCKETS.c.bucket.in_(sa.bindparam("buckets", expanding=True)))
-    .order_by(BUCKETS.c.bucket).with_for_update(of=BUCKETS))
+    sa.select(
+        BUCKETS.c.bucket,
+        BUCKETS.c.end_offset,
+        BUCKETS.c.epoch,
+        BUCKETS.c.owner,
+        WRITERS.c.seq.label("last_seq"),
+    )
+    .select_from(
+        BUCKETS.outerjoin(
+            WRITERS,
+            sa.and_(
+                WRITERS.c.incarnation == BUCKETS.c.incarnation,
+                WRITERS.c.bucket == BUCKETS.c.bucket,
+                WRITERS.c.writer == sa.bindparam("writer"),
+            ),
+        )
+    )
+    .where(
+        BUCKETS.c.incarnation == sa.bindparam("inc"),
+        BUCKETS.c.bucket.in_(sa.bindparam("buckets", expanding=True)),
+    )
+    .order_by(BUCKETS.c.bucket)
+    .with_for_update(of=BUCKETS)
+)
 
 
 @dataclass(frozen=True)
@@ -165,10 +186,13 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
         try:
             parsed = sa.make_url(url)
         except Exception as exc:  # noqa: BLE001 - ArgumentError and friends
-            raise TidehouseError(ErrorCode.CONFIG_INVALID, f"storage.metastore: {exc}",
-                                 location=Location(path="storage.metastore"),
-                                 hint="a SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host/db or "
-                                      "sqlite:////path/metastore.db") from None
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"storage.metastore: {exc}",
+                location=Location(path="storage.metastore"),
+                hint="a SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host/db or "
+                "sqlite:////path/metastore.db",
+            ) from None
         if parsed.get_backend_name() == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +221,7 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
 
 def _retried(fn):
     """Run a read (or a repeatable transaction) again, once, when its pooled connection turned out dropped."""
+
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
         try:
@@ -230,11 +255,14 @@ class Metastore:
         try:
             yield
         except sa.exc.SQLAlchemyError as exc:
-            raise TidehouseError(ErrorCode.STORAGE_IO, f"metastore {shown_url(self.url)}: {what} failed: "
-                                 f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-                                 location=Location(path="storage.metastore"),
-                                 hint="check that the database is reachable (storage.metastore); nothing "
-                                      "uncommitted is visible, and a retried write is applied once") from exc
+            raise TidehouseError(
+                ErrorCode.STORAGE_IO,
+                f"metastore {shown_url(self.url)}: {what} failed: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                location=Location(path="storage.metastore"),
+                hint="check that the database is reachable (storage.metastore); nothing "
+                "uncommitted is visible, and a retried write is applied once",
+            ) from exc
 
     @contextlib.contextmanager
     def tx(self, what: str) -> Iterator[Connection]:
@@ -246,20 +274,27 @@ class Metastore:
     def table(self, name: str) -> tuple[str, int, dict[str, Any]] | None:
         """(incarnation, version, definition document) of a table, or None."""
         with self._errors(f"reading table {name}"), self.engine.connect() as conn:
-            row = conn.execute(sa.select(TABLES.c.incarnation, TABLES.c.version, TABLES.c.doc)
-                               .where(TABLES.c.store == self.store, TABLES.c.name == name)).first()
+            row = conn.execute(
+                sa.select(TABLES.c.incarnation, TABLES.c.version, TABLES.c.doc).where(
+                    TABLES.c.store == self.store, TABLES.c.name == name
+                )
+            ).first()
         return None if row is None else (row.incarnation, row.version, json.loads(row.doc))
 
     @_retried
     def table_names(self) -> list[str]:
         with self._errors("listing tables"), self.engine.connect() as conn:
-            return sorted(conn.execute(sa.select(TABLES.c.name).where(TABLES.c.store == self.store)).scalars())
+            return sorted(
+                conn.execute(sa.select(TABLES.c.name).where(TABLES.c.store == self.store)).scalars()
+            )
 
     @_retried
     def incarnations(self) -> dict[str, str]:
         """incarnation -> table name, for every live table of this store."""
         with self._errors("listing tables"), self.engine.connect() as conn:
-            rows = conn.execute(sa.select(TABLES.c.incarnation, TABLES.c.name).where(TABLES.c.store == self.store))
+            rows = conn.execute(
+                sa.select(TABLES.c.incarnation, TABLES.c.name).where(TABLES.c.store == self.store)
+            )
             return {r.incarnation: r.name for r in rows}
 
     def create(self, name: str, buckets: int, doc: Mapping[str, Any]) -> str | None:
@@ -267,10 +302,25 @@ class Metastore:
         inc = uuid.uuid4().hex
         try:
             with self.tx(f"creating table {name}") as conn:
-                conn.execute(TABLES.insert().values(incarnation=inc, store=self.store, name=name, version=1,
-                                                    doc=json.dumps(doc)))
-                conn.execute(BUCKETS.insert(), [{"incarnation": inc, "bucket": b, "end_offset": 0, "start_offset": 0,
-                                                     "epoch": 0, "owner": None} for b in range(buckets)])
+                conn.execute(
+                    TABLES.insert().values(
+                        incarnation=inc, store=self.store, name=name, version=1, doc=json.dumps(doc)
+                    )
+                )
+                conn.execute(
+                    BUCKETS.insert(),
+                    [
+                        {
+                            "incarnation": inc,
+                            "bucket": b,
+                            "end_offset": 0,
+                            "start_offset": 0,
+                            "epoch": 0,
+                            "owner": None,
+                        }
+                        for b in range(buckets)
+                    ],
+                )
         except TidehouseError as exc:
             if isinstance(exc.__cause__, sa.exc.IntegrityError):
                 return None
@@ -280,16 +330,19 @@ class Metastore:
     def update_doc(self, incarnation: str, version: int, doc: Mapping[str, Any]) -> bool:
         """Replace a table's document if its version is still ``version`` (compare-and-set)."""
         with self.tx("evolving a table") as conn:
-            done = conn.execute(TABLES.update().where(TABLES.c.incarnation == incarnation,
-                                                      TABLES.c.version == version)
-                                .values(version=version + 1, doc=json.dumps(doc)))
+            done = conn.execute(
+                TABLES.update()
+                .where(TABLES.c.incarnation == incarnation, TABLES.c.version == version)
+                .values(version=version + 1, doc=json.dumps(doc))
+            )
             return done.rowcount == 1
 
     def drop(self, name: str) -> str | None:
         """Delete a table's rows (one transaction); its incarnation, or None if there was none."""
         with self.tx(f"dropping table {name}") as conn:
-            inc = conn.execute(sa.select(TABLES.c.incarnation).where(TABLES.c.store == self.store,
-                                                                    TABLES.c.name == name)).scalar()
+            inc = conn.execute(
+                sa.select(TABLES.c.incarnation).where(TABLES.c.store == self.store, TABLES.c.name == name)
+            ).scalar()
             if inc is None:
                 return None
             for t in (FRAMES, WRITERS, BUCKETS, TABLES):
@@ -300,33 +353,44 @@ class Metastore:
     @_retried
     def heads(self, incarnation: str) -> list[Head]:
         with self._errors("reading bucket offsets"), self.engine.connect() as conn:
-            rows = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation)
-                                .order_by(BUCKETS.c.bucket)).all()
+            rows = conn.execute(
+                sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation).order_by(BUCKETS.c.bucket)
+            ).all()
         return [Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner) for r in rows]
 
     @_retried
     def head(self, incarnation: str, bucket: int) -> Head | None:
         with self._errors("reading bucket offsets"), self.engine.connect() as conn:
-            r = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation,
-                                                      BUCKETS.c.bucket == bucket)).first()
+            r = conn.execute(
+                sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+            ).first()
         return None if r is None else Head(r.bucket, r.end_offset, r.start_offset, r.epoch, r.owner)
 
     @_retried
     def seqs(self, incarnation: str, writer: str) -> dict[int, int]:
         """bucket -> the writer's last committed seq there."""
         with self._errors("reading writer seqs"), self.engine.connect() as conn:
-            rows = conn.execute(sa.select(WRITERS.c.bucket, WRITERS.c.seq)
-                                .where(WRITERS.c.incarnation == incarnation, WRITERS.c.writer == writer))
+            rows = conn.execute(
+                sa.select(WRITERS.c.bucket, WRITERS.c.seq).where(
+                    WRITERS.c.incarnation == incarnation, WRITERS.c.writer == writer
+                )
+            )
             return {r.bucket: r.seq for r in rows}
 
     @_retried
     def frames(self, incarnation: str, bucket: int, start: int, end: int) -> list[Frame]:
         """The frames overlapping ``[start, end)``, in offset order."""
         with self._errors("listing frames"), self.engine.connect() as conn:
-            rows = conn.execute(sa.select(FRAMES).where(
-                FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
-                FRAMES.c.base_offset < end, FRAMES.c.base_offset + FRAMES.c.rows > start)
-                .order_by(FRAMES.c.base_offset)).all()
+            rows = conn.execute(
+                sa.select(FRAMES)
+                .where(
+                    FRAMES.c.incarnation == incarnation,
+                    FRAMES.c.bucket == bucket,
+                    FRAMES.c.base_offset < end,
+                    FRAMES.c.base_offset + FRAMES.c.rows > start,
+                )
+                .order_by(FRAMES.c.base_offset)
+            ).all()
         return [_frame(r) for r in rows]
 
     @_retried
@@ -343,21 +407,30 @@ class Metastore:
     @_retried
     def objects(self, incarnation: str) -> set[str]:
         with self._errors("listing referenced objects"), self.engine.connect() as conn:
-            return set(conn.execute(sa.select(FRAMES.c.object).where(FRAMES.c.incarnation == incarnation)
-                                    .distinct()).scalars())
+            return set(
+                conn.execute(
+                    sa.select(FRAMES.c.object).where(FRAMES.c.incarnation == incarnation).distinct()
+                ).scalars()
+            )
 
     # -- commits ---------------------------------------------------------------------------------------
     @_retried
     def acquire(self, incarnation: str, bucket: int, owner: str) -> int:
         """Take a bucket for writing: a new epoch (fencing every earlier owner); returns it."""
         with self.tx("acquiring a bucket") as conn:
-            r = conn.execute(sa.select(BUCKETS.c.epoch).where(BUCKETS.c.incarnation == incarnation,
-                                                             BUCKETS.c.bucket == bucket).with_for_update()).first()
+            r = conn.execute(
+                sa.select(BUCKETS.c.epoch)
+                .where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                .with_for_update()
+            ).first()
             if r is None:
                 raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "the table was dropped meanwhile")
             epoch = r.epoch + 1
-            conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
-                         .values(epoch=epoch, owner=owner))
+            conn.execute(
+                BUCKETS.update()
+                .where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                .values(epoch=epoch, owner=owner)
+            )
             return epoch
 
     @property
@@ -367,16 +440,26 @@ class Metastore:
         return self.engine.dialect.name != "sqlite"
 
     @contextlib.contextmanager
-    def committing(self, incarnation: str, *, writer: str, seq: int, buckets: Sequence[int],
-                   epochs: Mapping[int, int], expected: Mapping[int, int]) -> Iterator[Commit]:
+    def committing(
+        self,
+        incarnation: str,
+        *,
+        writer: str,
+        seq: int,
+        buckets: Sequence[int],
+        epochs: Mapping[int, int],
+        expected: Mapping[int, int],
+    ) -> Iterator[Commit]:
         """The commit transaction of one write, in two steps: on entry, lock the buckets' rows and check the
         writer's seq (replays), a primary-key bucket's epoch (:class:`Fenced`) and end offset
         (:class:`Stale`); then the caller records the frames with :meth:`Commit.record` (after its object
         is put) and the transaction commits on exit. An exception inside rolls everything back."""
         buckets = sorted(buckets)
         with self.tx(f"committing seq {seq} of writer {writer}") as conn:
-            heads = {r.bucket: r for r in conn.execute(_LOCK_HEADS, {"inc": incarnation, "buckets": buckets,
-                                                                     "writer": writer})}
+            heads = {
+                r.bucket: r
+                for r in conn.execute(_LOCK_HEADS, {"inc": incarnation, "buckets": buckets, "writer": writer})
+            }
             if len(heads) != len(buckets):
                 raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "the table was dropped meanwhile")
             replays = set()
@@ -391,12 +474,24 @@ class Metastore:
                     raise Stale(b, h.end_offset)
             yield Commit(conn, incarnation, writer, seq, heads, replays)
 
-    def commit(self, incarnation: str, *, writer: str, seq: int, obj: str, parts: Mapping[int, NewFrame],
-               commit_us: int, origin_us: int | None, schema_id: int, epochs: Mapping[int, int],
-               expected: Mapping[int, int]) -> dict[int, tuple[int, int] | None]:
+    def commit(
+        self,
+        incarnation: str,
+        *,
+        writer: str,
+        seq: int,
+        obj: str,
+        parts: Mapping[int, NewFrame],
+        commit_us: int,
+        origin_us: int | None,
+        schema_id: int,
+        epochs: Mapping[int, int],
+        expected: Mapping[int, int],
+    ) -> dict[int, tuple[int, int] | None]:
         """:meth:`committing` and :meth:`Commit.record` in one call."""
-        with self.committing(incarnation, writer=writer, seq=seq, buckets=list(parts), epochs=epochs,
-                             expected=expected) as c:
+        with self.committing(
+            incarnation, writer=writer, seq=seq, buckets=list(parts), epochs=epochs, expected=expected
+        ) as c:
             return c.record(obj, parts, commit_us=commit_us, origin_us=origin_us, schema_id=schema_id)
 
     @_retried
@@ -405,14 +500,22 @@ class Metastore:
         ``older_than_us``; raise the bucket's watermark. Returns (frames deleted, objects no frame references
         any more)."""
         with self.tx("deleting frames (retention)") as conn:
-            head = conn.execute(sa.select(BUCKETS).where(BUCKETS.c.incarnation == incarnation,
-                                                         BUCKETS.c.bucket == bucket).with_for_update()).first()
+            head = conn.execute(
+                sa.select(BUCKETS)
+                .where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                .with_for_update()
+            ).first()
             if head is None:
                 return 0, []
-            rows = conn.execute(sa.select(FRAMES.c.base_offset, FRAMES.c.rows, FRAMES.c.commit_us, FRAMES.c.object)
-                                .where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
-                                       FRAMES.c.base_offset < offset)
-                                .order_by(FRAMES.c.base_offset)).all()
+            rows = conn.execute(
+                sa.select(FRAMES.c.base_offset, FRAMES.c.rows, FRAMES.c.commit_us, FRAMES.c.object)
+                .where(
+                    FRAMES.c.incarnation == incarnation,
+                    FRAMES.c.bucket == bucket,
+                    FRAMES.c.base_offset < offset,
+                )
+                .order_by(FRAMES.c.base_offset)
+            ).all()
             doomed = []
             for r in rows:
                 if r.base_offset + r.rows > offset or r.commit_us >= older_than_us:
@@ -421,17 +524,31 @@ class Metastore:
             if not doomed:
                 return 0, []
             cut = doomed[-1].base_offset + doomed[-1].rows
-            conn.execute(FRAMES.delete().where(FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket,
-                                               FRAMES.c.base_offset < cut))
-            conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
-                         .values(start_offset=sa.func.max(BUCKETS.c.start_offset, cut)
-                                 if conn.dialect.name == "sqlite" else sa.func.greatest(BUCKETS.c.start_offset, cut)))
+            conn.execute(
+                FRAMES.delete().where(
+                    FRAMES.c.incarnation == incarnation, FRAMES.c.bucket == bucket, FRAMES.c.base_offset < cut
+                )
+            )
+            conn.execute(
+                BUCKETS.update()
+                .where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                .values(
+                    start_offset=sa.func.max(BUCKETS.c.start_offset, cut)
+                    if conn.dialect.name == "sqlite"
+                    else sa.func.greatest(BUCKETS.c.start_offset, cut)
+                )
+            )
             candidates = sorted({r.object for r in doomed})
             still = set()
             for i in range(0, len(candidates), 500):
-                chunk = candidates[i:i + 500]
-                still |= set(conn.execute(sa.select(FRAMES.c.object).where(
-                    FRAMES.c.incarnation == incarnation, FRAMES.c.object.in_(chunk)).distinct()).scalars())
+                chunk = candidates[i : i + 500]
+                still |= set(
+                    conn.execute(
+                        sa.select(FRAMES.c.object)
+                        .where(FRAMES.c.incarnation == incarnation, FRAMES.c.object.in_(chunk))
+                        .distinct()
+                    ).scalars()
+                )
             return len(doomed), [o for o in candidates if o not in still]
 
 
@@ -446,8 +563,15 @@ class Commit:
     heads: Mapping[int, Any]
     replays: set[int]
 
-    def record(self, obj: str, parts: Mapping[int, NewFrame], *, commit_us: int, origin_us: int | None,
-               schema_id: int) -> dict[int, tuple[int, int] | None]:
+    def record(
+        self,
+        obj: str,
+        parts: Mapping[int, NewFrame],
+        *,
+        commit_us: int,
+        origin_us: int | None,
+        schema_id: int,
+    ) -> dict[int, tuple[int, int] | None]:
         """Insert the frames (offsets from the locked end offsets), advance the buckets, record the writer's
         seq; per bucket its offset range, or None for a replay."""
         conn, inc = self.conn, self.incarnation
@@ -459,10 +583,23 @@ class Commit:
                 continue
             part, base = parts[b], self.heads[b].end_offset
             if part.rows:
-                frames.append({"incarnation": inc, "bucket": b, "base_offset": base, "rows": part.rows,
-                               "object": obj, "position": part.position, "length": part.length, "crc": part.crc,
-                               "commit_us": commit_us, "origin_us": origin_us, "writer": self.writer,
-                               "seq": self.seq, "schema_id": schema_id})
+                frames.append(
+                    {
+                        "incarnation": inc,
+                        "bucket": b,
+                        "base_offset": base,
+                        "rows": part.rows,
+                        "object": obj,
+                        "position": part.position,
+                        "length": part.length,
+                        "crc": part.crc,
+                        "commit_us": commit_us,
+                        "origin_us": origin_us,
+                        "writer": self.writer,
+                        "seq": self.seq,
+                        "schema_id": schema_id,
+                    }
+                )
                 moved.append({"b_inc": inc, "b_bucket": b, "b_end": base + part.rows})
             seqs.append({"incarnation": inc, "bucket": b, "writer": self.writer, "seq": self.seq})
             out[b] = (base, base + part.rows)
@@ -471,16 +608,27 @@ class Commit:
             return out
         if frames:
             conn.execute(FRAMES.insert(), frames)
-            conn.execute(BUCKETS.update().where(BUCKETS.c.incarnation == sa.bindparam("b_inc"),
-                                                BUCKETS.c.bucket == sa.bindparam("b_bucket"))
-                         .values(end_offset=sa.bindparam("b_end")), moved)
+            conn.execute(
+                BUCKETS.update()
+                .where(
+                    BUCKETS.c.incarnation == sa.bindparam("b_inc"),
+                    BUCKETS.c.bucket == sa.bindparam("b_bucket"),
+                )
+                .values(end_offset=sa.bindparam("b_end")),
+                moved,
+            )
         if seqs:
             _upsert_seqs(conn, seqs, {b for b in parts if self.heads[b].last_seq is not None})
         return out
 
 
-def _record_in_one_statement(conn: Connection, inc: str, frames: list[dict[str, Any]], moved: list[dict[str, Any]],
-                             seqs: list[dict[str, Any]]) -> None:
+def _record_in_one_statement(
+    conn: Connection,
+    inc: str,
+    frames: list[dict[str, Any]],
+    moved: list[dict[str, Any]],
+    seqs: list[dict[str, Any]],
+) -> None:
     """PostgreSQL: the frames, the writer's seqs and the new end offsets in one statement (data-modifying
     CTEs), so that a commit costs one round trip after its locks, plus COMMIT. The SQL text depends only on
     the numbers of buckets and frames, and is built once per shape."""
@@ -488,11 +636,24 @@ def _record_in_one_statement(conn: Connection, inc: str, frames: list[dict[str, 
     for i, row in enumerate(seqs):
         params[f"sb{i}"] = row["bucket"]
     for i, (f, m) in enumerate(zip(frames, moved)):
-        params.update({f"fb{i}": f["bucket"], f"base{i}": f["base_offset"], f"rows{i}": f["rows"],
-                       f"pos{i}": f["position"], f"len{i}": f["length"], f"crc{i}": f["crc"], f"end{i}": m["b_end"]})
+        params.update(
+            {
+                f"fb{i}": f["bucket"],
+                f"base{i}": f["base_offset"],
+                f"rows{i}": f["rows"],
+                f"pos{i}": f["position"],
+                f"len{i}": f["length"],
+                f"crc{i}": f["crc"],
+                f"end{i}": m["b_end"],
+            }
+        )
     if frames:
-        params.update(obj=frames[0]["object"], commit_us=frames[0]["commit_us"], origin_us=frames[0]["origin_us"],
-                      schema_id=frames[0]["schema_id"])
+        params.update(
+            obj=frames[0]["object"],
+            commit_us=frames[0]["commit_us"],
+            origin_us=frames[0]["origin_us"],
+            schema_id=frames[0]["schema_id"],
+        )
     conn.execute(_pg_record_sql(len(seqs), len(frames)), params)
 
 
@@ -504,19 +665,28 @@ def _pg_record_sql(n_seqs: int, n_frames: int) -> sa.TextClause:
     sql = _PG_RECORD.get(key)
     if sql is None:
         seq_rows = ", ".join(f"(:inc, :sb{i}, :writer, :seq)" for i in range(n_seqs))
-        w = (f"INSERT INTO th_writers (incarnation, bucket, writer, seq) VALUES {seq_rows} "
-             "ON CONFLICT (incarnation, bucket, writer) DO UPDATE SET seq = EXCLUDED.seq")
+        w = (
+            f"INSERT INTO th_writers (incarnation, bucket, writer, seq) VALUES {seq_rows} "
+            "ON CONFLICT (incarnation, bucket, writer) DO UPDATE SET seq = EXCLUDED.seq"
+        )
         if not n_frames:
             text = f"WITH w AS ({w}) SELECT 1"
         else:
-            frame_rows = ", ".join(f"(:inc, :fb{i}, :base{i}, :rows{i}, :obj, :pos{i}, :len{i}, :crc{i}, :commit_us, "
-                                   f"CAST(:origin_us AS BIGINT), :writer, :seq, :schema_id)" for i in range(n_frames))
-            f = ("INSERT INTO th_frames (incarnation, bucket, base_offset, rows, object, position, length, crc, "
-                 f"commit_us, origin_us, writer, seq, schema_id) VALUES {frame_rows}")
+            frame_rows = ", ".join(
+                f"(:inc, :fb{i}, :base{i}, :rows{i}, :obj, :pos{i}, :len{i}, :crc{i}, :commit_us, "
+                f"CAST(:origin_us AS BIGINT), :writer, :seq, :schema_id)"
+                for i in range(n_frames)
+            )
+            f = (
+                "INSERT INTO th_frames (incarnation, bucket, base_offset, rows, object, position, length, crc, "
+                f"commit_us, origin_us, writer, seq, schema_id) VALUES {frame_rows}"
+            )
             cases = " ".join(f"WHEN :fb{i} THEN CAST(:end{i} AS BIGINT)" for i in range(n_frames))
             which = ", ".join(f":fb{i}" for i in range(n_frames))
-            text = (f"WITH w AS ({w}), f AS ({f}) UPDATE th_buckets SET end_offset = CASE bucket {cases} END "
-                    f"WHERE incarnation = :inc AND bucket IN ({which})")
+            text = (
+                f"WITH w AS ({w}), f AS ({f}) UPDATE th_buckets SET end_offset = CASE bucket {cases} END "
+                f"WHERE incarnation = :inc AND bucket IN ({which})"
+            )
         sql = _PG_RECORD[key] = sa.text(text)
     return sql
 
@@ -527,22 +697,44 @@ def _upsert_seqs(conn: Connection, rows: list[dict[str, Any]], existing: set[int
         from sqlalchemy.dialects.sqlite import insert
 
         stmt = insert(WRITERS)
-        conn.execute(stmt.on_conflict_do_update(index_elements=[WRITERS.c.incarnation, WRITERS.c.bucket,
-                                                                WRITERS.c.writer],
-                                                set_={"seq": stmt.excluded.seq}), rows)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[WRITERS.c.incarnation, WRITERS.c.bucket, WRITERS.c.writer],
+                set_={"seq": stmt.excluded.seq},
+            ),
+            rows,
+        )
         return
     for row in rows:  # other databases: the bucket rows are locked, so update-else-insert cannot race
         if row["bucket"] in existing:
-            conn.execute(WRITERS.update().where(WRITERS.c.incarnation == row["incarnation"],
-                                                WRITERS.c.bucket == row["bucket"], WRITERS.c.writer == row["writer"])
-                         .values(seq=row["seq"]))
+            conn.execute(
+                WRITERS.update()
+                .where(
+                    WRITERS.c.incarnation == row["incarnation"],
+                    WRITERS.c.bucket == row["bucket"],
+                    WRITERS.c.writer == row["writer"],
+                )
+                .values(seq=row["seq"])
+            )
         else:
             conn.execute(WRITERS.insert().values(**row))
 
 
 def _frame(r: Any) -> Frame:
-    return Frame(r.bucket, r.base_offset, r.rows, r.object, r.position, r.length, r.crc, r.commit_us, r.origin_us,
-                 r.writer, r.seq, r.schema_id)
+    return Frame(
+        r.bucket,
+        r.base_offset,
+        r.rows,
+        r.object,
+        r.position,
+        r.length,
+        r.crc,
+        r.commit_us,
+        r.origin_us,
+        r.writer,
+        r.seq,
+        r.schema_id,
+    )
 
 
 def dispose_engines(urls: Sequence[str] | None = None) -> None:

@@ -57,20 +57,32 @@ class ObjectTableStore(TableStore):
     it deleted (a frame is the unit of retention here; segments exist only on local disk).
     """
 
-    def __init__(self, filesystem: pafs.FileSystem, base: str, *, metastore: str | None = None,
-                 store_id: str | None = None, fsync: bool = default("storage.fsync"), bootstrap: Bootstrap | None = None,
-                 cache_bytes: int = 256 << 20, gc_interval: float = 3600.0, gc_grace: float = 3600.0) -> None:
+    def __init__(
+        self,
+        filesystem: pafs.FileSystem,
+        base: str,
+        *,
+        metastore: str | None = None,
+        store_id: str | None = None,
+        fsync: bool = default("storage.fsync"),
+        bootstrap: Bootstrap | None = None,
+        cache_bytes: int = 256 << 20,
+        gc_interval: float = 3600.0,
+        gc_grace: float = 3600.0,
+    ) -> None:
         self.fs = filesystem
         self.base = base.rstrip("/")
         local = filesystem.type_name == "local"
         if metastore is None:
             if not local:
                 raise TidehouseError(
-                    ErrorCode.CONFIG_INVALID, f"hot storage {self.base}: storage.metastore is required for an "
-                    "object-store root", location=Location(path="storage.metastore"),
+                    ErrorCode.CONFIG_INVALID,
+                    f"hot storage {self.base}: storage.metastore is required for an object-store root",
+                    location=Location(path="storage.metastore"),
                     hint="set storage.metastore to a SQLAlchemy URL every host can reach, e.g. "
-                         "postgresql+psycopg://user:${PGPASSWORD}@host/db (a local SQLite file would be a "
-                         "metastore other hosts cannot see)")
+                    "postgresql+psycopg://user:${PGPASSWORD}@host/db (a local SQLite file would be a "
+                    "metastore other hosts cannot see)",
+                )
             metastore = f"sqlite:///{self.base}/metastore.db"
         self.root = store_id or (f"file://{self.base}" if local else f"s3://{self.base}")
         self.metastore = Metastore(metastore, self.root, durable=fsync)
@@ -84,7 +96,9 @@ class ObjectTableStore(TableStore):
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._verified: set[tuple[str, int]] = set()
         self._write_meta: dict[str, _Table] = {}  # table definitions as writes last saw them
-        self._seqs_seen: dict[tuple[str, str], int] = {}  # (incarnation, writer) -> highest seq it committed here
+        self._seqs_seen: dict[
+            tuple[str, str], int
+        ] = {}  # (incarnation, writer) -> highest seq it committed here
         self._mutex = threading.RLock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         if local:
@@ -102,20 +116,27 @@ class ObjectTableStore(TableStore):
         try:
             info = self.fs.get_file_info(bucket)
         except (OSError, pa.ArrowException) as exc:
-            raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage s3://{self.base}: cannot reach bucket "
-                                 f"{bucket!r}: {exc}", location=Location(path="storage.root"),
-                                 hint="check storage.s3 (endpoint, credentials)") from exc
+            raise TidehouseError(
+                ErrorCode.STORAGE_IO,
+                f"hot storage s3://{self.base}: cannot reach bucket {bucket!r}: {exc}",
+                location=Location(path="storage.root"),
+                hint="check storage.s3 (endpoint, credentials)",
+            ) from exc
         if info.type == pafs.FileType.NotFound:
-            raise TidehouseError(ErrorCode.STORAGE_IO, f"hot storage s3://{self.base}: bucket {bucket!r} does "
-                                 "not exist", location=Location(path="storage.root"),
-                                 hint="create the bucket first (the store never creates buckets)")
+            raise TidehouseError(
+                ErrorCode.STORAGE_IO,
+                f"hot storage s3://{self.base}: bucket {bucket!r} does not exist",
+                location=Location(path="storage.root"),
+                hint="create the bucket first (the store never creates buckets)",
+            )
 
     # -- catalog ------------------------------------------------------------------------------------
     def _table(self, name: str) -> _Table:
         got = self.metastore.table(name) if isinstance(name, str) else None
         if got is None:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}",
-                                 location=Location(path=str(name)))
+            raise TidehouseError(
+                ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
+            )
         inc, version, doc = got
         return _Table(metamod.from_json(doc), inc, version)
 
@@ -127,12 +148,18 @@ class ObjectTableStore(TableStore):
             got = self.metastore.table(wanted.name)
             if got is None:
                 created = replace(wanted, schema_id=0)
-                if self.metastore.create(wanted.name, wanted.buckets, metamod.to_json(created, [])) is not None:
+                if (
+                    self.metastore.create(wanted.name, wanted.buckets, metamod.to_json(created, []))
+                    is not None
+                ):
                     return created
                 continue  # created by someone else meanwhile: look again
             if not exist_ok:
-                raise TidehouseError(ErrorCode.TABLE_EXISTS, f"table {wanted.name} already exists",
-                                     location=Location(path=wanted.name))
+                raise TidehouseError(
+                    ErrorCode.TABLE_EXISTS,
+                    f"table {wanted.name} already exists",
+                    location=Location(path=wanted.name),
+                )
             inc, version, doc = got
             current = metamod.from_json(doc)
             evolved = metamod.evolve(current, wanted)
@@ -140,8 +167,11 @@ class ObjectTableStore(TableStore):
                 return current
             if self.metastore.update_doc(inc, version, metamod.to_json(evolved, doc["schemas"])):
                 return evolved
-        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"table {wanted.name} keeps changing under "
-                             "create_table", location=Location(path=wanted.name))
+        raise TidehouseError(
+            ErrorCode.STORAGE_LOCKED,
+            f"table {wanted.name} keeps changing under create_table",
+            location=Location(path=wanted.name),
+        )
 
     def get_table(self, name: str) -> TableMeta:
         return self._table(name).meta
@@ -158,8 +188,9 @@ class ObjectTableStore(TableStore):
     def drop_table(self, name: str) -> None:
         inc = self.metastore.drop(name)
         if inc is None:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}",
-                                 location=Location(path=str(name)))
+            raise TidehouseError(
+                ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
+            )
         self._forget(inc)
         with contextlib.suppress(TidehouseError):  # leftovers are garbage: collect_garbage deletes them
             self._delete_tree(blobs.object_dir(self.base, name, inc).rsplit("/", 1)[0])
@@ -180,8 +211,15 @@ class ObjectTableStore(TableStore):
             raise blobs.io_error("deleting", path, exc) from exc
 
     # -- writes -------------------------------------------------------------------------------------
-    def write(self, name: str, data: pa.Table | pa.RecordBatch, *, writer: str, seq: int,
-              origin_ts: float | None = None) -> WriteResult:
+    def write(
+        self,
+        name: str,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        writer: str,
+        seq: int,
+        origin_ts: float | None = None,
+    ) -> WriteResult:
         # the table's definition is cached for writes: it is read again when the data names a column the
         # cached one lacks, and when the commit finds the table dropped (then the write goes to the new one)
         for fresh in (False, True):
@@ -206,8 +244,9 @@ class ObjectTableStore(TableStore):
                 self._write_meta[name] = cached
         return cached
 
-    def _write_groups(self, table: _Table, groups: dict[int, tuple], writer: str, seq: int,
-                      origin_ts: float | None) -> WriteResult:
+    def _write_groups(
+        self, table: _Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
+    ) -> WriteResult:
         meta = table.meta
         with self._write_locks(table, sorted(groups) if meta.is_primary_key else []):
             reconnected = False
@@ -222,9 +261,13 @@ class ObjectTableStore(TableStore):
                     if reconnected or not disconnected(exc):
                         raise
                     reconnected = True
-        raise TidehouseError(ErrorCode.STORAGE_LOCKED, f"write to {meta.name} (writer {writer}, seq {seq}): the "
-                             f"buckets kept moving under {_ATTEMPTS} attempts", location=Location(path=meta.name),
-                             hint="one writer per primary-key bucket at a time; retry with the same seq")
+        raise TidehouseError(
+            ErrorCode.STORAGE_LOCKED,
+            f"write to {meta.name} (writer {writer}, seq {seq}): the "
+            f"buckets kept moving under {_ATTEMPTS} attempts",
+            location=Location(path=meta.name),
+            hint="one writer per primary-key bucket at a time; retry with the same seq",
+        )
 
     @staticmethod
     def _split(meta: TableMeta, prepared: pa.Table, kinds: list[str] | None) -> dict[int, tuple]:
@@ -236,8 +279,10 @@ class ObjectTableStore(TableStore):
         cuts = np.flatnonzero(np.diff(sorted_b)) + 1
         out = {}
         for s, idx in zip(np.r_[0, cuts], np.split(order, cuts)):
-            out[int(sorted_b[s])] = (prepared.take(pa.array(idx)),
-                                     None if kinds is None else [kinds[i] for i in idx])
+            out[int(sorted_b[s])] = (
+                prepared.take(pa.array(idx)),
+                None if kinds is None else [kinds[i] for i in idx],
+            )
         return out
 
     @contextlib.contextmanager
@@ -249,8 +294,9 @@ class ObjectTableStore(TableStore):
                 stack.enter_context(lock)
             yield
 
-    def _write_once(self, table: _Table, groups: dict[int, tuple], writer: str, seq: int,
-                    origin_ts: float | None) -> WriteResult:
+    def _write_once(
+        self, table: _Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
+    ) -> WriteResult:
         meta, inc = table.meta, table.incarnation
         known = self._seqs_seen.get((inc, writer))
         # drop the buckets that already have this seq (a replay after a restart) before doing any work; a
@@ -287,11 +333,16 @@ class ObjectTableStore(TableStore):
         elif buf is not None:
             self.blobs.put(obj, buf)  # crash after this line: an orphan object, never visible
         try:
-            with self.metastore.committing(inc, writer=writer, seq=seq, buckets=list(parts), epochs=epochs,
-                                           expected=expected) as commit:
-                ranges = commit.record(obj, parts, commit_us=time.time_ns() // 1000,
-                                       origin_us=None if origin_ts is None else int(origin_ts * 1e6),
-                                       schema_id=meta.schema_id)
+            with self.metastore.committing(
+                inc, writer=writer, seq=seq, buckets=list(parts), epochs=epochs, expected=expected
+            ) as commit:
+                ranges = commit.record(
+                    obj,
+                    parts,
+                    commit_us=time.time_ns() // 1000,
+                    origin_us=None if origin_ts is None else int(origin_ts * 1e6),
+                    schema_id=meta.schema_id,
+                )
                 if put is not None:  # the transaction commits only once its object is whole on storage;
                     put.result()  # a failed put rolls it back
         except (Fenced, Stale) as exc:
@@ -306,9 +357,11 @@ class ObjectTableStore(TableStore):
                 ErrorCode.STORAGE_LOCKED,
                 f"write to {meta.name} bucket {exc.bucket} (writer {writer}, seq {seq}): this store was fenced "
                 f"by a newer writer of the bucket (epoch {exc.epoch}, owner {exc.owner}); nothing was written",
-                location=Location(path=meta.name), params={"bucket": exc.bucket, "epoch": exc.epoch},
+                location=Location(path=meta.name),
+                params={"bucket": exc.bucket, "epoch": exc.epoch},
                 hint="one writer per primary-key bucket: the newest one wins; stop the other writer, or open a "
-                     "new store to take the bucket over") from None
+                "new store to take the bucket over",
+            ) from None
         except BaseException:
             if put is not None:
                 with contextlib.suppress(BaseException):
@@ -348,7 +401,9 @@ class ObjectTableStore(TableStore):
     # -- primary-key state --------------------------------------------------------------------------
     def _writer_state(self, table: _Table, bucket: int) -> BucketState:
         key = (table.incarnation, bucket)
-        if key not in self._epochs:  # take the bucket first, then load: nothing the old owner commits is missed
+        if (
+            key not in self._epochs
+        ):  # take the bucket first, then load: nothing the old owner commits is missed
             self._epochs[key] = self.metastore.acquire(table.incarnation, bucket, self.owner)
         return self._state(table, bucket)
 
@@ -384,18 +439,25 @@ class ObjectTableStore(TableStore):
                 f"from offset {state.applied} is needed, but retention deleted it up to {head.start_offset}"
                 + ("" if got is not None else " and no snapshot is configured"),
                 location=Location(path=table.meta.name),
-                hint="give the store a bootstrap (the lake snapshot) that covers the deleted offsets")
+                hint="give the store a bootstrap (the lake snapshot) that covers the deleted offsets",
+            )
         return state
 
     # -- reads --------------------------------------------------------------------------------------
     def _head(self, table: _Table, bucket: int):
         if not isinstance(bucket, int) or not 0 <= bucket < table.meta.buckets:
-            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{table.meta.name} has no bucket {bucket!r} "
-                                 f"(buckets: {table.meta.buckets})", location=Location(path=table.meta.name))
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{table.meta.name} has no bucket {bucket!r} (buckets: {table.meta.buckets})",
+                location=Location(path=table.meta.name),
+            )
         head = self.metastore.head(table.incarnation, bucket)
         if head is None:
-            raise TidehouseError(ErrorCode.TABLE_UNKNOWN, f"hot table {table.meta.name} was dropped meanwhile",
-                                 location=Location(path=table.meta.name))
+            raise TidehouseError(
+                ErrorCode.TABLE_UNKNOWN,
+                f"hot table {table.meta.name} was dropped meanwhile",
+                location=Location(path=table.meta.name),
+            )
         return head
 
     def end_offsets(self, name: str) -> list[int]:
@@ -404,26 +466,47 @@ class ObjectTableStore(TableStore):
     def start_offsets(self, name: str) -> list[int]:
         return [h.start_offset for h in self.metastore.heads(self._table(name).incarnation)]
 
-    def read(self, name: str, bucket: int, start: int, end: int | None = None, *,
-             columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    def read(
+        self,
+        name: str,
+        bucket: int,
+        start: int,
+        end: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         table = self._table(name)
         cols = _columns(None, table.meta, columns)
         head = self._head(table, bucket)
         stop = head.end_offset if end is None else end
         if start < 0 or start > head.end_offset:
-            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{name} bucket {bucket}: start offset {start} is outside "
-                                 f"[{head.start_offset}, {head.end_offset}]", location=Location(path=name))
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{name} bucket {bucket}: start offset {start} is outside "
+                f"[{head.start_offset}, {head.end_offset}]",
+                location=Location(path=name),
+            )
         if start < head.start_offset:
-            raise TidehouseError(ErrorCode.STORAGE_RANGE, f"{name} bucket {bucket}: offset {start} was deleted by "
-                                 f"retention (earliest kept offset {head.start_offset})", location=Location(path=name))
+            raise TidehouseError(
+                ErrorCode.STORAGE_RANGE,
+                f"{name} bucket {bucket}: offset {start} was deleted by "
+                f"retention (earliest kept offset {head.start_offset})",
+                location=Location(path=name),
+            )
         return self._read_iter(table, bucket, start, stop, cols)
 
-    def _read_iter(self, table: _Table, bucket: int, start: int, stop: int,
-                   cols: list[str]) -> Iterator[pa.RecordBatch]:
-        frames = ((f.base_offset, f.rows, f.commit_us, batch) for f, batch in self._frames(table, bucket, start, stop))
+    def _read_iter(
+        self, table: _Table, bucket: int, start: int, stop: int, cols: list[str]
+    ) -> Iterator[pa.RecordBatch]:
+        frames = (
+            (f.base_offset, f.rows, f.commit_us, batch)
+            for f, batch in self._frames(table, bucket, start, stop)
+        )
         return read_batches(table.meta, frames, bucket, start, stop, cols)
 
-    def _frames(self, table: _Table, bucket: int, start: int, stop: int) -> Iterator[tuple[Frame, pa.RecordBatch]]:
+    def _frames(
+        self, table: _Table, bucket: int, start: int, stop: int
+    ) -> Iterator[tuple[Frame, pa.RecordBatch]]:
         """The committed frames overlapping ``[start, stop)`` with their decoded batches (objects fetched
         several at a time, in order)."""
         if stop <= start:
@@ -449,10 +532,14 @@ class ObjectTableStore(TableStore):
         except FileNotFoundError:
             head = self.metastore.head(table.incarnation, bucket)
             raise TidehouseError(
-                ErrorCode.STORAGE_RANGE if head is not None and head.start_offset > 0 else ErrorCode.STORAGE_CORRUPT,
+                ErrorCode.STORAGE_RANGE
+                if head is not None and head.start_offset > 0
+                else ErrorCode.STORAGE_CORRUPT,
                 f"{table.meta.name} bucket {bucket}: data object {obj} is gone (deleted by retention while being "
-                "read, or lost)", location=Location(file=obj),
-                hint="read again from the earliest kept offset (start_offsets)") from None
+                "read, or lost)",
+                location=Location(file=obj),
+                hint="read again from the earliest kept offset (start_offsets)",
+            ) from None
 
     def _decode(self, table: _Table, f: Frame, buf: pa.Buffer) -> pa.RecordBatch:
         part = blobs.Part(f.position, f.length, f.crc)
@@ -462,17 +549,22 @@ class ObjectTableStore(TableStore):
                 raise TidehouseError(
                     ErrorCode.STORAGE_CORRUPT,
                     f"{table.meta.name} bucket {f.bucket}: the frame at offset {f.base_offset} ({f.rows} rows) in "
-                    f"data object {f.object} is damaged (CRC or length mismatch)", location=Location(file=f.object),
+                    f"data object {f.object} is damaged (CRC or length mismatch)",
+                    location=Location(file=f.object),
                     params={"object": f.object, "offset": f.base_offset},
                     hint="restore the object from a backup, or drop and rebuild the table; nothing partial was "
-                         "returned")
+                    "returned",
+                )
             self._verified.add(key)
         try:
             return blobs.decode(buf, part)
         except (pa.ArrowInvalid, OSError) as exc:
-            raise TidehouseError(ErrorCode.STORAGE_CORRUPT, f"{table.meta.name} bucket {f.bucket}: frame at offset "
-                                 f"{f.base_offset} in {f.object} does not decode: {exc}",
-                                 location=Location(file=f.object)) from exc
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"{table.meta.name} bucket {f.bucket}: frame at offset "
+                f"{f.base_offset} in {f.object} does not decode: {exc}",
+                location=Location(file=f.object),
+            ) from exc
 
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
@@ -480,8 +572,12 @@ class ObjectTableStore(TableStore):
         cols = _columns(None, meta, columns)
         heads = self.metastore.heads(table.incarnation)
         if not meta.is_primary_key:
-            return scan_log(meta, cols, [(h.bucket, h.start_offset, h.end_offset) for h in heads],
-                            lambda b, start, stop: self._read_iter(table, b, start, stop, cols))
+            return scan_log(
+                meta,
+                cols,
+                [(h.bucket, h.start_offset, h.end_offset) for h in heads],
+                lambda b, start, stop: self._read_iter(table, b, start, stop, cols),
+            )
         rows = []
         n = len(meta.schema)
         for h in heads:
@@ -549,7 +645,7 @@ class ObjectTableStore(TableStore):
         for info in infos:
             if info.type != pafs.FileType.File or not info.path.endswith(blobs.SUFFIX):
                 continue
-            parts = info.path[len(self.base) + 1:].split("/")
+            parts = info.path[len(self.base) + 1 :].split("/")
             if len(parts) != 5 or parts[3] != "data":
                 continue
             mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
@@ -576,7 +672,7 @@ class ObjectTableStore(TableStore):
                 self._pool.shutdown(wait=False)
                 self._pool = None
 
-    def __enter__(self) -> ObjectTableStore:  # noqa: PYI034
+    def __enter__(self) -> ObjectTableStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -586,5 +682,12 @@ class ObjectTableStore(TableStore):
 def _info(f: Frame | None) -> BatchInfo | None:
     if f is None:
         return None
-    return BatchInfo(bucket=f.bucket, base_offset=f.base_offset, rows=f.rows, commit_ts=f.commit_us / 1e6,
-                     origin_ts=None if f.origin_us is None else f.origin_us / 1e6, writer=f.writer, seq=f.seq)
+    return BatchInfo(
+        bucket=f.bucket,
+        base_offset=f.base_offset,
+        rows=f.rows,
+        commit_ts=f.commit_us / 1e6,
+        origin_ts=None if f.origin_us is None else f.origin_us / 1e6,
+        writer=f.writer,
+        seq=f.seq,
+    )

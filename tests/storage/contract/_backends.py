@@ -39,9 +39,13 @@ class Backend:
         if self.name == "local":
             from runtime.storage.local import LocalTableStore
 
-            store = LocalTableStore(self.root, fsync=False, segment_bytes=segment_bytes, lock_timeout=lock_timeout)
+            store = LocalTableStore(
+                self.root, fsync=False, segment_bytes=segment_bytes, lock_timeout=lock_timeout
+            )
         else:
-            store = open_store(self.root, fsync=False, metastore=self.metastore, s3=self.s3, bootstrap=bootstrap)
+            store = open_store(
+                self.root, fsync=False, metastore=self.metastore, s3=self.s3, bootstrap=bootstrap
+            )
         self.opened.append(store)
         return store
 
@@ -64,9 +68,16 @@ class Backend:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, batch.schema) as w:
                 w.write_batch(batch)
-            pieces, _, _ = encode_frame(sink.getvalue(), base_offset=store.end_offsets(table)[bucket],
-                                        rows=batch.num_rows, schema_id=0, commit_ts=0, origin_ts=-1, writer="w",
-                                        seq=1 << 40)
+            pieces, _, _ = encode_frame(
+                sink.getvalue(),
+                base_offset=store.end_offsets(table)[bucket],
+                rows=batch.num_rows,
+                schema_id=0,
+                commit_ts=0,
+                origin_ts=-1,
+                writer="w",
+                seq=1 << 40,
+            )
             frame = b"".join(bytes(p) for p in pieces)
             with open(seg, "ab") as fh:  # a strict prefix of the next frame: the tail of a killed append
                 fh.write(frame[: rng.randint(1, len(frame) - 1)])
@@ -110,8 +121,9 @@ def make_backend(name: str, tmp_path: Path, request) -> Backend:
         return Backend("local", str(tmp_path / "hot"))
     seaweedfs = request.getfixturevalue("seaweedfs")
     postgres = request.getfixturevalue("postgres")
-    return Backend("s3", seaweedfs.root(), metastore=postgres.url, s3=seaweedfs.s3_options(),
-                   fs=seaweedfs.filesystem())
+    return Backend(
+        "s3", seaweedfs.root(), metastore=postgres.url, s3=seaweedfs.s3_options(), fs=seaweedfs.filesystem()
+    )
 
 
 def subprocess_env() -> dict[str, str]:

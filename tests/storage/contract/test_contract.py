@@ -31,8 +31,15 @@ LATER = 3600.0
 
 
 def pk_meta(engine: str = "last_row", buckets: int = 1, name: str = "dws.t") -> TableMeta:
-    return TableMeta(name, PK_SCHEMA, kind="primary_key", primary_key=("k",), buckets=buckets,
-                     merge_engine=engine, aggregations=AGGS if engine == "aggregate" else {})
+    return TableMeta(
+        name,
+        PK_SCHEMA,
+        kind="primary_key",
+        primary_key=("k",),
+        buckets=buckets,
+        merge_engine=engine,
+        aggregations=AGGS if engine == "aggregate" else {},
+    )
 
 
 def _state(table: pa.Table) -> dict:
@@ -40,6 +47,7 @@ def _state(table: pa.Table) -> dict:
 
 
 # -- append and read ---------------------------------------------------------------------------------------
+
 
 def test_append_assigns_dense_offsets_and_reads_any_range(backend):
     store = backend.open()
@@ -59,7 +67,7 @@ def test_append_assigns_dense_offsets_and_reads_any_range(backend):
             part = read_all(other, "ods.events", bucket=b, start=3, end=ends[b] - 2, columns=["price"])
             assert part.schema.names == ["price", "__offset", "__bucket", "__ts"]
             assert part.column("__offset").to_pylist() == list(range(3, ends[b] - 2))
-            assert part.column("price").to_pylist() == got.column("price").to_pylist()[3:ends[b] - 2]
+            assert part.column("price").to_pylist() == got.column("price").to_pylist()[3 : ends[b] - 2]
     assert sorted(seen) == list(range(60))
     assert sorted(other.scan("ods.events").column("id").to_pylist()) == list(range(60))
     assert read_all(other, "ods.events", bucket=0, start=ends[0]) is None
@@ -81,8 +89,11 @@ def test_replayed_writes_are_no_ops_in_every_instance(backend):
     assert not store.write("ods.events", rows(8, 2), writer="b", seq=1).skipped
     other = backend.open()
     assert other.write("ods.events", rows(0, 8), writer="a", seq=7).skipped
-    assert (other.last_seq("ods.events", "a"), other.last_seq("ods.events", "b"),
-            other.last_seq("ods.events", "c")) == (7, 1, None)
+    assert (
+        other.last_seq("ods.events", "a"),
+        other.last_seq("ods.events", "b"),
+        other.last_seq("ods.events", "c"),
+    ) == (7, 1, None)
     assert sorted(other.scan("ods.events").column("id").to_pylist()) == list(range(10))
 
 
@@ -118,6 +129,7 @@ def test_drop_and_recreate_is_a_new_table(backend):
 
 # -- primary keys ------------------------------------------------------------------------------------------
 
+
 def _model(engine, state, row, kind, present):
     k, old = row["k"], state.get(row["k"])
     if kind in ("-U", "-D"):
@@ -139,10 +151,12 @@ def _model(engine, state, row, kind, present):
     elif old is None:
         new = tuple(row.get(n) for n in names)
     else:
+
         def agg(fn, a, b):
             if b is None or a is None:
                 return a if b is None else b
             return a + b if fn == "sum" else max(a, b) if fn == "max" else b
+
         new = (k,) + tuple(agg(AGGS[n], old[i + 1], row.get(n)) for i, n in enumerate(names[1:]))
     state[k] = new
     if old is None:
@@ -159,14 +173,25 @@ def test_primary_key_merge_engines_and_changelog_match_the_model(backend, seed, 
     state: dict = {}
     expected_log: dict = {}
     for seq in range(25):
-        present = ["k", "a", "b", "c"] if engine != "partial_update" else \
-            ["k"] + sorted(rng.sample(["a", "b", "c"], rng.randint(1, 3)))
-        data = [{"k": rng.choice(keys), "a": rng.choice([None, rng.randint(-3, 3)]),
-                 "b": float(rng.randint(0, 5)), "c": rng.choice([None, "x", "y"])} for _ in range(rng.randint(1, 12))]
+        present = (
+            ["k", "a", "b", "c"]
+            if engine != "partial_update"
+            else ["k"] + sorted(rng.sample(["a", "b", "c"], rng.randint(1, 3)))
+        )
+        data = [
+            {
+                "k": rng.choice(keys),
+                "a": rng.choice([None, rng.randint(-3, 3)]),
+                "b": float(rng.randint(0, 5)),
+                "c": rng.choice([None, "x", "y"]),
+            }
+            for _ in range(rng.randint(1, 12))
+        ]
         kinds = [rng.choice(["+I", "+U", "-D", "-U"]) if rng.random() < 0.3 else "+U" for _ in data]
-        table = pa.table({c: [r[c] for r in data] for c in present},
-                         schema=pa.schema([PK_SCHEMA.field(c) for c in present])).append_column("__change",
-                                                                                                  pa.array(kinds))
+        table = pa.table(
+            {c: [r[c] for r in data] for c in present},
+            schema=pa.schema([PK_SCHEMA.field(c) for c in present]),
+        ).append_column("__change", pa.array(kinds))
         for r, kind in zip(data, kinds):
             for entry in _model(engine, state, r, kind, present):
                 expected_log.setdefault(entry[1][0], []).append(entry)
@@ -181,7 +206,7 @@ def test_primary_key_merge_engines_and_changelog_match_the_model(backend, seed, 
     actual_log: dict = {}
     for b in range(2):
         t = read_all(fresh, "dws.t", bucket=b)
-        for r in ([] if t is None else t.to_pylist()):
+        for r in [] if t is None else t.to_pylist():
             actual_log.setdefault(r["k"], []).append((r["__change"], tuple(r[n] for n in PK_SCHEMA.names)))
     assert actual_log == expected_log
 
@@ -223,8 +248,9 @@ def test_two_writers_of_a_primary_key_bucket_are_fenced(backend):
 
 def test_concurrent_appenders_of_a_log_bucket_interleave_whole_batches(backend):
     store = backend.open()
-    store.create_table(TableMeta("ods.c", pa.schema([("writer", pa.string()), ("seq", pa.int64()),
-                                                      ("i", pa.int64())])))
+    store.create_table(
+        TableMeta("ods.c", pa.schema([("writer", pa.string()), ("seq", pa.int64()), ("i", pa.int64())]))
+    )
     errors = []
 
     def run(name: str) -> None:
@@ -232,8 +258,12 @@ def test_concurrent_appenders_of_a_log_bucket_interleave_whole_batches(backend):
         try:
             for seq in range(1, 16):
                 n = 1 + seq % 5
-                s.write("ods.c", pa.table({"writer": [name] * n, "seq": [seq] * n, "i": list(range(n))}),
-                        writer=name, seq=seq)
+                s.write(
+                    "ods.c",
+                    pa.table({"writer": [name] * n, "seq": [seq] * n, "i": list(range(n))}),
+                    writer=name,
+                    seq=seq,
+                )
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -257,6 +287,7 @@ def test_concurrent_appenders_of_a_log_bucket_interleave_whole_batches(backend):
 
 # -- retention ---------------------------------------------------------------------------------------------
 
+
 def test_retention_deletes_below_the_given_offset_and_keeps_seqs(backend):
     store = backend.open(segment_bytes=2048)
     store.create_table(log_meta())
@@ -276,13 +307,16 @@ def test_retention_deletes_below_the_given_offset_and_keeps_seqs(backend):
     with pytest.raises(TidehouseError) as err:
         other.scan("ods.events")
     assert err.value.code is ErrorCode.STORAGE_RANGE  # never a partial table
-    assert read_all(other, "ods.events", start=first).column("__offset").to_pylist() == list(range(first, end))
+    assert read_all(other, "ods.events", start=first).column("__offset").to_pylist() == list(
+        range(first, end)
+    )
     assert other.write("ods.events", rows(0, 5), writer="early", seq=7).skipped  # idempotency outlives frames
     assert other.last_seq("ods.events", "w") == 29
     assert other.write("ods.events", rows(999, 1), writer="w", seq=30).ranges == {0: (end, end + 1)}
 
 
 # -- faults ------------------------------------------------------------------------------------------------
+
 
 def test_a_torn_write_is_never_visible_and_the_next_write_lands_after_the_last_commit(backend, seed):
     rng = random.Random(seed)
@@ -315,9 +349,13 @@ def test_damaged_committed_data_is_an_error_never_a_partial_read(backend):
 
 
 def _run_and_kill(backend, rng, acked, rows_per_write):
-    proc = subprocess.Popen([sys.executable, "-m", "tests.storage.contract._writer", backend.spec, "ods.c",
-                             str(rows_per_write)], stdout=subprocess.PIPE, text=True, env=subprocess_env(),
-                            cwd=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.storage.contract._writer", backend.spec, "ods.c", str(rows_per_write)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+        cwd=str(REPO),
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
@@ -343,8 +381,17 @@ def test_kill9_mid_append_loses_duplicates_and_tears_nothing(backend, seed, kind
     if kind == "log":
         store.create_table(TableMeta("ods.c", schema, buckets=2, bucket_key=("i",)))
     else:  # each seq counts once per key
-        store.create_table(TableMeta("ods.c", schema, kind="primary_key", primary_key=("i",), buckets=2,
-                                     merge_engine="aggregate", aggregations={"seq": "count"}))
+        store.create_table(
+            TableMeta(
+                "ods.c",
+                schema,
+                kind="primary_key",
+                primary_key=("i",),
+                buckets=2,
+                merge_engine="aggregate",
+                aggregations={"seq": "count"},
+            )
+        )
     store.close()
     acked: set[int] = set()
     for _ in range(scale(6, 40)):
@@ -370,10 +417,14 @@ def test_kill9_mid_append_loses_duplicates_and_tears_nothing(backend, seed, kind
     else:
         state = final.scan("ods.c")
         assert sorted(state.column("i").to_pylist()) == list(range(n))
-        assert set(state.column("seq").to_pylist()) == {last}  # each committed seq counted exactly once per key
+        assert set(state.column("seq").to_pylist()) == {
+            last
+        }  # each committed seq counted exactly once per key
     orphans = 0
     if hasattr(final, "collect_garbage"):  # the puts of writes killed before their commit: garbage, not data
         before = final.scan("ods.c").num_rows
         orphans = final.collect_garbage(grace=0)
         assert backend.open().scan("ods.c").num_rows == before
-    print(f"[kill -9] {backend.name}/{kind}: {len(acked)} acked, {last} committed, {orphans} orphans collected")
+    print(
+        f"[kill -9] {backend.name}/{kind}: {len(acked)} acked, {last} committed, {orphans} orphans collected"
+    )
