@@ -1,8 +1,8 @@
 """The library façade: one object per project that the CLI, the demo, tests and notebooks drive.
 
 Like SQLMesh's ``Context`` or dbt's ``dbtRunner``, :class:`Project` is the one entry point above the parts:
-``plan``, ``trigger``, ``status``, ``tier``, ``query``, ``register_*``, ``validate_flow``, ``info``. It opens each
-part lazily from the configuration — the registry store, the hot table store, the lake catalog, the
+``plan``, ``trigger``, ``status``, ``tier``, ``query``, ``register_*``, ``validate_flow``, ``info``. It opens
+each part lazily from the configuration — the registry store, the hot table store, the lake catalog, the
 SparkSession — so a command only pays for what it uses (``action list`` never starts Spark). It returns
 results and raises :class:`~runtime.core.errors.TidehouseError`; it never exits or prints.
 
@@ -299,8 +299,8 @@ class Project:
         self, collector=None, *, tiering: TieringService | None = None, flow: str | None = None
     ) -> MetricsEndpoint | contextlib.nullcontext:
         """The Prometheus endpoint (settings ``metrics.port``, ``metrics.host``) serving ``collector``, or a
-        tiering service's figures; a no-op context when ``metrics.port`` is not set. ``stop()`` it, or use it as a
-        context manager."""
+        tiering service's figures; a no-op context when ``metrics.port`` is not set. ``stop()`` it, or use it
+        as a context manager."""
         port = self.config.get("metrics.port")
         if port is None:
             return contextlib.nullcontext()

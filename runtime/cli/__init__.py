@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
-    except Exception as exc:  # internal error: one line, trace with --debug
+    except Exception as exc:  # noqa: BLE001 - any other error is internal: one line, trace with --debug
         if debug:
             _print_trace(exc)
         click.echo(

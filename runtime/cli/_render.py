@@ -19,7 +19,8 @@ def echo_json(value: Any) -> None:
 
 
 def version_dict(version: Any, **fields: Any) -> dict[str, Any]:
-    """A registered action or flow version as JSON-friendly data: what both have, with ``fields`` in between."""
+    """A registered action or flow version as JSON-friendly data: what both have, with ``fields`` in
+    between."""
     out = {
         "name": version.name,
         "version": version.version,

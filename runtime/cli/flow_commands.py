@@ -144,7 +144,7 @@ def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool)
         else:
             for error in errors:
                 click.echo(error.render(), err=True)
-        raise click.exceptions.Exit(max(e.exit_code for e in errors))
+        raise click.exceptions.Exit(max(e.exit_code for e in errors)) from None
     if fmt == "json":
         echo_json(result)
     else:

@@ -30,5 +30,6 @@ def info(state, fmt: str) -> None:
     props = ", ".join(f"{k}={v!r}" for k, v in catalog.items())
     click.echo(
         f"  from pyiceberg.catalog import load_catalog; "
-        f"load_catalog({report['lake_catalog']['name']!r}, {props}).load_table('ads.top_users').scan().to_arrow()"
+        f"load_catalog({report['lake_catalog']['name']!r}, {props})"
+        ".load_table('ads.top_users').scan().to_arrow()"
     )

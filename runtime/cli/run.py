@@ -49,7 +49,8 @@ def _layer_lines(snap: dict) -> list[str]:
         quarantined = sum(r.get("quarantined") or 0 for r in rows)
         late = sum(r.get("late_dropped") or 0 for r in rows)
         lines.append(
-            f"{layer}: {written} rows in {batches} batches, hot delay {_fmt(max(delays) if delays else None, 2)}s,"
+            f"{layer}: {written} rows in {batches} batches, "
+            f"hot delay {_fmt(max(delays) if delays else None, 2)}s,"
             f" lake delay {_fmt(max(lake) if lake else None)}s"
             + (f", {quarantined} quarantined" if quarantined else "")
             + (f", {late} late rows dropped" if late else "")
@@ -184,9 +185,8 @@ def status_cmd(state, name: str, as_json: bool) -> None:
     if as_json:
         echo_json(status)
         return
-    click.echo(
-        f"flow {status['flow']} (version {status['version']}): {'running' if status['running'] else status['state']}"
-    )
+    flow_state = "running" if status["running"] else status["state"]
+    click.echo(f"flow {status['flow']} (version {status['version']}): {flow_state}")
     headers = [
         "table",
         "state",

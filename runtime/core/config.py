@@ -5,10 +5,10 @@ the project directory. It holds the registry database, the hot storage, the Iceb
 and the streaming checkpoints. The project directory is the one holding ``tidehouse.yaml`` (searched upwards
 from the current directory), else the current directory.
 
-The project file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`), so each of its errors
-reads ``tidehouse.yaml:LINE:COL: setting.name: message [THxxx]``. An empty file (or comments only) sets
-nothing. A value is never silently replaced: an empty string, a nested or null Spark conf or catalog
-property is an error, not "the default".
+The project file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`), so each of its
+errors reads ``tidehouse.yaml:LINE:COL: setting.name: message [THxxx]``. An empty file (or comments only) sets
+nothing. A value is never silently replaced: an empty string, a nested or null Spark conf or catalog property
+is an error, not "the default".
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def find_project_dir(start: Path | None = None) -> Path:
 
 
 def _expand_env(value: Any, ypath: tuple, where: str, doc: Document, secret_names: set[str]) -> Any:
-    """``${NAME}`` / ``${NAME:-default}`` in every string of ``value`` (at YAML path ``ypath``); ``secret_names``
-    collects ``where`` (the dotted setting, plus the key inside a mapping setting) of each expanded value."""
+    """``${NAME}`` / ``${NAME:-default}`` in every string of ``value`` (at YAML path ``ypath``);
+    ``secret_names`` collects ``where`` (the dotted setting, plus the key inside a mapping setting) of each
+    expanded value."""
     if isinstance(value, str):
 
         def replace(match: re.Match) -> str:
@@ -199,7 +200,10 @@ class Config:
         return props
 
     def __repr__(self) -> str:  # never the raw values: a traceback, log line or test failure may print it
-        return f"Config(home={str(self.home)!r}, project_dir={str(self.project_dir)!r}, values={self.masked()!r})"
+        return (
+            f"Config(home={str(self.home)!r}, project_dir={str(self.project_dir)!r}, "
+            f"values={self.masked()!r})"
+        )
 
     def masked(self) -> dict[str, Any]:
         """Every setting with secrets masked, for ``tidehouse info``."""
@@ -253,8 +257,8 @@ def load_config(
 def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     """The settings a project file sets (parsed values by dotted name) and those that came from ``${ENV}``.
 
-    The file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`): duplicate keys, YAML 1.1
-    booleans (``yes``/``no``/``on``/``off``), unknown settings and bad values are errors located at their
+    The file is read with the strict loader of flows (:mod:`runtime.core.yamlsource`): duplicate keys, YAML
+    1.1 booleans (``yes``/``no``/``on``/``off``), unknown settings and bad values are errors located at their
     line and column and named by their dotted setting. An empty file (or one of comments only) sets nothing.
     """
     file = str(path)

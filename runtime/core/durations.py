@@ -32,5 +32,5 @@ def format_duration(seconds: float) -> str:
     for unit in ("d", "h", "m", "s"):
         size = _UNITS[unit]
         if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
-            return f"{int(round(seconds / size))}{unit}"
-    return f"{int(round(seconds * 1000))}ms"
+            return f"{round(seconds / size)}{unit}"
+    return f"{round(seconds * 1000)}ms"

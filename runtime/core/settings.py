@@ -261,8 +261,9 @@ SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
 def default(name: str) -> Any:
-    """The default of a setting. A function of a lower layer whose parameter mirrors a setting takes its default
-    from here (``segment_bytes: int = default("storage.segment_bytes")``): a default is written once, above."""
+    """The default of a setting. A function of a lower layer whose parameter mirrors a setting takes its
+    default from here (``segment_bytes: int = default("storage.segment_bytes")``): a default is written once,
+    above."""
     return SETTINGS_BY_NAME[name].default
 
 

@@ -58,7 +58,8 @@ class SparkTypeError(ValueError):
 
 @dataclass(frozen=True)
 class SparkType:
-    """A parsed Spark SQL type: ``name`` is canonical (``bigint``, ``array``, ``map``, ``struct``, ``decimal``...).
+    """A parsed Spark SQL type: ``name`` is canonical (``bigint``, ``array``, ``map``, ``struct``,
+    ``decimal``...).
 
     ``args``: ``(element,)`` of an array, ``(key, value)`` of a map, the :class:`Column` s of a struct,
     ``(precision, scale)`` of a decimal, ``(length,)`` of a varchar or char."""
@@ -259,8 +260,8 @@ def parse_type(text: str) -> SparkType:
 def parse_columns(text: str, *, untyped: bool = False) -> tuple[Column, ...]:
     """A column list: ``"a string NOT NULL, b bigint"`` -> ``(Column(a, string, False), Column(b, bigint))``.
 
-    ``untyped`` also accepts a name alone (``"a, b bigint"``: ``a`` has the type ``None``), as output contracts
-    may. Raises :class:`SparkTypeError`."""
+    ``untyped`` also accepts a name alone (``"a, b bigint"``: ``a`` has the type ``None``), as output
+    contracts may. Raises :class:`SparkTypeError`."""
     if not isinstance(text, str) or not text.strip():
         raise SparkTypeError("expected columns like 'user_id string, cnt bigint'")
     return _columns(_Tokens(text), untyped=untyped)

@@ -3,8 +3,8 @@
 PyYAML's ``safe_load`` silently keeps the last of two duplicate keys, turns ``2024-01-01`` into a date,
 ``no`` into ``False`` and ``1:30`` into ``90``. Specs and the project file need none of that, and every later
 error must point at a line and column. This module is part of the core (it imports nothing but
-:mod:`runtime.core.errors`), so the configuration can use it as well as the registry. So we let PyYAML *compose* the node graph (which keeps marks) and build plain Python
-values ourselves:
+:mod:`runtime.core.errors`), so the configuration can use it as well as the registry. So we let PyYAML
+*compose* the node graph (which keeps marks) and build plain Python values ourselves:
 
 * duplicate keys are errors (all of them are reported, each naming the first definition);
 * scalars resolve with the YAML 1.2 core schema: ``true``/``false``, ``null``/``~``, decimal, ``0x``, ``0o``
@@ -89,12 +89,8 @@ class Document:
         """The longest prefix of ``path`` that exists in the data (parts that do not match are skipped)."""
         node, found = self.data, []
         for part in path:
-            if (
-                (isinstance(node, dict)
-                and part in node)
-                or (isinstance(node, list)
-                and isinstance(part, int)
-                and 0 <= part < len(node))
+            if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
             ):
                 node = node[part]
             else:
@@ -112,7 +108,8 @@ class Document:
     def location(
         self, path: Iterable[Any], *, key: bool = False, shown: Iterable[Any] | None = None
     ) -> Location:
-        """Where ``path`` is (its key when ``key``), showing ``shown`` (default: ``path``) as the YAML path."""
+        """Where ``path`` is (its key when ``key``), showing ``shown`` (default: ``path``) as the YAML
+        path."""
         path = tuple(path)
         real = self.resolve(path)
         mark = (self.keys.get(real) if key else None) or self.values.get(real) or self.values.get(())

@@ -1,1 +1,2 @@
-"""The lake: Iceberg catalog, exactly-once tiering of hot tables, its scheduler and maintenance, union reads."""
+"""The lake: Iceberg catalog, exactly-once tiering of hot tables, its scheduler and maintenance, union
+reads."""

@@ -1,8 +1,8 @@
 """The lake: Iceberg tables behind any pyiceberg catalog.
 
 The embedded default is pyiceberg's SQL catalog on SQLite under the home directory with a local warehouse
-(``<home>/lake/catalog.db`` and ``<home>/lake/warehouse``); the project file's ``lake.catalog`` points it at any
-other pyiceberg catalog (REST e.g. Polaris, Glue, Hive). A hot table ``<layer>.<name>`` is the lake table
+(``<home>/lake/catalog.db`` and ``<home>/lake/warehouse``); the project file's ``lake.catalog`` points it at
+any other pyiceberg catalog (REST e.g. Polaris, Glue, Hive). A hot table ``<layer>.<name>`` is the lake table
 ``<name>`` in namespace ``<layer>``; see :mod:`runtime.lake.schema` for the columns it keeps.
 
 Tables created here carry properties that make the tiering protocol safe:
@@ -16,6 +16,7 @@ Tables created here carry properties that make the tiering protocol safe:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from pathlib import Path
@@ -238,10 +239,8 @@ class Lake:
         return self.load(meta.name)
 
     def drop(self, name: str) -> None:
-        try:
+        with contextlib.suppress(iceberg.NoSuchTableError):
             self.catalog.drop_table(split_name(name))
-        except iceberg.NoSuchTableError:
-            pass
 
     def close(self) -> None:
         engine = getattr(self.catalog, "engine", None)

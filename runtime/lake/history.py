@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from runtime.lake.catalog import Lake
 
 MAX_ATTEMPTS = 5  # retention deleting a segment while it is read makes a read start over
+EVERY_ROW: BooleanExpression = AlwaysTrue()  # the default row filter (pyiceberg's AlwaysTrue is a singleton)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class TableHistory:
         view: LakeView,
         *,
         columns: Sequence[str] | None = None,
-        row_filter: BooleanExpression = AlwaysTrue(),
+        row_filter: BooleanExpression = EVERY_ROW,
     ) -> pa.Table:
         """Rows of a pinned snapshot (projection and filter pushed into the Iceberg scan)."""
         if columns is not None:  # a hot column the lake lacks (added, not tiered since): filled in by callers
@@ -108,7 +109,7 @@ class TableHistory:
         end: int,
         *,
         columns: Sequence[str] | None = None,
-        row_filter: BooleanExpression = AlwaysTrue(),
+        row_filter: BooleanExpression = EVERY_ROW,
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, end)`` of one bucket, shaped like :meth:`TableStore.read` (the requested user
         columns, then ``__offset``, ``__bucket``, ``__ts`` and, for a primary-key table, ``__change``).
@@ -138,31 +139,31 @@ class TableHistory:
                     raise
 
     def rows(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
-        """Every row of a log table (user columns): the lake below each bucket's first hot offset, then the
-        hot log. Equal to the table as if retention had never deleted anything."""
+        """Every row of a log table (user columns), equal to the table as if retention had never deleted
+        anything: the hot log alone while nothing was trimmed, else the lake snapshot (``[0, O_b)`` per
+        bucket, read whole: no filter, no copy) and the hot log after its offsets."""
         meta = self.store.get_table(name)
         cols = list(columns) if columns is not None else list(meta.schema.names)
+        schema = _user_schema(meta, cols)
         for _ in range(MAX_ATTEMPTS):
             firsts = self.store.start_offsets(name)
-            ends = self.store.end_offsets(name)
-            parts = []
+            parts, starts = [], firsts
             if any(firsts):
                 view = self._covering_view(meta, firsts)
-                lake = self.lake_rows(view, columns=[*cols, BUCKET, OFFSET])
-                below = pc.less(lake.column(OFFSET), _per_bucket(lake.column(BUCKET), firsts))
-                lake = lake.filter(below)
-                _check_count(meta, lake.num_rows, sum(firsts), "every offset below the hot log's first ones")
-                parts.append(_user(lake, meta, cols))
+                lake = _user(self.lake_rows(view, columns=cols), meta, cols)
+                _check_count(meta, lake.num_rows, sum(view.offsets), f"offsets below {list(view.offsets)}")
+                parts.append(lake)
+                starts = list(view.offsets)
             try:
-                for bucket, (first, end) in enumerate(zip(firsts, ends)):
-                    for batch in self.store.read(name, bucket, first, end, columns=cols):
-                        parts.append(_user(pa.Table.from_batches([batch]), meta, cols))
+                for bucket, (start, end) in enumerate(zip(starts, self.store.end_offsets(name))):
+                    for batch in self.store.read(name, bucket, start, end, columns=cols):
+                        parts.append(pa.Table.from_batches([batch]).select(cols))
             except TidehouseError as exc:
                 if exc.code is ErrorCode.STORAGE_RANGE:
                     continue  # trimmed meanwhile: read again from the new first offsets
                 raise
-            schema = _user_schema(meta, cols)
-            return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
+            parts = [p if p.schema.equals(schema) else p.cast(schema) for p in parts]
+            return pa.concat_tables(parts) if parts else schema.empty_table()
         raise _busy(meta)
 
     def _lake_range(
@@ -172,7 +173,7 @@ class TableHistory:
         lo: int,
         hi: int,
         columns: Sequence[str] | None,
-        row_filter: BooleanExpression = AlwaysTrue(),
+        row_filter: BooleanExpression = EVERY_ROW,
     ) -> Iterator[pa.RecordBatch]:
         cols = list(columns) if columns is not None else list(meta.schema.names)
         view = self._covering_view(meta, [hi if b == bucket else 0 for b in range(meta.buckets)])
@@ -190,8 +191,8 @@ class TableHistory:
         if view is None or any(o < n for o, n in zip(view.offsets, needed)):
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
-                f"{meta.name}: offsets below {list(needed)} were deleted from the hot log but the lake does not "
-                f"hold them (lake offsets {list(view.offsets) if view else 'none: no lake table'})",
+                f"{meta.name}: offsets below {list(needed)} were deleted from the hot log but the lake does "
+                f"not hold them (lake offsets {list(view.offsets) if view else 'none: no lake table'})",
                 location=Location(path=meta.name),
                 hint="the lake table was dropped or reset after retention ran; rebuild with --full-refresh",
             )
@@ -204,11 +205,12 @@ class TableHistory:
         *,
         columns: Sequence[str] | None = None,
         bucket: int | None = None,
-        row_filter: BooleanExpression = AlwaysTrue(),
+        row_filter: BooleanExpression = EVERY_ROW,
     ) -> pa.Table:
         """The current rows of a primary-key table (user columns), or of one ``bucket`` of it: the lake state
         with the changelog tail collapsed by key on top. ``row_filter`` prunes the lake part only (a row it
-        drops whose key the tail changed is replaced by the tail's image anyway); callers filter the result."""
+        drops whose key the tail changed is replaced by the tail's image anyway); callers filter the
+        result."""
         meta = self.store.get_table(name)
         cols = list(columns) if columns is not None else list(meta.schema.names)
         wanted = list(dict.fromkeys([*cols, *meta.primary_key]))
@@ -281,12 +283,6 @@ def _read_tail(
     return pa.concat_tables(parts)
 
 
-def _per_bucket(buckets: pa.ChunkedArray, values: Sequence[int]) -> pa.Array:
-    """``values[bucket]`` for every row's bucket."""
-    lookup = pa.array(list(values), pa.int64())
-    return pc.take(lookup, buckets.cast(pa.int64()))
-
-
 def _user_schema(meta: TableMeta, columns: Sequence[str]) -> pa.Schema:
     return pa.schema([pa.field(c, meta.schema.field(c).type) for c in columns])
 
@@ -305,7 +301,8 @@ def _user(data: pa.Table, meta: TableMeta, columns: Sequence[str]) -> pa.Table:
 
 
 def _shape(data: pa.Table, meta: TableMeta, columns: Sequence[str], *, primary_key: bool) -> pa.Table:
-    """Lake rows shaped like the hot store's reads: user columns, then ``__offset``, ``__bucket``, ``__ts``."""
+    """Lake rows shaped like the hot store's reads: user columns, then ``__offset``, ``__bucket``,
+    ``__ts``."""
     user = _user(data, meta, columns)
     out = user.append_column(pa.field(OFFSET, pa.int64(), False), data.column(OFFSET).cast(pa.int64()))
     out = out.append_column(pa.field(BUCKET, pa.int32(), False), data.column(BUCKET).cast(pa.int32()))
@@ -334,8 +331,8 @@ def _check_count(meta: TableMeta, got: int, expected: int, what: str) -> None:
 def _trimmed_changelog(meta: TableMeta, bucket: int, start: int, first: int) -> TidehouseError:
     return TidehouseError(
         ErrorCode.STORAGE_RANGE,
-        f"{meta.name} bucket {bucket}: changelog offsets {start}..{first - 1} were deleted by retention, and the "
-        "lake keeps the table's state, not its changes",
+        f"{meta.name} bucket {bucket}: changelog offsets {start}..{first - 1} were deleted by retention, "
+        "and the lake keeps the table's state, not its changes",
         location=Location(path=meta.name),
         hint="read the table's state instead (a stream from startingOffsets=earliest begins with it)",
     )

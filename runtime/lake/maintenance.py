@@ -12,12 +12,12 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
 * **Compact small files.** pyiceberg 0.12 has no data-file compaction. Ours is size-tiered: in each
   partition, files below ``tiering.compact_target_bytes`` are grouped by size (a file more than 8x the mean
   of the smaller ones starts a new group), and a group that reaches ``tiering.compact_min_files`` files is
-  rewritten into files of at most the target size (log tables sorted by ``__offset``). A file is thus only merged with files of a similar size — rows are
-  rewritten a logarithmic number of times, and a compaction's memory is bounded by the target size, not by
-  the table's age (rewriting the whole partition each time grew both without bound). All groups of a table
-  go into ONE ``overwrite`` snapshot whose summary carries the same ``tidehouse.offsets`` as its parent: a
-  compaction moves no offset, and its commit requires the parent to be unchanged, so it cannot hide a
-  concurrent tiering commit.
+  rewritten into files of at most the target size (log tables sorted by ``__offset``). A file is thus only
+  merged with files of a similar size — rows are rewritten a logarithmic number of times, and a compaction's
+  memory is bounded by the target size, not by the table's age (rewriting the whole partition each time grew
+  both without bound). All groups of a table go into ONE ``overwrite`` snapshot whose summary carries the same
+  ``tidehouse.offsets`` as its parent: a compaction moves no offset, and its commit requires the parent to be
+  unchanged, so it cannot hide a concurrent tiering commit.
 * **Trim the hot log.** Hot segments that end at or before the lake's offsets (fully tiered) and are older
   than ``storage.retention`` are deleted with ``store.delete_before``.
 """
@@ -154,8 +154,8 @@ def compact(
     target_bytes: int = default("tiering.compact_target_bytes"),
     memo: dict | None = None,
 ) -> int:
-    """Rewrite each tier of similar-sized small files that reached ``min_files`` (see :func:`compaction_groups`)
-    as ONE overwrite snapshot; return how many files were removed.
+    """Rewrite each tier of similar-sized small files that reached ``min_files`` (see
+    :func:`compaction_groups`) as ONE overwrite snapshot; return how many files were removed.
 
     ``memo`` (table -> data-file count) lets a long-running process skip planning until enough new
     files can have arrived to fill a tier: planning reads every manifest, the data-file count is free.

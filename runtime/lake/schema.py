@@ -109,7 +109,8 @@ def missing_columns(meta: TableMeta, current: Schema) -> list[NestedField]:
 
 
 def to_lake_arrow(data: pa.Table, schema: Schema) -> pa.Table:
-    """Shape ``data`` (any column order, possibly missing nullable columns) like the lake table's Arrow schema."""
+    """Shape ``data`` (any column order, possibly missing nullable columns) like the lake table's Arrow
+    schema."""
     target = schema_to_pyarrow(schema, include_field_ids=False)
     columns = []
     for field in target:

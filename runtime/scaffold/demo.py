@@ -99,7 +99,8 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 class LiveView:
-    """Per-layer figures: a rich live table on a terminal, a plain line per layer every few seconds otherwise."""
+    """Per-layer figures: a rich live table on a terminal, a plain line per layer every few seconds
+    otherwise."""
 
     HEADERS = (
         "layer",
@@ -317,6 +318,6 @@ def _summary(project, result: DemoResult, echo: Callable[[str], None]) -> None:
         ".load_table('ads.top_users').scan().to_arrow()"
     )
     echo(
-        f'query hot + lake again: cd {result.project_dir} && tidehouse query "SELECT * FROM ads.top_users ORDER BY '
-        'rank"'
+        f"query hot + lake again: cd {result.project_dir} && "
+        'tidehouse query "SELECT * FROM ads.top_users ORDER BY rank"'
     )

@@ -30,7 +30,9 @@ EXAMPLES: dict[str, str] = {  # what a real deployment looks like, shown under t
     "spark.master": "spark://spark-master:7077",
     "spark.conf": "{spark.executor.memory: 4g, spark.executor.cores: '2'}",
     "registry.url": "postgresql+psycopg://tidehouse:${TIDEHOUSE_DB_PASSWORD}@db:5432/tidehouse",
-    "storage.root": "/mnt/shared/tidehouse/hot    # a local or shared (NFS) folder; the embedded store needs flock",
+    "storage.root": (
+        "/mnt/shared/tidehouse/hot    # a local or shared (NFS) folder; the embedded store needs flock"
+    ),
     "lake.catalog": "{type: rest, uri: 'https://polaris:8181/api/catalog', warehouse: lake, "
     "credential: '${POLARIS_CREDENTIAL}'}",
 }

@@ -4,7 +4,8 @@
     spark.read.format("tidehouse").load("dwd.events")        # every row: lake snapshot + hot tail
     spark.read.format("tidehouse").load("dws.users")         # a primary-key table's current state
     spark.read.format("tidehouse").load("dwd.events$lake")   # the Iceberg table only
-    spark.read.format("tidehouse").load("dws.users$changelog")   # the hot changelog, from the first kept offset
+    # the hot changelog, from the first kept offset:
+    spark.read.format("tidehouse").load("dws.users$changelog")
     spark.readStream.format("tidehouse").option("startingOffsets", "earliest").load("dwd.events")
 
 The project is found as the CLI finds it (options ``home``/``project``, else ``$TIDEHOUSE_HOME``, else the
@@ -36,6 +37,7 @@ read it is an error naming it, never a silent skip. ``Trigger.AvailableNow`` is 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -114,7 +116,8 @@ def plan_partitions(
 class TidehouseDataSource(DataSource):
     """``format("tidehouse")``: Tidehouse tables as Spark batch and streaming sources."""
 
-    DEFAULTS: dict[str, str] = {}  # options a session's registration binds (its project), under the user's
+    # options a session's registration binds (its project), under the user's
+    DEFAULTS: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def name(cls) -> str:
@@ -354,11 +357,11 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         if seen and seen != current:
             raise TidehouseError(
                 ErrorCode.PLAN_CHANGED,
-                f"{self.table} was rebuilt (e.g. by --full-refresh) since this stream last read it: its offsets "
-                "name rows that no longer exist",
+                f"{self.table} was rebuilt (e.g. by --full-refresh) since this stream last read it: its "
+                "offsets name rows that no longer exist",
                 location=Location(path=self.table),
-                hint="rebuild what reads it too (tidehouse flow trigger FLOW --full-refresh TABLE), or restart "
-                "the stream with a new checkpoint",
+                hint="rebuild what reads it too (tidehouse flow trigger FLOW --full-refresh TABLE), or "
+                "restart the stream with a new checkpoint",
             )
         return current
 

@@ -176,8 +176,8 @@ def _flag(opts: dict, key: str, default: bool) -> bool:
 def make_offset(
     table: str, ends: Sequence[int], *, incarnation: str | None = None, snapshot: dict | None = None
 ) -> dict:
-    """``{"table", "offsets": {"<bucket>": end}}``, plus the hot table's ``incarnation`` (a rebuilt table has a
-    new one) and, for the first micro-batch of a primary-key stream that starts below the hot log, the lake
+    """``{"table", "offsets": {"<bucket>": end}}``, plus the hot table's ``incarnation`` (a rebuilt table has
+    a new one) and, for the first micro-batch of a primary-key stream that starts below the hot log, the lake
     ``snapshot`` (``{"id", "offsets"}``) whose state that batch reads."""
     out: dict = {"table": table, "offsets": {str(b): int(e) for b, e in enumerate(ends)}}
     if incarnation:

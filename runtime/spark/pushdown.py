@@ -69,7 +69,8 @@ def iceberg_filter(filters: Sequence, meta: TableMeta):
 
 
 def bucket_keys(filters: Sequence, meta: TableMeta) -> list[int] | None:
-    """The buckets a row matching every filter can be in, when they fix every bucket-key column (else None)."""
+    """The buckets a row matching every filter can be in, when they fix every bucket-key column (else
+    None)."""
     key = meta.effective_bucket_key
     if meta.buckets <= 1 or not key:
         return None

@@ -4,9 +4,10 @@ Defaults are tuned for hot latency on a small machine (2 cores): 2 shuffle parti
 reused across tasks (a fresh worker costs seconds), a short polling delay for 0-interval triggers, and no
 empty micro-batches. Logs are quiet from the first line: a log4j2 configuration is handed to the driver JVM
 when it starts (``setLogLevel`` would come after the start-up WARN lines). Given a log folder (the project's
-``<home>/logs``), Spark's WARN and above go to ``spark.log`` there (rolled at 10 MB, 5 kept) and nothing to the
-terminal; without one, the terminal shows ERROR and above. The project file's ``spark.master`` and
-``spark.conf`` override any default (a ``log4j2.configurationFile`` in ``spark.driver.extraJavaOptions`` wins).
+``<home>/logs``), Spark's WARN and above go to ``spark.log`` there (rolled at 10 MB, 5 kept) and nothing to
+the terminal; without one, the terminal shows ERROR and above. The project file's ``spark.master`` and
+``spark.conf`` override any default (a ``log4j2.configurationFile`` in ``spark.driver.extraJavaOptions``
+wins).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ from runtime.storage.api import CHANGE, TableStore, WriteResult
 
 
 def to_arrow(data: Any) -> pa.Table:
-    """A Spark DataFrame (``toArrow``, Spark 4: no pandas), an Arrow table or a record batch -> Arrow table."""
+    """A Spark DataFrame (``toArrow``, Spark 4: no pandas), an Arrow table or a record batch -> Arrow
+    table."""
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -181,7 +182,8 @@ def origin_ts_of(store: TableStore, table: str, starts: dict[str, int], ends: di
 def batch_ranges(
     checkpoint: str | os.PathLike, batch_id: int
 ) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    """Per ``tidehouse`` source table of a micro-batch: ``(starts, ends)`` offsets per bucket (``{"0": 120}``).
+    """Per ``tidehouse`` source table of a micro-batch: ``(starts, ends)`` offsets per bucket
+    (``{"0": 120}``).
 
     The end offsets are the batch's offset-log entry, the start offsets the previous entry's ends (Spark
     starts batch N where batch N-1 ended; it writes entry N before it runs the batch, and keeps N-1). A table

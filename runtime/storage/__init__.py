@@ -21,8 +21,9 @@ def open_store(
 ) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 
-    * a local (or mounted) path or a ``file://`` URI: the embedded :class:`~runtime.storage.local.LocalTableStore`
-      (``metastore``/``s3`` are refused: nothing would use them);
+    * a local (or mounted) path or a ``file://`` URI: the embedded
+      :class:`~runtime.storage.local.LocalTableStore` (``metastore``/``s3`` are refused: nothing would use
+      them);
     * ``s3://bucket/prefix``: :class:`~runtime.storage.objectstore.ObjectTableStore`, with the SQLAlchemy URL
       ``metastore`` (required) and the S3 options ``s3`` (endpoint, region, access_key, secret_key,
       session_token); ``bootstrap(table, bucket) -> (rows, offset) | None`` gives primary-key snapshots.

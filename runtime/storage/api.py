@@ -241,7 +241,7 @@ class TableStore(abc.ABC):
         Never deletes what a primary-key table's key-value state has not applied yet, and keeps every
         writer's last ``seq`` (idempotency outlives the deleted frames)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: a store holding nothing has nothing to release
         """Release file handles and key-value stores."""
 
 

@@ -9,9 +9,10 @@ A segment file ``<base_offset:020d>.log`` is a sequence of frames. One frame is:
     writer   UTF-8 writer id, zero-padded to a multiple of 8
     payload  an uncompressed Arrow IPC *stream* holding the schema and one record batch, zero-padded to 8
 
-``crc`` is CRC-32 (the zlib polynomial, computed with ISA-L when ``isal`` is installed) of the header's first 52 bytes, the padded writer and the padded payload. Every frame
-starts at a multiple of 8, so the payload's buffers are 8-byte aligned inside a memory map and are decoded
-zero-copy: a reader that projects columns touches only the pages of the columns it asks for.
+``crc`` is CRC-32 (the zlib polynomial, computed with ISA-L when ``isal`` is installed) of the header's first
+52 bytes, the padded writer and the padded payload. Every frame starts at a multiple of 8, so the payload's
+buffers are 8-byte aligned inside a memory map and are decoded zero-copy: a reader that projects columns
+touches only the pages of the columns it asks for.
 
 A frame is *whole* when its header parses, its length fits in the file and its CRC matches. The bucket's
 per-bucket index (``index``) holds one fixed 72-byte entry per whole frame (struct ``<qqqIIqqQqI4x``:

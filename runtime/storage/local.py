@@ -58,9 +58,10 @@ def read_batches(
     stop: int,
     cols: list[str],
 ) -> Iterator[pa.RecordBatch]:
-    """What a read of ``[start, stop)`` of a bucket yields, from its frames ``(base_offset, rows, commit time in
-    µs, batch)``: the frames' rows in the range, the user columns ``cols`` (nulls for a column a frame predates)
-    and the system columns ``__offset``, ``__bucket``, ``__ts`` (and ``__change`` of a primary-key table)."""
+    """What a read of ``[start, stop)`` of a bucket yields, from its frames
+    ``(base_offset, rows, commit time in µs, batch)``: the frames' rows in the range, the user columns
+    ``cols`` (nulls for a column a frame predates) and the system columns ``__offset``, ``__bucket``,
+    ``__ts`` (and ``__change`` of a primary-key table)."""
     types = {f.name: f.type for f in meta.schema}
     out_schema = pa.schema(
         [meta.schema.field(c) for c in cols]
@@ -102,8 +103,8 @@ def scan_log(
         if first > 0:
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
-                f"{meta.name} bucket {b}: offsets 0..{first - 1} were deleted by retention, so the hot table alone "
-                "no longer holds every row",
+                f"{meta.name} bucket {b}: offsets 0..{first - 1} were deleted by retention, so the hot table "
+                "alone no longer holds every row",
                 location=Location(path=meta.name),
                 hint="read the lake snapshot plus the hot tail after its offsets (a union read), or raise "
                 "storage.retention",

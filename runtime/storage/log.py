@@ -162,12 +162,12 @@ class BucketLog(LogView):
         if size >= _frames.MAX_FRAME or rows > 0xFFFFFFFF:
             raise TidehouseError(
                 ErrorCode.WRITE_INVALID,
-                f"write to {self.table} bucket {self.bucket}: {rows:,} rows encode to {size:,} bytes, over the "
-                f"limit of {_frames.MAX_FRAME:,} bytes for one write to one bucket; nothing was written",
+                f"write to {self.table} bucket {self.bucket}: {rows:,} rows encode to {size:,} bytes, over "
+                f"the limit of {_frames.MAX_FRAME:,} bytes for one write to one bucket; nothing was written",
                 location=loc,
                 params={"bytes": size, "limit": _frames.MAX_FRAME},
-                hint="split the data into several smaller writes (e.g. a smaller micro-batch or maxRecordsPerBatch)"
-                " or give the table more buckets",
+                hint="split the data into several smaller writes (e.g. a smaller micro-batch or "
+                "maxRecordsPerBatch) or give the table more buckets",
             )
 
     # -- reads ----------------------------------------------------------------------------------------
@@ -180,8 +180,8 @@ class BucketLog(LogView):
         except FileNotFoundError as exc:  # retention (another process) deleted it after we listed it
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
-                f"{self.table} bucket {self.bucket}: segment {segment_name(seg)} was deleted by retention while "
-                "being read",
+                f"{self.table} bucket {self.bucket}: segment {segment_name(seg)} was deleted by retention "
+                "while being read",
                 location=Location(path=self.table),
                 hint="read again from the earliest kept offset (end_offsets / first offset)",
             ) from exc

@@ -1,5 +1,6 @@
 """A bucket's log as this process sees it: the segments, the index, the writers' last ``seq`` — and how that
-view is brought up to date with what other processes wrote (*refresh*) and repaired after a crash (*recovery*).
+view is brought up to date with what other processes wrote (*refresh*) and repaired after a crash
+(*recovery*).
 
 Folder ``<table>/bucket-<n>/``: ``lock`` (``fcntl.flock`` target), ``index`` (see :mod:`.frames`),
 segments ``<base_offset:020d>.log`` and, once retention deleted segments, ``seqs.json`` (the last ``seq`` of
@@ -233,7 +234,8 @@ class LogView:
         self._n_indexed = min(self._n_indexed, len(self._entries))
 
     def _verify_last(self, repair: bool) -> None:
-        """First lock in this process: the last indexed frame must still be whole (else it is the torn tail)."""
+        """First lock in this process: the last indexed frame must still be whole (else it is the torn
+        tail)."""
         if not self._entries:
             return
         e = self._entries[-1]

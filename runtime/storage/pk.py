@@ -6,11 +6,11 @@ row stored before a schema evolution is shorter and read with nulls in the new c
 kept as their integer storage (µs, days, ...), so the codec never builds ``datetime`` objects.
 
 Crash consistency: the bucket's log (the changelog) is the source of truth. The KV store records, in the same
-``WriteBatch`` as the rows, the log offset its state reflects (key ``b"\\x00applied"``). A writer first appends
-the changelog frame (durable), then applies the batch; on open it replays changelog frames after the recorded
-offset (``+I``/``+U`` put the row, ``-D`` deletes it; ``-U`` is always followed by the ``+U`` of the same key).
-Readers in other processes follow the KV as a RocksDB *secondary* instance (a scratch folder in the system
-temp directory, removed on close), caught up at every call, and overlay the changelog written after its
+``WriteBatch`` as the rows, the log offset its state reflects (key ``b"\\x00applied"``). A writer first
+appends the changelog frame (durable), then applies the batch; on open it replays changelog frames after the
+recorded offset (``+I``/``+U`` put the row, ``-D`` deletes it; ``-U`` is always followed by the ``+U`` of the
+same key). Readers in other processes follow the KV as a RocksDB *secondary* instance (a scratch folder in the
+system temp directory, removed on close), caught up at every call, and overlay the changelog written after its
 recorded offset, so a lookup or scan always reflects exactly the committed log. Retention never deletes log
 the state has not applied (:meth:`Tablet.applied_offset`), and a state write that fails (full disk) is
 ``STORAGE_IO`` and is caught up from the durable changelog by the next write.
@@ -270,8 +270,8 @@ class Tablet:
                 if not locked or time.monotonic() > deadline:
                     raise TidehouseError(
                         ErrorCode.STORAGE_LOCKED if locked else ErrorCode.STORAGE_IO,
-                        f"{self.log.table} bucket {self.log.bucket}: cannot open the primary-key state {self.path}: "
-                        f"{exc}",
+                        f"{self.log.table} bucket {self.log.bucket}: cannot open the primary-key state "
+                        f"{self.path}: {exc}",
                         location=Location(file=str(self.path)),
                         hint="another process is writing this primary-key table; one writer process at a time"
                         if locked
@@ -399,7 +399,7 @@ class Tablet:
         for idx, (k, r) in enumerate(zip(keys, rows)):
             old = state[k]
             kind = kinds[idx] if kinds is not None else None
-            if kind == UPDATE_BEFORE or kind == DELETE:
+            if kind in (UPDATE_BEFORE, DELETE):
                 if old is not None:
                     out_rows.append(old)
                     out_kinds.append(DELETE)
@@ -431,8 +431,8 @@ class Tablet:
         self.write_state(db, wb)
 
     def write_state(self, db: Rdict, wb: WriteBatch) -> None:
-        """Apply one ``WriteBatch`` to the state. A failure (full disk, I/O error) is STORAGE_IO; the handle is
-        dropped (RocksDB may refuse writes after a background error) and the next write reopens it and
+        """Apply one ``WriteBatch`` to the state. A failure (full disk, I/O error) is STORAGE_IO; the handle
+        is dropped (RocksDB may refuse writes after a background error) and the next write reopens it and
         catches up from the changelog, which is already durable."""
         try:
             db.write(wb)
@@ -486,8 +486,10 @@ class Tablet:
                 for k, raw in zip(kb, stored):
                     if k in overlay:
                         row = overlay[k]
+                    elif raw is None:
+                        row = None
                     else:
-                        row = None if raw is None else _LOADS(raw)
+                        row = _LOADS(raw)
                     if row is not None:
                         out.append(pad(row, n))
                 return out

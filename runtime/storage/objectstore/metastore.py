@@ -678,8 +678,8 @@ def _pg_record_sql(n_seqs: int, n_frames: int) -> sa.TextClause:
                 for i in range(n_frames)
             )
             f = (
-                "INSERT INTO th_frames (incarnation, bucket, base_offset, rows, object, position, length, crc, "
-                f"commit_us, origin_us, writer, seq, schema_id) VALUES {frame_rows}"
+                "INSERT INTO th_frames (incarnation, bucket, base_offset, rows, object, position, length, "
+                f"crc, commit_us, origin_us, writer, seq, schema_id) VALUES {frame_rows}"
             )
             cases = " ".join(f"WHEN :fb{i} THEN CAST(:end{i} AS BIGINT)" for i in range(n_frames))
             which = ", ".join(f":fb{i}" for i in range(n_frames))

@@ -327,8 +327,8 @@ class ObjectTableStore(TableStore):
         put = None
         if buf is not None and self.metastore.row_locks:
             # the put runs while the transaction locks and checks the buckets and records the frames (row
-            # locks: only this write's buckets wait); COMMIT waits for the put. On SQLite the lock is the whole
-            # database, so there the put comes first
+            # locks: only this write's buckets wait); COMMIT waits for the put. On SQLite the lock is the
+            # whole database, so there the put comes first
             put = self._executor().submit(self.blobs.put, obj, buf)
         elif buf is not None:
             self.blobs.put(obj, buf)  # crash after this line: an orphan object, never visible
@@ -355,12 +355,13 @@ class ObjectTableStore(TableStore):
                 raise
             raise TidehouseError(
                 ErrorCode.STORAGE_LOCKED,
-                f"write to {meta.name} bucket {exc.bucket} (writer {writer}, seq {seq}): this store was fenced "
-                f"by a newer writer of the bucket (epoch {exc.epoch}, owner {exc.owner}); nothing was written",
+                f"write to {meta.name} bucket {exc.bucket} (writer {writer}, seq {seq}): this store was "
+                f"fenced by a newer writer of the bucket (epoch {exc.epoch}, owner {exc.owner}); nothing "
+                "was written",
                 location=Location(path=meta.name),
                 params={"bucket": exc.bucket, "epoch": exc.epoch},
-                hint="one writer per primary-key bucket: the newest one wins; stop the other writer, or open a "
-                "new store to take the bucket over",
+                hint="one writer per primary-key bucket: the newest one wins; stop the other writer, or open "
+                "a new store to take the bucket over",
             ) from None
         except BaseException:
             if put is not None:
@@ -535,8 +536,8 @@ class ObjectTableStore(TableStore):
                 ErrorCode.STORAGE_RANGE
                 if head is not None and head.start_offset > 0
                 else ErrorCode.STORAGE_CORRUPT,
-                f"{table.meta.name} bucket {bucket}: data object {obj} is gone (deleted by retention while being "
-                "read, or lost)",
+                f"{table.meta.name} bucket {bucket}: data object {obj} is gone (deleted by retention while "
+                "being read, or lost)",
                 location=Location(file=obj),
                 hint="read again from the earliest kept offset (start_offsets)",
             ) from None
@@ -548,12 +549,12 @@ class ObjectTableStore(TableStore):
             if not blobs.part_ok(buf, part):
                 raise TidehouseError(
                     ErrorCode.STORAGE_CORRUPT,
-                    f"{table.meta.name} bucket {f.bucket}: the frame at offset {f.base_offset} ({f.rows} rows) in "
-                    f"data object {f.object} is damaged (CRC or length mismatch)",
+                    f"{table.meta.name} bucket {f.bucket}: the frame at offset {f.base_offset} "
+                    f"({f.rows} rows) in data object {f.object} is damaged (CRC or length mismatch)",
                     location=Location(file=f.object),
                     params={"object": f.object, "offset": f.base_offset},
-                    hint="restore the object from a backup, or drop and rebuild the table; nothing partial was "
-                    "returned",
+                    hint="restore the object from a backup, or drop and rebuild the table; nothing partial "
+                    "was returned",
                 )
             self._verified.add(key)
         try:
