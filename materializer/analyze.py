@@ -292,7 +292,7 @@ def _sql_error(exc: Exception, action_spec, table: str, table_location: Location
             if start is not None and start >= 0:
                 line += sql.count("\n", 0, start)
                 col = start - (sql.rfind("\n", 0, start) + 1) + 1
-    except Exception:  # the position is a nicety
+    except Exception:  # noqa: BLE001, S110 - the position is a nicety: never hide the error it locates
         pass
     message = str(getattr(exc, "getMessage", lambda: str(exc))()).split("\n")[0]
     message = re.sub(r"\s*SQLSTATE: \w+;?.*$", "", message)
@@ -418,8 +418,8 @@ def build_plan(
 
 
 def _aggregate_candidate(shape: shape_mod.SqlShape, inputs, primary_key) -> bool:
-    """A primary-key table whose SQL aggregates one log table: the ``aggregate`` strategy may keep it, if Spark
-    accepts the SQL as a streaming aggregation (asked only then: it costs one more analysis)."""
+    """A primary-key table whose SQL aggregates one log table: the ``aggregate`` strategy may keep it, if
+    Spark accepts the SQL as a streaming aggregation (asked only then: it costs one more analysis)."""
     return bool(primary_key) and "Aggregate" in shape.nodes and [i.kind for i in inputs] == ["log"]
 
 
@@ -574,7 +574,8 @@ def _check_expectations(table: str, df, expect, tloc) -> None:
 
 
 def _quiet_spark_logs() -> None:
-    """PySpark logs every captured analysis error at ERROR before we wrap it; the wrapped error says it all."""
+    """PySpark logs every captured analysis error at ERROR before we wrap it; the wrapped error says it
+    all."""
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 
 

@@ -228,7 +228,8 @@ def tiering_families(flow: str, tiering: dict[str, dict[str, Any]]) -> Iterator:
 
 
 class FlowCollector:
-    """The figures of a flow's latest status snapshot (``snapshot()`` returns it, or None before the first)."""
+    """The figures of a flow's latest status snapshot (``snapshot()`` returns it, or None before the
+    first)."""
 
     def __init__(self, flow: str, snapshot: Callable[[], dict[str, Any] | None]) -> None:
         self.flow = flow

@@ -15,8 +15,8 @@ micro-batch were combined, so several late rows of the same window and key in on
 The same events give Spark's share of each micro-batch's time (``durationMs``), summed per table over the run
 (:meth:`ProgressListener.seconds`): ``plan`` (deciding the batch's offsets and planning it: ``latestOffset``,
 ``getBatch``, ``queryPlanning``), ``commit`` (writing the offset log and the commit log of the checkpoint:
-``walCommit``, ``commitOffsets``) and ``total`` (the whole trigger, ``triggerExecution``). What runs inside the
-``foreachBatch`` function (read, sql, write) is measured there (:mod:`materializer.telemetry`).
+``walCommit``, ``commitOffsets``) and ``total`` (the whole trigger, ``triggerExecution``). What runs inside
+the ``foreachBatch`` function (read, sql, write) is measured there (:mod:`materializer.telemetry`).
 
 Listeners belong to one session's query manager and only see the queries started in that session: the
 runner calls :meth:`ProgressListener.watch` with the session of each query it starts.

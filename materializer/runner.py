@@ -228,7 +228,7 @@ class FlowRunner:
         writer = (
             stream.writeStream.queryName(t.name)
             .option("checkpointLocation", t.checkpoint)
-            .trigger(processingTime=f"{int(round(t.trigger * 1000))} milliseconds")
+            .trigger(processingTime=f"{round(t.trigger * 1000)} milliseconds")
             .foreachBatch(fn)
         )
         if t.strategy == "aggregate":
@@ -494,7 +494,7 @@ class FlowRunner:
         for name in reversed(list(self.queries)):
             try:
                 self.queries[name].stop()
-            except Exception as exc:  # stopping is best effort; checkpoints stay consistent
+            except Exception as exc:  # noqa: BLE001 - stopping is best effort; checkpoints stay consistent
                 log.warning(
                     "stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name}
                 )

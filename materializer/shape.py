@@ -79,11 +79,11 @@ class SqlShape:
     has_limit: bool = False
     identity: bool = False  # the SQL returns its one input unchanged (same columns, order and types)
     session_window: bool = False  # groups by session_window(...)
-    watermarks: tuple[
-        tuple[str, float], ...
-    ] = ()  # (event-time column, delay in seconds) of WATERMARK clauses
-    streaming_refusal: str = ""  # why Spark refuses the SQL as a streaming aggregation in update mode ("": it
-    #                              accepts it, or it was not asked because the SQL is no aggregation candidate)
+    # (event-time column, delay in seconds) of WATERMARK clauses
+    watermarks: tuple[tuple[str, float], ...] = ()
+    # why Spark refuses the SQL as a streaming aggregation in update mode ("": it accepts it, or it was not
+    # asked because the SQL is no aggregation candidate)
+    streaming_refusal: str = ""
 
     @property
     def stateful(self) -> frozenset[str]:

@@ -8,10 +8,10 @@ Hot delay of a table = ``commit_ts - origin_ts`` of its newest committed batch: 
 layer's commit of the oldest source data in that batch to its visibility in this table. ``idle_s`` is how
 long ago that batch was committed.
 
-Where the run's time went: ``batch_seconds`` per phase, summed over the run — ``read``, ``sql`` and ``write``
-measured in the batch functions (:mod:`materializer.telemetry`), ``plan``, ``commit`` and ``total`` from Spark's
-progress events (:mod:`materializer.progress`; ``spark_batches`` counts them). ``tiering`` holds each tiered
-table's cycles, commits, failures and cycle seconds.
+Where the run's time went: ``batch_seconds`` per phase, summed over the run — ``read``, ``sql`` and
+``write`` measured in the batch functions (:mod:`materializer.telemetry`), ``plan``, ``commit`` and ``total``
+from Spark's progress events (:mod:`materializer.progress`; ``spark_batches`` counts them). ``tiering`` holds
+each tiered table's cycles, commits, failures and cycle seconds.
 
 Freshness: a table with a target (``freshness:`` in the flow) is ``fresh`` while neither its hot delay nor its
 lake delay exceeds it; ``freshness_missed`` names the delays that do.
@@ -43,7 +43,8 @@ class RateMeter:
         self._samples: dict[str, deque[tuple[float, int]]] = {}
 
     def rate(self, table: str, total: int, now: float) -> float | None:
-        """Record ``total`` rows at ``now``; the rate since the oldest sample of the window (None: the first)."""
+        """Record ``total`` rows at ``now``; the rate since the oldest sample of the window (None: the
+        first)."""
         samples = self._samples.setdefault(table, deque())
         samples.append((now, total))
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:
@@ -82,7 +83,7 @@ def lake_figures(store, lake, table: str) -> dict[str, Any]:
 
     try:
         status = lake_status(store, lake, table)
-    except Exception as exc:  # the lake being unreachable must not hide the hot figures
+    except Exception as exc:  # noqa: BLE001 - the lake being unreachable must not hide the hot figures
         return {"lake_error": str(exc).splitlines()[0]}
     return {
         "tiered_offsets": status.get("lake_offsets"),
@@ -103,7 +104,8 @@ def freshness(row: dict[str, Any], target: float | None) -> dict[str, Any]:
 
 
 def batch_seconds(stats, spark_seconds: dict[str, float]) -> dict[str, float]:
-    """Seconds per phase over the run: Spark's (plan, commit, total) and the batch functions' (read, sql, write)."""
+    """Seconds per phase over the run: Spark's (plan, commit, total) and the batch functions' (read, sql,
+    write)."""
     with stats.lock:
         ours = dict(stats.phase_seconds)
     return {
@@ -217,7 +219,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
     store = project.store
     lake, lake_error = open_lake(project)
     tables = []
-    for table, tspec in version.spec.tables():
+    for table, _tspec in version.spec.tables():
         quarantine = last.get(table, {}).get("quarantine") or _quarantine_of(store, table)
         row = {"table": table, "layer": table.split(".", 1)[0]}
         prev = last.get(table, {})

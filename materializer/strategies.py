@@ -211,11 +211,11 @@ def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.
 def write_quarantine(
     ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *, writer: str | None = None
 ) -> None:
-    """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent writer,
-    derived from the writer of the table's data (``writer``, default the query's): one batch can quarantine
-    malformed records, rows lacking a required column and expectation violators, and a second write under
-    the same (writer, seq) would be skipped as a replay; a reconcile, which writes under its own writer and
-    sequence, must never advance the sequence of the query's quarantine writer."""
+    """Append a micro-batch's quarantined rows. Each kind of rejection (``part``) is its own idempotent
+    writer, derived from the writer of the table's data (``writer``, default the query's): one batch can
+    quarantine malformed records, rows lacking a required column and expectation violators, and a second
+    write under the same (writer, seq) would be skipped as a replay; a reconcile, which writes under its own
+    writer and sequence, must never advance the sequence of the query's quarantine writer."""
     if rows.num_rows == 0 or not ctx.table.quarantine:
         return
     result = ctx.store.write(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from registry.specs import ActionSpec, FlowSpec, did_you_mean, parse_action_text, parse_flow_text
 from registry.store import SqlStore, StoredVersion, VersionStore
@@ -227,7 +227,7 @@ class Registry:
             version_count=stored.version_count,
         )
 
-    _UNKNOWN = {
+    _UNKNOWN: ClassVar[dict[str, tuple[ErrorCode, ErrorCode]]] = {
         "action": (ErrorCode.ACTION_UNKNOWN, ErrorCode.ACTION_VERSION_UNKNOWN),
         "flow": (ErrorCode.FLOW_UNKNOWN, ErrorCode.FLOW_VERSION_UNKNOWN),
     }
@@ -254,7 +254,8 @@ class Registry:
         )
 
     def get_action(self, name: str, version: int | None = None) -> ActionVersion:
-        """An action version (the latest when ``version`` is None); unknown ones raise with a 'did you mean'."""
+        """An action version (the latest when ``version`` is None); unknown ones raise with a 'did you
+        mean'."""
         return self._action_version(self._stored("action", name, version))
 
     def resolve(self, ref: str) -> ActionVersion:
@@ -271,7 +272,8 @@ class Registry:
         return [self._action_version(s) for s in self.store.versions("action", name)]
 
     def catalog(self, local: Iterable[ActionSpec] = ()) -> ActionCatalog:
-        """What flows are validated against: registered versions plus optional unregistered ``local`` specs."""
+        """What flows are validated against: registered versions plus optional unregistered ``local``
+        specs."""
         return ActionCatalog(_Versions(self), {spec.name: spec for spec in local})
 
     # -- flows -------------------------------------------------------------------------------------

@@ -45,25 +45,31 @@ Kind = Literal["action", "flow"]
 SCHEMA_VERSION = 1
 
 metadata = MetaData()
-_COMMON = lambda: (
-    Column("name", String(128), nullable=False),
-    Column("version", Integer, nullable=False),
-    Column("content_hash", String(64), nullable=False),
-    Column("text", Text, nullable=False),
-    Column("path", Text, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-)
+
+
+def _common() -> tuple[Column, ...]:
+    """The columns both tables have (new objects per call: a Column belongs to one table)."""
+    return (
+        Column("name", String(128), nullable=False),
+        Column("version", Integer, nullable=False),
+        Column("content_hash", String(64), nullable=False),
+        Column("text", Text, nullable=False),
+        Column("path", Text, nullable=True),
+        Column("created_at", DateTime(timezone=True), nullable=False),
+    )
+
+
 actions_table = Table(
     "actions",
     metadata,
-    *_COMMON(),
+    *_common(),
     UniqueConstraint("name", "version", name="uq_actions_version"),
     UniqueConstraint("name", "content_hash", name="uq_actions_content"),
 )
 flows_table = Table(
     "flows",
     metadata,
-    *_COMMON(),
+    *_common(),
     Column("pins", JSON, nullable=False),
     UniqueConstraint("name", "version", name="uq_flows_version"),
     UniqueConstraint("name", "content_hash", name="uq_flows_content"),
@@ -120,7 +126,7 @@ class VersionStore(abc.ABC):
     def latest(self, kind: Kind) -> list[StoredVersion]:
         """The latest version of every name (with ``version_count``), sorted by name."""
 
-    def close(self) -> None:  # pragma: no cover - default: nothing to release
+    def close(self) -> None:  # noqa: B027  # pragma: no cover - optional hook; default: nothing to release
         pass
 
 

@@ -122,7 +122,10 @@ def validate_flow_spec(
                     ErrorCode.TABLE_DUPLICATE,
                     f"table '{qualified}' is also produced by flow '{external[qualified]}' ({where})",
                     location=loc.at("layers", layer, name, key=True),
-                    hint="a table is produced by one flow only: rename one of them, or read it from the other flow",
+                    hint=(
+                        "a table is produced by one flow only: rename one of them, or read it from the "
+                        "other flow"
+                    ),
                 )
             )
 
@@ -272,9 +275,9 @@ def _check_bindings(
     unbound_is: str,
     placeholder,
 ) -> None:
-    """A table's bindings under ``section`` (``inputs``, ``params``) against what its action declares: a name the
-    action does not declare (at its key, with the closest unbound or declared name), and a required name the
-    table does not bind (at the section, with what to add)."""
+    """A table's bindings under ``section`` (``inputs``, ``params``) against what its action declares: a
+    name the action does not declare (at its key, with the closest unbound or declared name), and a required
+    name the table does not bind (at the section, with what to add)."""
     unknown_code, missing_code = codes
     unbound = [n for n in required if n not in given]
     for name in given:

@@ -150,8 +150,8 @@ class ActionSpec(ActionHeader):
 
     @property
     def output_contract(self) -> tuple[DdlColumn, ...] | None:
-        """The parsed output contract (a column's type is ``None`` where it names the column only), or ``None``
-        when the action declares none."""
+        """The parsed output contract (a column's type is ``None`` where it names the column only), or
+        ``None`` when the action declares none."""
         return None if self.output is None else parse_columns(self.output, untyped=True)
 
     @property

@@ -321,9 +321,9 @@ class FlowSpec(Spec):
 
     @model_validator(mode="after")
     def _freshness_reachable(self) -> FlowSpec:
-        """A freshness target below the tiering interval is missed every cycle (the lake copy lags by up to the
-        interval). Checked where the flow sets both; against the project setting tiering.interval, a table would
-        simply be flagged by the status."""
+        """A freshness target below the tiering interval is missed every cycle (the lake copy lags by up to
+        the interval). Checked where the flow sets both; against the project setting tiering.interval, a
+        table would simply be flagged by the status."""
         for layer, tables in self.layers.items():
             for name, table in tables.items():
                 target, interval = self.freshness_of(f"{layer}.{name}"), self.tiering_of(f"{layer}.{name}")

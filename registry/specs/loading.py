@@ -165,7 +165,8 @@ def located_errors(exc: ValidationError, doc: Document, model: type[BaseModel]) 
 
 
 def ambiguous_errors(doc: Document) -> list[TidehouseError]:
-    """``no``/``yes``/``on``/``off``: YAML 1.1 booleans that YAML 1.2 reads as strings - refuse both readings."""
+    """``no``/``yes``/``on``/``off``: YAML 1.1 booleans that YAML 1.2 reads as strings - refuse both
+    readings."""
     return [
         TidehouseError(
             ErrorCode.SPEC_WRONG_TYPE,
