@@ -30,7 +30,8 @@ between the two largest.
 
 
 def argument_parser(module: str, description: str | None) -> argparse.ArgumentParser:
-    """The command line of ``python -m <module>`` (every benchmark runs as a module from the repository root)."""
+    """The command line of ``python -m <module>`` (every benchmark runs as a module from the repository
+    root)."""
     return argparse.ArgumentParser(
         prog=f"python -m {module}",
         description=description,
@@ -67,8 +68,8 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def write_section(name: str, title: str, command: str, body: str, measured_at: float | None = None) -> None:
-    """Print ``body`` and store it as section ``name`` of docs/benchmarks.md (``measured_at``: when the figures
-    were measured, as a Unix time, if not now — e.g. re-rendered from saved results)."""
+    """Print ``body`` and store it as section ``name`` of docs/benchmarks.md (``measured_at``: when the
+    figures were measured, as a Unix time, if not now — e.g. re-rendered from saved results)."""
     when = (
         _dt.datetime.now(_dt.timezone.utc)
         if measured_at is None

@@ -26,7 +26,10 @@ from benchmarks.stats import median, percentile
 
 ACTIONS = {
     "b_ingest.sql": "/*---\nname: b_ingest\ninputs: [raw]\n---*/\nSELECT * FROM raw\n",
-    "b_clean.sql": "/*---\nname: b_clean\ninputs: [events]\n---*/\nSELECT id, kind, value FROM events WHERE kind <> 'noise'\n",
+    "b_clean.sql": (
+        "/*---\nname: b_clean\ninputs: [events]\n---*/\n"
+        "SELECT id, kind, value FROM events WHERE kind <> 'noise'\n"
+    ),
     "b_count.sql": (
         "/*---\nname: b_count\ninputs: [events]\n---*/\n"
         "SELECT id, count(*) AS n, sum(value) AS total FROM events GROUP BY id\n"

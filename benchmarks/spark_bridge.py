@@ -276,9 +276,9 @@ def main() -> None:
     )
     body = (
         f"{args.batches} batches of {args.batch_rows} rows, 0-interval trigger, fsync on; throughput over "
-        f"{args.rows:,} rows (2 buckets vs {args.rows // 100_000} Parquet files) in micro-batches of 500,000 rows, "
-        "best of 2 runs; steady rows/s leave out the first micro-batch, start-up is the wall time outside "
-        "micro-batches (a Python source starts a Python process on the driver).\n\n"
+        f"{args.rows:,} rows (2 buckets vs {args.rows // 100_000} Parquet files) in micro-batches of "
+        "500,000 rows, best of 2 runs; steady rows/s leave out the first micro-batch, start-up is the wall "
+        "time outside micro-batches (a Python source starts a Python process on the driver).\n\n"
         f"Machine load average (5 min) at the end of the run: {load:.1f} on {os.cpu_count()} cores.\n\n"
         f"{latency_table}\n\n{tput_table}\n\n{verdict}\n"
     )

@@ -8,9 +8,9 @@ Primary-key upserts: rows/s of ``write`` (half new keys, half updates; fsync on)
 (``aggregate``). Every figure is given per wall second and per CPU second of this process.
 
 S3 (``--s3``, the default): the object-store hot storage on a SeaweedFS started for the run (``weed mini``,
-loopback) with its metastore on a PostgreSQL started for the run, next to raw pyarrow ``S3FileSystem`` puts and
-gets of the same bytes (each batch as one Arrow IPC stream object) against the same server in the same run:
-append and read rows/s of the same batches, and per-append latency p50/p99 of small appends.
+loopback) with its metastore on a PostgreSQL started for the run, next to raw pyarrow ``S3FileSystem`` puts
+and gets of the same bytes (each batch as one Arrow IPC stream object) against the same server in the same
+run: append and read rows/s of the same batches, and per-append latency p50/p99 of small appends.
 
 Run: ``.venv/bin/python -m benchmarks.storage [--rows-per-batch N] [--batches N] [--pk-rows N] [--no-s3]
 [--s3-appends N] [--s3-append-rows N]``.
@@ -324,7 +324,8 @@ def main() -> None:
         *[[label, w, c, "", "", "", ""] for label, w, c in pk_rows],
         ["PK scan of current state", scanned / scan_w, scanned / scan_c, "", "", "", ""],
         [
-            f"PK lookup from another view, 1,000 keys per call (first call, opening the state: {open_w * 1e3:,.0f} ms)",
+            "PK lookup from another view, 1,000 keys per call "
+            f"(first call, opening the state: {open_w * 1e3:,.0f} ms)",
             20_000 / look_w,
             20_000 / look_c,
             "",
@@ -334,16 +335,18 @@ def main() -> None:
         ],
     ]
     body = (
-        f"{args.batches} batches x {args.rows_per_batch:,} rows ({mb:,.1f} MB in Arrow), 5 columns; raw = one "
-        "`pyarrow.ipc` stream file per batch written + `fdatasync`, read back with `ipc.open_stream`. "
-        "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw), in wall and in CPU time; reads are the "
-        "best of 3. PK upserts: batches of "
-        f"{per:,} rows, each key inserted then updated ({args.pk_rows:,} rows; the row loop {args.pk_rows // 4:,}). "
+        f"{args.batches} batches x {args.rows_per_batch:,} rows ({mb:,.1f} MB in Arrow), 5 columns; raw = "
+        "one `pyarrow.ipc` stream file per batch written + `fdatasync`, read back with `ipc.open_stream`. "
+        "Ratio = raw time / Tidehouse time (≥ 1 is faster than raw), in wall and in CPU time; reads are "
+        "the best of 3. PK upserts: batches of "
+        f"{per:,} rows, each key inserted then updated ({args.pk_rows:,} rows; the row loop "
+        f"{args.pk_rows // 4:,}). "
         "Targets: append ≥ 0.5, read ≥ 0.5, PK upsert ≥ 100k rows/s.\n\n"
         "*rows/s (CPU)* divides by the CPU time of the benchmark process (`time.process_time`, RocksDB's "
         "threads included): what the code costs, independent of other load. *rows/s* is wall time. "
-        f"Load average (1 min) on this 2-core machine: {load_before:.1f} at the start, {load_after:.1f} at the "
-        "end; when it is far above 2, wall figures are throttled by other processes and the CPU figures "
+        f"Load average (1 min) on this 2-core machine: {load_before:.1f} at the start, "
+        f"{load_after:.1f} at the end; when it is far above 2, wall figures are throttled by other "
+        "processes and the CPU figures "
         "are the ones to compare with the targets.\n\n"
         + markdown_table(
             [
@@ -362,10 +365,11 @@ def main() -> None:
         body += (
             "\n\n### S3: the object-store hot storage on SeaweedFS\n\n"
             "`storage.root: s3://…` on a SeaweedFS (`weed mini`, loopback, started by the run) with the "
-            "metastore on a PostgreSQL (started by the run); raw = pyarrow `S3FileSystem` put / get (8 at a time, "
-            "as the store reads) of each batch as one Arrow IPC stream object, against the same server in the same run, alternating "
-            "append by append with the Tidehouse appends. A Tidehouse append is one put of the same bytes plus one metastore "
-            "transaction; a read lists the frames in the metastore and gets the objects (8 at a time) into a "
+            "metastore on a PostgreSQL (started by the run); raw = pyarrow `S3FileSystem` put / get "
+            "(8 at a time, as the store reads) of each batch as one Arrow IPC stream object, against the "
+            "same server in the same run, alternating append by append with the Tidehouse appends. A "
+            "Tidehouse append is one put of the same bytes plus one metastore transaction; a read lists "
+            "the frames in the metastore and gets the objects (8 at a time) into a "
             f"fresh store (cold cache). Latency is wall time per call, p50 / p99 in ms; ratio = raw / "
             f"Tidehouse (target ≥ 0.8). {args.s3_appends} small appends of {args.s3_append_rows:,} rows. "
             f"{s3_note}\n\n"

@@ -149,7 +149,8 @@ def throughput(rows: int, batch: int = 10_000, repeat: int = 3) -> list[list]:
     before = store.end_offsets("dws.activity")
     pk = tier_table(store, project.lake, "dws.activity", maintain=False)
     assert pk.offsets_before != tuple(before) or pk.rows > 0
-    # baseline for PK tables: pyiceberg's Table.upsert of the same new images into a twin holding the same state
+    # baseline for PK tables: pyiceberg's Table.upsert of the same new images into a twin holding the same
+    # state
     twin = project.lake.ensure_table(
         TableMeta("bench.activity_upsert", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=4)
     )
@@ -177,7 +178,8 @@ def throughput(rows: int, batch: int = 10_000, repeat: int = 3) -> list[list]:
 
 
 def small_cycles(cycles: int, keep: list[int | None] = (None, 20)) -> list[list]:
-    """Consecutive 10-row cycles of a log table; per ``tiering.max_snapshots`` (None = the setting's default)."""
+    """Consecutive 10-row cycles of a log table; per ``tiering.max_snapshots`` (None = the setting's
+    default)."""
     out = []
     for max_snapshots in keep:
         project = _project()
@@ -247,7 +249,7 @@ def _sample(project: Project, stop, samples: dict[str, list], interval: float) -
             try:
                 if all(project.lake.load(t).current_snapshot() is not None for t in LAYER_TABLES.values()):
                     ready_at = time.time() + interval
-            except Exception:  # tables not created yet
+            except Exception:  # noqa: BLE001, S110 - not ready yet: the flow is still creating the tables
                 pass
             continue
         if time.time() < ready_at:
@@ -328,7 +330,7 @@ def lake_delay(intervals: list[float], rate: int, periods: int) -> list[list]:
     for interval in intervals:
         try:
             rows.extend(_lake_delay_run(repo, interval, rate, periods))
-        except Exception as exc:  # report the failure in the table rather than losing part (a)'s figures
+        except Exception as exc:  # noqa: BLE001 - report any failure in the table, keep part (a)'s figures
             rows.append(
                 [f"{interval:g}s", "all", "failed", f"{type(exc).__name__}: {str(exc)[:120]}", "", "", "", 0]
             )
@@ -443,9 +445,10 @@ def main() -> None:
         flat,
     )
     body += (
-        "\n\nMedians over the first (after 5 warm-up cycles) and the last 10% of the cycles. pyiceberg copies "
-        "the whole table metadata on each commit, so the steady-state cost follows the number of snapshots "
-        "kept (expiry trims to half of `tiering.max_snapshots` once it is exceeded); compaction runs at "
+        "\n\nMedians over the first (after 5 warm-up cycles) and the last 10% of the cycles. pyiceberg "
+        "copies the whole table metadata on each commit, so the steady-state cost follows the number of "
+        "snapshots kept (expiry trims to half of `tiering.max_snapshots` once it is exceeded); compaction "
+        "runs at "
         "`tiering.compact_min_files`. CPU time is this process's, unaffected by other load on the machine."
     )
     body += "\n\n### (b) Lake delay per layer of a running 4-layer flow\n\n"
@@ -469,8 +472,9 @@ def main() -> None:
             "\n\nTidehouse: `ods.events -> dwd.events -> dws.user_activity (PK) -> ads.top_users (PK)` "
             f"under steady input ({args.rate} events/s), every table tiered every T; lake delay = how far "
             "the table's lake copy is behind its hot copy (backlog age, sampled every 0.5 s after a warm-up "
-            "until every layer has a lake snapshot, plus T). Chained lake (baseline, simulated with pyiceberg, no Spark): each layer is a lake "
-            "table refreshed every T from the previous layer's lake table; its delay is measured against "
+            "until every layer has a lake snapshot, plus T). Chained lake (baseline, simulated with "
+            "pyiceberg, no Spark): each layer is a lake table refreshed every T from the previous layer's "
+            "lake table; its delay is measured against "
             "the source arrival time (it has no hot copy).\n"
         )
     write_section(

@@ -3,8 +3,10 @@
 Each generated part of a page sits between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->``; the prose around it is written by hand and kept as is. Sources:
 
-* ``flows.md``          the flow spec models (``registry.specs.flow``: every field's type, default, description)
-* ``actions.md``        the action header models (``registry.specs.action``) and the shipped library (``actions/``)
+* ``flows.md``          the flow spec models (``registry.specs.flow``: every field's type, default,
+                        description)
+* ``actions.md``        the action header models (``registry.specs.action``) and the shipped library
+                        (``actions/``)
 * ``cli.md``            the click command tree (``runtime.cli.cli``)
 * ``configuration.md``  ``runtime.core.settings.SETTINGS``
 * ``operations.md``     the metrics of the Prometheus endpoint (``materializer.metrics``)
@@ -307,7 +309,9 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/e
     "ACTION_HEADER": "an action file without a valid `/*--- ... ---*/` header",
     "ACTION_UNKNOWN": "a flow names an action that is not registered",
     "ACTION_VERSION_UNKNOWN": "`name@N` names a version that does not exist",
-    "ACTION_SQL_INVALID": "Spark cannot parse or analyse the action's SQL (Spark's message, at the action file)",
+    "ACTION_SQL_INVALID": (
+        "Spark cannot parse or analyse the action's SQL (Spark's message, at the action file)"
+    ),
     "INPUT_MISSING": "a table does not bind an input its action reads",
     "INPUT_EXTRA": "a table binds an input its action does not declare",
     "INPUT_UNKNOWN_TABLE": "an input is bound to a source or table that does not exist",
@@ -318,7 +322,9 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/e
     "FLOW_CYCLE": "tables read each other in a cycle (the cycle is printed `a --> b --> a`)",
     "TABLE_DUPLICATE": "two tables (in this flow or another registered flow) have the same name",
     "PRIMARY_KEY_INVALID": "a primary key, bucket key or merge engine setting that does not fit the table",
-    "SHAPE_UNSUPPORTED": "the SQL cannot be kept equal to its batch result for this kind of table (says what to do)",
+    "SHAPE_UNSUPPORTED": (
+        "the SQL cannot be kept equal to its batch result for this kind of table (says what to do)"
+    ),
     "FLOW_UNKNOWN": "no registered flow has that name",
     "FLOW_VERSION_UNKNOWN": "the flow has no such version",
     "TABLE_UNKNOWN": "no hot table has that name",
@@ -373,9 +379,8 @@ def error_codes() -> str:
         out.append("| code | name | exit | note |\n|---|---|---|---|")
         for name, _ in members:
             code = ErrorCode[name]
-            out.append(
-                f"| `{code.value}` | `{name}` | {code.exit_code} | {comments.get(name) or MEANINGS.get(name, '')} |"
-            )
+            meaning = comments.get(name) or MEANINGS.get(name, "")
+            out.append(f"| `{code.value}` | `{name}` | {code.exit_code} | {meaning} |")
         out.append("")
     return "\n".join(out).rstrip()
 

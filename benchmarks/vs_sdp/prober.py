@@ -63,7 +63,7 @@ class Prober:
                     continue
                 try:
                     visible = reader(wanted)
-                except Exception as exc:  # a reader racing a writer: note it, try again next poll
+                except Exception as exc:  # noqa: BLE001 - a reader racing a writer: note it, try again next poll
                     self.errors.append(f"{label}: {type(exc).__name__}: {exc}")
                     continue
                 now = time.time()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -54,10 +55,8 @@ def spark_env() -> dict[str, str]:
 
 
 def killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
@@ -70,10 +69,8 @@ def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = Fals
             killpg(proc.pid, signal.SIGTERM)
         else:
             proc.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
     killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 

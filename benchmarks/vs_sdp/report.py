@@ -213,21 +213,21 @@ def report_body(phases: dict[str, Phase], args: argparse.Namespace) -> str:
     return "\n".join(
         [
             (
-                f"Delay in seconds from a marker event's file landing in the input directory to its effect being "
-                f"visible in each table, **p50 / p95 / max** over the probes of each run ({args.rate:,} input "
-                f"rows/s, one marker every {args.probe_interval:g} s, polled every {args.poll:g} s). SDP tables are "
-                f"read as committed Parquet in the warehouse; Tidehouse hot tables through the store, lake tables "
-                f"with plain pyiceberg. "
-                f"The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); plot: "
-                f"[img/vs_sdp.png](img/vs_sdp.png)."
+                "Delay in seconds from a marker event's file landing in the input directory to its effect "
+                "being visible in each table, **p50 / p95 / max** over the probes of each run "
+                f"({args.rate:,} input rows/s, one marker every {args.probe_interval:g} s, polled every "
+                f"{args.poll:g} s). SDP tables are read as committed Parquet in the warehouse; Tidehouse hot "
+                "tables through the store, lake tables with plain pyiceberg. "
+                "The systems ran one after the other. Settings and method: [docs/vs_sdp.md](vs_sdp.md); "
+                "plot: [img/vs_sdp.png](img/vs_sdp.png)."
             ),
             "",
             delays,
             "",
             (
-                "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility minus "
-                "hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval bounds at any "
-                "depth:"
+                "How far each Tidehouse lake table was behind its own hot table (per probe: lake visibility "
+                "minus hot visibility, seconds, p50 / p95 / max) — the lake delay the tiering interval "
+                "bounds at any depth:"
             ),
             "",
             lags,

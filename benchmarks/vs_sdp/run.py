@@ -142,7 +142,7 @@ def measure(
     def attempt(name: str, run: Callable[[], Phase]) -> None:
         try:
             phases[name] = run()
-        except Exception as exc:  # report it, keep measuring the others
+        except Exception as exc:  # noqa: BLE001 - a failed run is reported; the others still run
             failures[name] = str(exc)[:1500]
             print(f"[{name}] FAILED: {failures[name]}", flush=True)
         save(phases, failures)

@@ -106,7 +106,7 @@ class Sdp:
                 if period:  # cron-like: the next tick of the schedule; ticks during a run are skipped
                     next_tick = origin + math.ceil((time.time() - origin) / period) * period
                     self._stop.wait(max(0.0, next_tick - time.time()))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the driving thread's failure, reported by the caller
             self.failure = str(exc)
 
     def start(self, period: float | None = None) -> None:
