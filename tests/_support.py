@@ -26,7 +26,8 @@ class CliEntry:
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
-    """Run the real CLI in-process: ``run_cli("flow", "validate", "x.yaml")`` -> (exit code, stdout, stderr)."""
+    """Run the real CLI in-process: ``run_cli("flow", "validate", "x.yaml")`` -> (exit code, stdout,
+    stderr)."""
     from click.testing import CliRunner
 
     result = CliRunner().invoke(CliEntry(), list(args), catch_exceptions=False)

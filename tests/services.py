@@ -12,7 +12,8 @@ Declared = tested: a missing binary is a **failure** naming the package to insta
 servers run as children of the test process with a parent-death signal (Linux), so they also stop if pytest
 is killed; the fixtures stop them (SIGTERM / fast shutdown, then SIGKILL) and remove their folders.
 
-Outside pytest (benchmarks): ``with SeaweedFS.running(dir) as s3: ...`` and ``with Postgres.running() as pg:``.
+Outside pytest (benchmarks): ``with SeaweedFS.running(dir) as s3: ...`` and
+``with Postgres.running() as pg:``.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def _death_signal(sig: int, uid: int | None = None, gid: int | None = None):
-    """A ``preexec_fn``: switch user (if asked), then ask Linux to send ``sig`` when the parent dies. (Changing
-    credentials clears the parent-death signal, so the switch must come first.)"""
+    """A ``preexec_fn``: switch user (if asked), then ask Linux to send ``sig`` when the parent dies.
+    (Changing credentials clears the parent-death signal, so the switch must come first.)"""
 
     def setup() -> None:
         if gid is not None:
@@ -290,7 +291,7 @@ def _pg_user() -> tuple[str | None, int | None, int | None]:
             raise ServiceError(
                 f"PostgreSQL refuses to run as root and user {PG_USER!r} could not be created: "
                 f"{done.stderr.strip()}"
-            )
+            ) from None
         entry = pwd.getpwnam(PG_USER)
     return PG_USER, entry.pw_uid, entry.pw_gid
 

@@ -40,9 +40,10 @@ def layer_of(module: str) -> tuple[int, str]:
     best = None
     for rank, name, prefixes in LAYERS:
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
-                if best is None or len(prefix) > best[2]:
-                    best = (rank, name, len(prefix))
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[2]
+            ):
+                best = (rank, name, len(prefix))
     assert best is not None, f"{module} belongs to no layer: add it to LAYERS and docs/architecture.md"
     return best[0], best[1]
 

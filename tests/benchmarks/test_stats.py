@@ -46,7 +46,7 @@ def test_median_is_statistics_median(seed):
 
 @pytest.mark.parametrize("q", [-0.1, 100.5, 101])
 def test_a_percentile_outside_0_to_100_is_refused(q):
-    with pytest.raises(ValueError, match="within 0..100"):
+    with pytest.raises(ValueError, match=r"within 0\.\.100"):
         percentile([1.0, 2.0], q)
 
 

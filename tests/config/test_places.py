@@ -52,7 +52,8 @@ def test_an_s3_storage_root_loads_with_its_metastore_and_s3_options_masked(tmp_p
     monkeypatch.setenv("TH_TEST_SECRET", "s3cr3t-value")
     (tmp_path / "tidehouse.yaml").write_text(
         "storage:\n  root: s3://bucket/prefix\n  metastore: postgresql+psycopg://th:pw123@db.example/th\n"
-        "  s3: {endpoint: 'http://127.0.0.1:8333', access_key: AKIDEXAMPLE, secret_key: '${TH_TEST_SECRET}'}\n"
+        "  s3: {endpoint: 'http://127.0.0.1:8333', access_key: AKIDEXAMPLE, "
+        "secret_key: '${TH_TEST_SECRET}'}\n"
     )
     config = load_config()
     assert config.storage_root == "s3://bucket/prefix"  # kept as a URI, not made a local path

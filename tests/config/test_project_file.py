@@ -73,7 +73,8 @@ INVALID = [
         "registry.url",
     ),
     ("null-setting", "checkpoints:\n  root:\n", C, 2, 3, "checkpoints.root"),
-    # spark.conf / lake.catalog take flat key -> scalar maps; nested maps and nulls used to become "{...}"/"None"
+    # spark.conf / lake.catalog take flat key -> scalar maps; nested maps and nulls used to become
+    # "{...}"/"None"
     (
         "nested-spark-conf",
         "spark:\n  conf:\n    spark:\n      executor.memory: 4g\n",

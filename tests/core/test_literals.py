@@ -1,5 +1,5 @@
-"""The shared words (runtime/core/literals.py): the spec and the hot store agree on them, and where they differ
-on purpose (``last``), the difference is the one written down."""
+"""The shared words (runtime/core/literals.py): the spec and the hot store agree on them, and where they
+differ on purpose (``last``), the difference is the one written down."""
 
 from __future__ import annotations
 

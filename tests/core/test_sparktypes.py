@@ -164,7 +164,7 @@ def test_the_tree():
     assert parse_columns("a, b bigint", untyped=True) == (Column("a", None), Column("b", SparkType("bigint")))
     with pytest.raises(SparkTypeError, match="column 'a' has no type"):
         parse_columns("a, b bigint")
-    with pytest.raises(SparkTypeError, match="field 's.a' has no type"):
+    with pytest.raises(SparkTypeError, match=r"field 's\.a' has no type"):
         parse_columns("s struct<a>", untyped=True)  # names alone only at the top of a contract
 
 
@@ -176,5 +176,5 @@ def test_parameter_types_and_output_contracts_use_the_same_grammar():
     )
     assert action.params["p"].spark_type.args[0] == Column("x", SparkType("int"), nullable=False)
     assert action.output_columns == ("k", "n")
-    with pytest.raises(TidehouseError, match="is listed twice|duplicate column"):
+    with pytest.raises(TidehouseError, match=r"is listed twice|duplicate column"):
         parse_action_text("/*---\nname: a\noutput: [a, A]\n---*/\nSELECT 1\n")

@@ -40,7 +40,7 @@ def tour_commands() -> list[str]:
         for line in block.splitlines():
             for part in line.split("&&"):
                 part = part.strip()
-                if part.startswith("tidehouse ") or part.startswith("cd "):
+                if part.startswith(("tidehouse ", "cd ")):
                     commands.append(part)
     return commands
 

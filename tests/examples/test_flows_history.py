@@ -1,8 +1,8 @@
 """The shipped flows when retention deletes the hot log under them: a scaffolded project with one second of
-retention and tiny segments, three runs with more input each, a ``kill -9`` of the running e-commerce flow, and
-``shop_trends`` added only afterwards (it reads ``dwd.events`` from its start, most of it in the lake). Every
-table of every flow, hot (``tidehouse query``) and lake (plain pyiceberg), equals its SQL in Spark batch over
-the complete input."""
+retention and tiny segments, three runs with more input each, a ``kill -9`` of the running e-commerce flow,
+and ``shop_trends`` added only afterwards (it reads ``dwd.events`` from its start, most of it in the lake).
+Every table of every flow, hot (``tidehouse query``) and lake (plain pyiceberg), equals its SQL in Spark batch
+over the complete input."""
 
 from __future__ import annotations
 

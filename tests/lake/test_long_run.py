@@ -22,8 +22,8 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
 
     pyiceberg's commit cost grows with the number of snapshots kept (it copies the whole metadata several
     times per commit), so the steady state depends on ``tiering.max_snapshots``; this test keeps 20 (the
-    figure with the default 100 is in docs/benchmarks.md). Compaction runs at its default threshold. Cycles are
-    timed in process CPU time, which other processes on a shared CI machine do not inflate.
+    figure with the default 100 is in docs/benchmarks.md). Compaction runs at its default threshold. Cycles
+    are timed in process CPU time, which other processes on a shared CI machine do not inflate.
     """
     cycles = scale(200, 1000)
     lake.max_snapshots = 20
@@ -48,9 +48,8 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
             seq=i,
         )
         for name, values in timings.items():
-            started = (
-                time.process_time()
-            )  # CPU time of this process: the machine is shared, wall time is noisy
+            # CPU time of this process: the machine is shared, wall time is noisy
+            started = time.process_time()
             result = tier_table(store, lake, name)
             values.append(time.process_time() - started)
             assert result.committed
@@ -59,7 +58,8 @@ def test_commit_time_stays_flat_over_many_cycles(store, lake):
     for name, values in timings.items():
         first, last = statistics.median(values[5 : 5 + window]), statistics.median(values[-window:])
         print(
-            f"{name}: median cycle CPU {first * 1000:.0f} ms at the start, {last * 1000:.0f} ms after {cycles} cycles"
+            f"{name}: median cycle CPU {first * 1000:.0f} ms at the start, "
+            f"{last * 1000:.0f} ms after {cycles} cycles"
         )
         assert last <= 2 * first, f"{name}: {last:.3f}s vs {first:.3f}s"
         table = lake.load(name)

@@ -92,7 +92,8 @@ def assert_exactly_once(project: Project) -> None:
 
 
 def assert_chain(project: Project, name: str) -> None:
-    """Walking the snapshot chain, each tiering snapshot covers [parent's offsets, its offsets) — no overlap."""
+    """Walking the snapshot chain, each tiering snapshot covers [parent's offsets, its offsets) — no
+    overlap."""
     table = project.lake.load(name)
     chain = []
     snap = table.current_snapshot()

@@ -1,4 +1,5 @@
-"""The tiering service's metrics (``tier schedule`` with metrics.port): live cycles, commits, failures, seconds."""
+"""The tiering service's metrics (``tier schedule`` with metrics.port): live cycles, commits, failures,
+seconds."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def test_a_tiering_service_serves_its_figures_per_table(lake):
 
 
 def test_tier_schedule_serves_metrics_while_it_runs_and_stops_with_it(project_dir, run_cli):
+    import contextlib
     import threading
     import time
     import urllib.error
@@ -70,15 +72,13 @@ def test_tier_schedule_serves_metrics_while_it_runs_and_stops_with_it(project_di
     def watch() -> None:  # scrape until the service has committed its first cycle
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not seen.get(("tidehouse_tiering_commits_total", "ods.a")):
-            try:
+            with contextlib.suppress(urllib.error.URLError):
                 seen.update(_scrape(url))
-            except urllib.error.URLError:
-                pass
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    code, out, err = run_cli("tier", "schedule", "--duration", "4")  # signal handlers: the main thread's
+    code, _, err = run_cli("tier", "schedule", "--duration", "4")  # signal handlers: the main thread's
     watcher.join(timeout=60)
     assert code == 0, err
     assert (

@@ -90,7 +90,10 @@ def test_composite_primary_key(store, lake):
     store.create_table(
         TableMeta("ads.totals", schema, kind="primary_key", primary_key=("shop", "day"), buckets=2)
     )
-    t = lambda rows: pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))
+
+    def t(rows: list[dict]) -> pa.Table:
+        return pa.Table.from_pylist(rows, schema=schema.append(pa.field(CHANGE, pa.string())))
+
     store.write(
         "ads.totals",
         t(

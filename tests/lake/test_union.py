@@ -1,4 +1,5 @@
-"""Union reads: lake rows up to the snapshot's offsets + the hot tail = the hot table, for log and PK tables."""
+"""Union reads: lake rows up to the snapshot's offsets + the hot tail = the hot table, for log and PK
+tables."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def changes(rows):
 
 @pytest.fixture
 def filled(store, lake):
-    """ods.clicks with 30 rows tiered and 12 hot only; dws.activity with lake state and hot changes after it."""
+    """ods.clicks with 30 rows tiered and 12 hot only; dws.activity with lake state and hot changes after
+    it."""
     store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
     store.write("ods.clicks", clicks(30), writer="w", seq=0)
     store.create_table(

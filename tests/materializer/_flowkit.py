@@ -132,7 +132,7 @@ def write_project(root: Path, flow: str = FLOW, actions: dict | None = None) -> 
 
 def make_events(rng: random.Random, n: int, users: int = 8, bad: int = 2) -> list[str]:
     lines = []
-    for i in range(n):
+    for _ in range(n):
         lines.append(
             json.dumps(
                 {

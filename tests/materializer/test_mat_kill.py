@@ -38,24 +38,25 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
     write_batch(project_dir, "part-0", lines)
     env = dict(os.environ, TIDEHOUSE_HOME=str(home))
     log_path = project_dir.parent / "trigger.log"
-    log_file = open(log_path, "wb")  # a file, not a pipe: a full pipe would block the child
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from runtime.cli import run; run()",
-            "flow",
-            "trigger",
-            "flows/testflow.yaml",
-            "--duration",
-            "300",
-        ],
-        cwd=project_dir,
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    # a file, not a pipe: a full pipe would block the child (which keeps the file open once ours is closed)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from runtime.cli import run; run()",
+                "flow",
+                "trigger",
+                "flows/testflow.yaml",
+                "--duration",
+                "300",
+            ],
+            cwd=project_dir,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         store = open_store(str(home / "hot"))
         _wait(
@@ -81,7 +82,6 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_c
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-        log_file.close()
         print(log_path.read_text(errors="replace")[-3000:])
     last = make_events(rng, 30, bad=1)
     write_batch(project_dir, "part-2", last)

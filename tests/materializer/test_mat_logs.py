@@ -1,4 +1,5 @@
-"""Logs: a batch's JSON log line names its flow, table and batch; Spark's log goes to a file under the home."""
+"""Logs: a batch's JSON log line names its flow, table and batch; Spark's log goes to a file under the
+home."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(
     (project_dir / "tidehouse.yaml").write_text("logging:\n  level: debug\n  format: json\n")
     lines = make_events(random.Random(seed), 40)
     write_batch(project_dir, "part-0", lines)
-    code, out, err = run_cli("flow", "trigger", "flows/testflow.yaml", "--until-idle")
+    code, _, err = run_cli("flow", "trigger", "flows/testflow.yaml", "--until-idle")
     assert code == 0, err
     records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert records and all({"ts", "level", "logger", "message"} <= set(r) for r in records)
@@ -38,7 +39,7 @@ def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(
     # text, the default: the same record in a plain line, its flow, table and batch in brackets
     (project_dir / "tidehouse.yaml").write_text("logging:\n  level: debug\n")
     write_batch(project_dir, "part-1", make_events(random.Random(seed + 1), 10, bad=0))
-    code, out, err = run_cli("flow", "trigger", "testflow", "--until-idle")
+    code, _, err = run_cli("flow", "trigger", "testflow", "--until-idle")
     assert code == 0, err
     text = [line for line in err.splitlines() if " materializer.batch [testflow ods.clicks #" in line]
     assert text and " DEBUG " in text[0] and "10 rows in" in text[0]
@@ -63,6 +64,7 @@ def test_spark_warnings_go_to_a_file_under_the_home_not_to_the_terminal(tmp_path
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     log = (home / "logs" / "spark.log").read_text()

@@ -1,4 +1,5 @@
-"""The metrics endpoint of a running flow serves exactly what `flow status` shows, and flags missed freshness."""
+"""The metrics endpoint of a running flow serves exactly what `flow status` shows, and flags missed
+freshness."""
 
 from __future__ import annotations
 
@@ -88,13 +89,14 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        # the flow caught up: every layer holds rows, nothing moves between two looks, dwd.clicks' lake is late
+        # the flow caught up: every layer holds rows, nothing moves between two looks, dwd.clicks' lake is
+        # late
         previous, deadline = None, time.monotonic() + 240
         while time.monotonic() < deadline and not failure:
             time.sleep(1.0)
             try:
                 status = project.status("testflow")
-            except Exception:  # noqa: BLE001 - not registered yet
+            except Exception:  # noqa: BLE001, S112 - not registered yet
                 continue
             rows = {r["table"]: (r["hot_rows"], r["batches"]) for r in status["tables"]}
             dwd = next(r for r in status["tables"] if r["table"] == "dwd.clicks")

@@ -1,4 +1,5 @@
-"""Retention trims the hot log once it is tiered; a table recomputed over a log input must still see every row.
+"""Retention trims the hot log once it is tiered; a table recomputed over a log input must still see every
+row.
 
 The scenario of the no-silent-failures issue: ``storage.retention`` of a second, tiny segments, a primary-key
 table kept by ``recompute`` over a log input, three ``--until-idle`` runs with more input each. Every hot and

@@ -1,4 +1,5 @@
-"""End to end: a 4-layer flow run --until-idle equals a batch oracle, hot and lake, and again with more input."""
+"""End to end: a 4-layer flow run --until-idle equals a batch oracle, hot and lake, and again with more
+input."""
 
 from __future__ import annotations
 

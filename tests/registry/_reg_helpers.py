@@ -57,6 +57,7 @@ ACTIONS = {
     """,
 }
 
+# (in these texts a backslash at the end of a line continues it: the YAML has one line there)
 BASE_FLOW = """
 flow: shop
 sources:
@@ -67,7 +68,8 @@ layers:
   dwd:
     clean: {action: clean, inputs: {events: ods.clicks}}
   dws:
-    counts: {action: count_by_key, inputs: {events: dwd.clean}, params: {key: user_id}, primary_key: [user_id]}
+    counts: {action: count_by_key, inputs: {events: dwd.clean}, params: {key: user_id}, \
+primary_key: [user_id]}
 """
 
 OTHER_FLOW = """

@@ -131,7 +131,10 @@ def test_key_column_the_sql_does_not_output_is_refused_at_its_field(spark, run_c
     table, path, token = FIELDS[field]
     text, line = _flow_with(project_dir, table)
     col = text.splitlines()[line - 1].index(token) + 1
-    where = f"flows/shop.yaml:{line}:{col}: layers.dws.t.{path}: table dws.t: {field} column 'nope' is not an output"
+    where = (
+        f"flows/shop.yaml:{line}:{col}: layers.dws.t.{path}: table dws.t: {field} column 'nope' "
+        "is not an output"
+    )
     code, out, err = run_cli("flow", "validate", "flows/shop.yaml")
     _refused(code, err, where, "TH243")
     assert out == ""

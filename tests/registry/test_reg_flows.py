@@ -215,7 +215,8 @@ def test_source_schema_may_mark_required_columns_but_action_contracts_may_not():
     text = dedent("""
         flow: shop
         sources:
-          clicks: {format: json, path: x, schema: "id bigint NOT NULL, `the kind` string not null, price double"}
+          clicks: {format: json, path: x,
+                   schema: "id bigint NOT NULL, `the kind` string not null, price double"}
         layers:
           ods:
             clicks: {action: ingest, inputs: {raw: clicks}}

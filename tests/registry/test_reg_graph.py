@@ -1,4 +1,5 @@
-"""The flow DAG (registry/graph.py): stable ids, deterministic order, cycles named, one graph for validation and plans."""
+"""The flow DAG (registry/graph.py): stable ids, deterministic order, cycles named, one graph for validation
+and plans."""
 
 import pytest
 

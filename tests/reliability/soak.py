@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                     "lake_delay_s_max": max(
                         (r["lake_delay_s"] for r in rows if r.get("lake_delay_s") is not None), default=None
                     ),
-                    # which table lags most in the lake (the bound is about the tiering interval for every table)
+                    # which table lags most in the lake (the bound is about the tiering interval for every
+                    # table)
                     "lake_delay_table": max(
                         (r for r in rows if r.get("lake_delay_s") is not None),
                         key=lambda r: r["lake_delay_s"],

@@ -16,6 +16,7 @@ full size: ``TIDEHOUSE_SCALE=full``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -98,10 +99,8 @@ class Proc:
         """SIGKILL the whole process group (driver, JVM, Python workers); ``count`` it as a chaos kill."""
         if self.popen is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.popen.wait(timeout=60)
         self.kills += count
 
@@ -179,7 +178,8 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
         feeder.start()
         scheduler.start()
         for i in range(kills):
-            # the driver first, then the scheduler (so CI's two kills hit both); after that one or both at random
+            # the driver first, then the scheduler (so CI's two kills hit both); after that one or both at
+            # random
             victims = (
                 ([driver], [scheduler])[i]
                 if i < 2
@@ -235,7 +235,8 @@ def test_kill_9_driver_and_scheduler_at_random_moments_loses_nothing(tmp_path, s
     expected = oracle(feeder.lines)
     good = sum(1 for line in feeder.lines if not line.startswith("{this"))
     assert sum(expected["ods.clicks"].values()) == good
-    # the user's read path: `tidehouse query` unions the lake with the hot tail; a range in both would count twice
+    # the user's read path: `tidehouse query` unions the lake with the hot tail; a range in both would count
+    # twice
     sql = "SELECT " + ", ".join(f'(SELECT count(*) FROM {t}) AS "{t}"' for t in TABLES)
     query = subprocess.run(
         [TIDEHOUSE, "query", "--format", "json", sql],

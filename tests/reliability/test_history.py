@@ -59,9 +59,13 @@ layers:
 CLEAN = "lower(event_type) IN ('click', 'view', 'buy') AND price >= 1.0"
 MORE_ORACLE = {
     "dws.items": f"SELECT item_id, count(*) AS n FROM raw WHERE {CLEAN} GROUP BY item_id",
-    "ads.low2": f"SELECT user_id, count(*) AS events FROM raw WHERE {CLEAN} GROUP BY user_id HAVING count(*) < 3",
+    "ads.low2": (
+        f"SELECT user_id, count(*) AS events FROM raw WHERE {CLEAN} GROUP BY user_id HAVING count(*) < 3"
+    ),
     "dwd.copy": f"SELECT user_id, lower(event_type) AS event_type, item_id, price, ts FROM raw WHERE {CLEAN}",
-    "dws.distinct_users": f"SELECT item_id, count(DISTINCT user_id) AS users FROM raw WHERE {CLEAN} GROUP BY item_id",
+    "dws.distinct_users": (
+        f"SELECT item_id, count(DISTINCT user_id) AS users FROM raw WHERE {CLEAN} GROUP BY item_id"
+    ),
 }
 
 

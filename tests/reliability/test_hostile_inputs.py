@@ -30,7 +30,10 @@ from tests.reliability._project import cli
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 HEAD, ODS, flow = registry_flows.HEAD, registry_flows.ODS, registry_flows.flow
-SRC = 'sources:\n  clicks: {format: json, path: data/clicks, schema: "user_id string, price double, event_type string"}\n'
+SRC = (
+    "sources:\n"
+    '  clicks: {format: json, path: data/clicks, schema: "user_id string, price double, event_type string"}\n'
+)
 
 # (id, file content, the error code's name) -- added to the registry's table
 HOSTILE_FLOWS = [
@@ -251,7 +254,10 @@ def _registry_state(home: Path) -> tuple:
     code_a, actions, _ = cli(home, "action", "list", "--format", "json")
     code_f, flows, _ = cli(home, "flow", "list", "--format", "json")
     assert code_a == code_f == 0
-    strip = lambda rows: sorted((r["name"], r["version"], r.get("versions"), r["content_hash"]) for r in rows)
+
+    def strip(rows: list[dict]) -> list[tuple]:
+        return sorted((r["name"], r["version"], r.get("versions"), r["content_hash"]) for r in rows)
+
     return strip(json.loads(actions)), strip(json.loads(flows))
 
 
@@ -350,6 +356,7 @@ def test_endless_file_is_refused_not_read(tmp_path, command):
         text=True,
         timeout=60,
         preexec_fn=_limit_memory,
+        check=False,
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-2000:]
@@ -363,9 +370,18 @@ def test_sql_in_a_name_through_a_real_process(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text('flow: "shop\'; DROP TABLE flow_versions; --"\n' + SRC + "layers:\n  " + ODS)
     env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
-    run = lambda *args: subprocess.run(
-        [TIDEHOUSE, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [TIDEHOUSE, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
     proc = run("flow", "register", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert re.search(r"evil\.yaml:1:\d+: flow: .*\[TH215\]", proc.stderr), proc.stderr

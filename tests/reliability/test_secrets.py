@@ -159,7 +159,7 @@ def test_real_process_with_debug_never_prints_secrets(secret_project, tmp_path):
         ["--debug", "tier", "run"],
     ):
         proc = subprocess.run(
-            [TIDEHOUSE, *args], cwd=root, env=env, capture_output=True, text=True, timeout=120
+            [TIDEHOUSE, *args], cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
         )
         outputs += [proc.stdout, proc.stderr]
     _assert_clean(outputs, secrets)

@@ -26,7 +26,9 @@ from tests.materializer._flowkit import canon
 pytestmark = [pytest.mark.spark, pytest.mark.reliability]
 
 ACTIONS = {
-    "t_ingest.sql": "/*---\nname: t_ingest\ndescription: pass-through\ninputs: [raw]\n---*/\nSELECT * FROM raw\n",
+    "t_ingest.sql": (
+        "/*---\nname: t_ingest\ndescription: pass-through\ninputs: [raw]\n---*/\nSELECT * FROM raw\n"
+    ),
     "t_by_kind.sql": """/*---
 name: t_by_kind
 description: orders and amount per kind
@@ -213,7 +215,7 @@ def test_record_shape_changes_mid_stream(spark, project_dir, seed):
     def run() -> None:
         try:
             outcome["report"] = project.trigger(flow_path, spark=spark, stop_event=stop)
-        except Exception as exc:  # surfaced by the waits below
+        except Exception as exc:  # noqa: BLE001 - any failure of the flow thread is surfaced by the waits below
             outcome["error"] = exc
 
     runner = threading.Thread(target=run, name="drift-flow", daemon=True)

@@ -120,7 +120,8 @@ def test_segment_truncations_and_bit_flips(tmp_path, seed):
         except TidehouseError as exc:
             assert exc.code is ErrorCode.STORAGE_CORRUPT, (case, kind, target.name, pos, exc)
             assert not in_last_frame, (case, kind, target.name, pos, "torn tail reported as corruption")
-            # a writer may refuse (damage it checks) or append after it, but it never truncates the damage away
+            # a writer may refuse (damage it checks) or append after it, but it never truncates the damage
+            # away
             damaged = target.read_bytes()
             try:
                 open_store(root, fsync=False).write(NAME, _batch(10_000, 1), writer="w2", seq=1)
@@ -157,7 +158,8 @@ def test_segment_truncations_and_bit_flips(tmp_path, seed):
 
 @pytest.mark.reliability
 def test_index_damage_loses_nothing(tmp_path, seed):
-    """The index is derived: truncated, flipped, zeroed, garbage-appended or deleted, every row is still read."""
+    """The index is derived: truncated, flipped, zeroed, garbage-appended or deleted, every row is still
+    read."""
     rng = random.Random(seed)
     template, ends = _template(tmp_path)
     total = ends[-1]

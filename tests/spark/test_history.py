@@ -1,5 +1,6 @@
 """Spark users read a table's whole history: ``spark.read``/``readStream`` of ``format("tidehouse")`` after
-retention deleted most of the hot log equal ``tidehouse query`` of the same table (lake snapshot + hot tail)."""
+retention deleted most of the hot log equal ``tidehouse query`` of the same table (lake snapshot + hot
+tail)."""
 
 from __future__ import annotations
 

@@ -293,7 +293,8 @@ def test_batch_ranges_start_where_the_previous_batch_ended(tmp_path):
 
 def test_a_micro_batch_whose_offset_log_is_missing_fails_instead_of_reading_nothing(tmp_path):
     """Spark writes a batch's offset-log entry before running it: no entry (a checkpoint on a file system the
-    driver cannot read, a damaged checkpoint) must stop the query, not make the batch read and write nothing."""
+    driver cannot read, a damaged checkpoint) must stop the query, not make the batch read and write
+    nothing."""
     from runtime.spark.writer import batch_ranges
 
     _offset_file(tmp_path, 0, make_offset("ods.a", [3, 0]))

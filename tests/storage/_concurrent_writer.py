@@ -1,7 +1,7 @@
 """Writer subprocess of the concurrent-writers test: many small writes to one bucket of a log table.
 
-Usage: python _concurrent_writer.py ROOT TABLE WRITER WRITES SEED SEGMENT_BYTES GO_FILE. Waits for GO_FILE, then
-writes seq 1..WRITES, each a batch of 1-20 rows (writer, seq, i=0..n-1), fsync on, and prints "done".
+Usage: python _concurrent_writer.py ROOT TABLE WRITER WRITES SEED SEGMENT_BYTES GO_FILE. Waits for GO_FILE,
+then writes seq 1..WRITES, each a batch of 1-20 rows (writer, seq, i=0..n-1), fsync on, and prints "done".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Writer subprocess of the kill -9 test: writes seq after seq, acknowledging each on stdout once it returned.
 
-Usage: python _crash_writer.py ROOT TABLE ROWS [SEGMENT_BYTES]. Seq n carries rows (seq=n, i=0..ROWS-1); on a primary-key
-table (aggregate) each seq counts once per key i.
+Usage: python _crash_writer.py ROOT TABLE ROWS [SEGMENT_BYTES]. Seq n carries rows (seq=n, i=0..ROWS-1); on a
+primary-key table (aggregate) each seq counts once per key i.
 """
 
 from __future__ import annotations

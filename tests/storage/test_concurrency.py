@@ -1,4 +1,5 @@
-"""Two processes appending to the same bucket at once: every write lands exactly once, whole, at dense offsets."""
+"""Two processes appending to the same bucket at once: every write lands exactly once, whole, at dense
+offsets."""
 
 from __future__ import annotations
 

@@ -299,7 +299,8 @@ def test_index_is_rebuilt_when_missing_or_torn(tmp_path):
 
 @pytest.mark.parametrize("kind", ["log", "primary_key"])
 def test_write_over_the_frame_limit_is_refused_and_writes_nothing(store, monkeypatch, kind):
-    """A bucket write of 2 GiB or more cannot be one frame: WRITE_INVALID, not a struct error (limit mocked)."""
+    """A bucket write of 2 GiB or more cannot be one frame: WRITE_INVALID, not a struct error (limit
+    mocked)."""
     from runtime.storage import frames
 
     meta = (

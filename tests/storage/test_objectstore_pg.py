@@ -1,4 +1,5 @@
-"""The object-store hot storage against a real PostgreSQL metastore (and SeaweedFS): what only a server shows."""
+"""The object-store hot storage against a real PostgreSQL metastore (and SeaweedFS): what only a server
+shows."""
 
 from __future__ import annotations
 

@@ -246,7 +246,8 @@ def test_timestamp_keys_and_values_roundtrip(store):
 
 
 def test_reader_in_another_store_follows_the_writer(tmp_path):
-    """A store that does not hold the KV (another process) follows it as a RocksDB secondary, caught up per call."""
+    """A store that does not hold the KV (another process) follows it as a RocksDB secondary, caught up per
+    call."""
     import os
 
     root = str(tmp_path / "hot")

@@ -1,4 +1,5 @@
-"""Writer subprocess of the contract's kill -9 test: seq after seq, acknowledging each once ``write`` returned.
+"""Writer subprocess of the contract's kill -9 test: seq after seq, acknowledging each once ``write``
+returned.
 
 Usage: python -m tests.storage.contract._writer SPEC TABLE ROWS (SPEC: the backend's JSON). Seq n carries rows
 (seq=n, i=0..ROWS-1). It first replays its last seq (a crash may have left it uncommitted on some store).

@@ -1,4 +1,5 @@
-"""The hot-storage contract: the same behaviour from every implementation (local disk; SeaweedFS + PostgreSQL).
+"""The hot-storage contract: the same behaviour from every implementation (local disk; SeaweedFS +
+PostgreSQL).
 
 Each test names the promise of :class:`runtime.storage.api.TableStore` it checks. Faults whose shape differs
 per implementation (a torn write, damaged data) are injected by the backend (``_backends.py``); what a
