@@ -406,6 +406,7 @@ def build_plan(
                 decision.strategy, shape, [(i.ref, i.kind) for i in inputs]
             ),
             freshness=spec.freshness_of(name),
+            tags=tuple(tspec.tags),
         )
         fp = table_fingerprint(plan, {i.ref: known[i.ref][2] for i in inputs})
         plan = replace(plan, fingerprint=fp, checkpoint=str(Path(ckpt_root) / spec.flow / name / fp[:12]))

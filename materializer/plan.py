@@ -116,6 +116,8 @@ class TablePlan:
     exceptions: tuple[BatchException, ...] = ()
     # the freshness target in seconds (None: none): what status and metrics check, not how the table is built
     freshness: float | None = None
+    # labels to select the table by (`--select tag:NAME`)
+    tags: tuple[str, ...] = ()
 
     @property
     def writer_id(self) -> str:
@@ -208,6 +210,8 @@ class FlowPlan:
                     )
                 if t.quarantine:
                     lines.append(f"    quarantine: {t.quarantine}")
+                if t.tags:
+                    lines.append(f"    tags: {', '.join(t.tags)}")
                 for exc in t.exceptions:
                     lines.append(f"    batch exception {exc}")
                 lines.append("    sql: " + " ".join(t.sql.split()))
@@ -258,6 +262,7 @@ NOT_FINGERPRINTED: dict[str, str] = {
     "passthrough": "a shortcut that writes the same rows as running the SQL (which is in)",
     "exceptions": "follow from the strategy and the SQL, which are in",
     "freshness": "a target that status and metrics check, not how the table is built",
+    "tags": "labels to select tables by, not what the table holds",
 }
 # keys under which fingerprints have always carried these fields (renaming a key changes every fingerprint)
 _FINGERPRINT_KEYS = {"primary_key": "pk", "merge_engine": "merge", "aggregations": "aggs"}

@@ -198,6 +198,11 @@ class TableSpec(Spec):
         "interval.",
     )
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
+    tags: tuple[Identifier, ...] = Field(
+        (),
+        description="Labels to select the table by (`--select tag:NAME`, see operations.md); they change "
+        "nothing the table holds, so editing them never rebuilds it.",
+    )
     description: Text = Field("", description="What the table holds, for docs and `flow plan`.")
 
     @property
@@ -222,6 +227,11 @@ class TableSpec(Spec):
     @classmethod
     def _bk_unique(cls, value: tuple) -> tuple:
         return unique(value, "bucket key column")
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_unique(cls, value: tuple) -> tuple:
+        return unique(value, "tag")
 
     @field_validator("expect")
     @classmethod

@@ -57,6 +57,7 @@ class ErrorCode(str, Enum):
     FLOW_UNKNOWN = "TH250"
     FLOW_VERSION_UNKNOWN = "TH251"
     REGISTRY_UNAVAILABLE = "TH252"  # the registry database cannot be reached or used
+    SELECTOR_INVALID = "TH253"  # a --select / --full-refresh selector is malformed or selects nothing
 
     # storage
     TABLE_UNKNOWN = "TH300"
