@@ -30,8 +30,9 @@ from materializer.analyze import struct_of
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
+from materializer.rows import CORRUPT
 from materializer.status import RateMeter
-from materializer.strategies import BATCH_FUNCTIONS, CORRUPT, QueryContext, TableStats, recompute
+from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, recompute
 from materializer.telemetry import batch_scope
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory

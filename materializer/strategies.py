@@ -13,10 +13,9 @@ passes None and the store uses its commit time.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,15 @@ import pyarrow.compute as pc
 
 from materializer.analyze import spark_args, struct_of
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
+from materializer.rows import (
+    Violations,
+    expectation_exprs,
+    keys_table,
+    quarantine_rows,
+    split_corrupt,
+    split_expectations,
+    split_missing,
+)
 from materializer.telemetry import PhaseClock, timed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import (
@@ -34,13 +42,10 @@ from runtime.core.literals import (
     SYSTEM_COLUMNS,
     UPDATE_AFTER,
     UPDATE_BEFORE,
-    is_system_column,
 )
 from runtime.lake.history import TableHistory
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
-from runtime.storage.api import TS_TYPE, TableStore
-
-CORRUPT = "_corrupt_record"
+from runtime.storage.api import TableStore
 
 
 @dataclass
@@ -180,33 +185,7 @@ def _finish(ctx: QueryContext, started: float, rows_in: int, rows_out: int, orig
         ctx.stats.last_origin_ts = origin
 
 
-def keys_table(meta_schema: pa.Schema, rows: pa.Table, key: tuple[str, ...], kind: str) -> pa.Table:
-    """Rows with the full table schema, ``__change`` = kind (deletes carry only their key columns)."""
-    cols = []
-    for f in meta_schema:
-        if f.name in rows.column_names and (kind != DELETE or f.name in key):
-            cols.append(rows.column(f.name).cast(f.type))
-        else:
-            cols.append(pa.nulls(rows.num_rows, f.type))
-    cols.append(pa.array([kind] * rows.num_rows, pa.string()))
-    return pa.Table.from_arrays(cols, schema=meta_schema.append(pa.field(CHANGE, pa.string())))
-
-
 # -- expectations and quarantine --------------------------------------------------------------------
-def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.Table:
-    n = len(raw)
-    reasons = reason if isinstance(reason, list) else [reason] * n
-    now = pa.array([int(time.time() * 1_000_000)] * n, pa.int64()).cast(TS_TYPE)
-    return pa.table(
-        {
-            "raw": pa.array(raw, pa.string()),
-            "reason": pa.array(reasons, pa.string()),
-            "source": pa.array([source] * n, pa.string()),
-            "quarantined_at": now,
-        }
-    )
-
-
 @timed("write")
 def write_quarantine(
     ctx: QueryContext, rows: pa.Table, batch_id: int, part: str = "q", *, writer: str | None = None
@@ -254,56 +233,31 @@ def apply_expectations(
     expect = ctx.table.expect
     if not expect or out.num_rows == 0:
         return out, out.slice(0, 0)
-    df = local_df(session, out, ctx.table.ddl)
-    checks = df.selectExpr(
-        *[f"coalesce(CAST(({e.condition}) AS BOOLEAN), false) AS `e{i}`" for i, e in enumerate(expect)]
-    ).toArrow()
-    failed = [pc.invert(checks.column(f"e{i}").combine_chunks()) for i in range(len(expect))]
-    bad = failed[0]
-    for mask in failed[1:]:
-        bad = pc.or_(bad, mask)
-    if not pc.any(bad).as_py():
-        return out, out.slice(0, 0)
-    violators = out.filter(bad)
-    raws = [json.dumps(r, default=str, sort_keys=True) for r in violators.to_pylist()]
-    new = pa.array([True] * out.num_rows)
+    passed = local_df(session, out, ctx.table.ddl).selectExpr(*expectation_exprs(expect)).toArrow()
+    found = split_expectations(ctx.table.name, out, passed, expect)
+    if not found.raws:
+        return found.kept, found.violators
+    new = [True] * len(found.raws)
     if whole_result:  # counted once per run: only violators this run has not seen yet
-        seen = ctx.seen_violators
-        fresh = iter([r not in seen for r in raws])
-        new = pa.array([next(fresh) if flag else False for flag in bad.to_pylist()])
-        seen.update(raws)
-    quarantine_mask = pa.array([False] * out.num_rows)
-    reasons: list[str | None] = [None] * out.num_rows
-    for e, mask in zip(expect, failed):
-        count = pc.sum(pc.and_(mask, new).cast(pa.int64())).as_py() or 0
-        if count:
-            with ctx.stats.lock:
-                ctx.stats.expectations[e.name] = ctx.stats.expectations.get(e.name, 0) + count
-        if e.on_violation == "fail" and pc.any(mask).as_py():
-            raise TidehouseError(
-                ErrorCode.QUERY_FAILED,
-                f"table {ctx.table.name}: {pc.sum(mask.cast(pa.int64()))}"
-                f" row(s) violate expectation '{e.name}' ({e.condition}), which is set to fail "
-                "the flow",
-                hint="fix the input, or set on_violation: drop or quarantine",
-            )
-        for j, flag in enumerate(mask.to_pylist()):
-            if flag and reasons[j] is None:
-                reasons[j] = f"expectation {e.name} failed: {e.condition}"
-        if e.on_violation == "quarantine":
-            quarantine_mask = pc.or_(quarantine_mask, mask)
-    in_quarantine = quarantine_mask.filter(bad).to_pylist()
-    raw = [r for r, q in zip(raws, in_quarantine) if q]
-    why = [r for r, q in zip(reasons, quarantine_mask.to_pylist()) if q]
+        new = [r not in ctx.seen_violators for r in found.raws]
+        ctx.seen_violators.update(found.raws)
+    record_violations(ctx, found, new)
+    raw = [r for r, q in zip(found.raws, found.quarantine) if q]
+    why = [r for r, q in zip(found.reasons, found.quarantine) if q]
     if whole_result and raw:  # quarantined once ever, whichever run or reconcile found it first
         done = already_quarantined(ctx)
         keep = [i for i, r in enumerate(raw) if r not in done]
         raw, why = [raw[i] for i in keep], [why[i] for i in keep]
     write_quarantine(ctx, quarantine_rows(raw, why, ctx.table.name), batch_id, part="qe", writer=writer)
-    dropped = pc.sum(pc.and_(pc.and_(bad, new), pc.invert(quarantine_mask)).cast(pa.int64())).as_py() or 0
+    return found.kept, found.violators
+
+
+def record_violations(ctx: QueryContext, found: Violations, new: Sequence[bool]) -> None:
+    """Count the ``new`` violators of a batch in the run's figures: per expectation, and dropped."""
     with ctx.stats.lock:
-        ctx.stats.dropped += dropped
-    return out.filter(pc.invert(bad)), violators
+        for name, count in found.counts.items():
+            ctx.stats.expectations[name] = ctx.stats.expectations.get(name, 0) + count
+        ctx.stats.dropped += sum(1 for n, q in zip(new, found.quarantine) if n and not q)
 
 
 @timed("write")
@@ -332,39 +286,14 @@ def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: in
     )
 
 
-def _quarantine_missing(ctx: QueryContext, source: SourcePlan, data: pa.Table, batch_id: int) -> pa.Table:
-    """Quarantine records that parse but lack a column the source declares NOT NULL (a renamed or dropped
-    field upstream); the raw record is the parsed row as JSON. Returns the rows that have every one."""
-    required = [c for c in source.required if c in data.column_names]
-    if not required or data.num_rows == 0:
-        return data
-    missing = [pc.is_null(data.column(c)) for c in required]
-    mask = missing[0]
-    for m in missing[1:]:
-        mask = pc.or_(mask, m)
-    bad = data.filter(mask)
-    if not bad.num_rows:
-        return data
-    user = [c for c in bad.column_names if c != CORRUPT and not is_system_column(c)]
-    absent = [
-        [c for c, m in zip(required, flags) if m]
-        for flags in zip(*[m.filter(mask).to_pylist() for m in missing])
-    ]
-    write_quarantine(
-        ctx,
-        quarantine_rows(
-            [json.dumps(r, default=str, sort_keys=True) for r in bad.select(user).to_pylist()],
-            [
-                f"{source.format} record lacks required column(s) {', '.join(a)} (declared NOT NULL in the "
-                f"source schema; a renamed or dropped field?)"
-                for a in absent
-            ],
-            source.name,
-        ),
-        batch_id,
-        part="qn",
-    )
-    return data.filter(pc.invert(mask))
+def _quarantine_source(ctx: QueryContext, source: SourcePlan, data: pa.Table, batch_id: int) -> pa.Table:
+    """Quarantine the records that do not parse (verbatim) and those lacking a column the source declares
+    NOT NULL (as JSON of the parsed row); each kind is its own idempotent writer. Returns the other rows."""
+    data, corrupt = split_corrupt(data, source.name, source.format)
+    write_quarantine(ctx, corrupt, batch_id)
+    data, missing = split_missing(data, source.required, source.name, source.format)
+    write_quarantine(ctx, missing, batch_id, part="qn")
+    return data
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -382,21 +311,7 @@ def append_batch(ctx: QueryContext) -> Callable:
             with ctx.clock.phase("read"):  # Spark reads the source files here
                 data = batch_df.toArrow()
             rows_in = data.num_rows
-            if CORRUPT in data.column_names:
-                corrupt = pc.is_valid(data.column(CORRUPT))
-                bad = data.filter(corrupt)
-                if bad.num_rows:
-                    write_quarantine(
-                        ctx,
-                        quarantine_rows(
-                            bad.column(CORRUPT).to_pylist(),
-                            f"malformed {source.format} record: does not parse with the source schema",
-                            source.name,
-                        ),
-                        batch_id,
-                    )
-                data = data.filter(pc.invert(corrupt))
-            data = _quarantine_missing(ctx, source, data, batch_id)
+            data = _quarantine_source(ctx, source, data, batch_id)
             origin = None
         else:
             data = read_batch(ctx, stream_input, batch_id)

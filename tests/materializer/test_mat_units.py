@@ -7,8 +7,9 @@ import time
 import pyarrow as pa
 
 from materializer.plan import Param
+from materializer.rows import keys_table, quarantine_rows
 from materializer.status import hot_figures, table_figures
-from materializer.strategies import _last_images, keys_table, quarantine_rows
+from materializer.strategies import _last_images
 from runtime.storage import open_store
 from runtime.storage.api import TableMeta
 
