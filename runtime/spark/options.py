@@ -26,32 +26,58 @@ if TYPE_CHECKING:  # pragma: no cover
 
 NAME = "tidehouse"
 LAKE_SUFFIX, CHANGELOG_SUFFIX = "$lake", "$changelog"
-_STORES: dict[tuple[str, bool], TableStore] = {}
+_STORES: dict[str, TableStore] = {}
 _LAKES: dict[str, Lake] = {}
 _LOCK = threading.Lock()
 
 
-def cached_store(root: str, fsync: bool = default("storage.fsync")) -> TableStore:
-    """The process's store for ``root`` (opened once; Spark reuses its Python workers)."""
-    key = (str(root), bool(fsync))
+def cached_store(
+    root: str, fsync: bool = default("storage.fsync"), config: Config | None = None
+) -> TableStore:
+    """The process's store for ``root`` (opened once; Spark reuses its Python workers). With the project's
+    ``config`` (whose root ``root`` is), it is opened as the façade opens it: with the project's storage
+    settings (``storage.metastore``, ``storage.s3``, ...) and the project's lake as the snapshot source of
+    primary-key state (:func:`runtime.storage.open_configured`)."""
+    key = json.dumps(
+        [str(root), bool(fsync), None if config is None else _lake_key(config)]
+        + ([] if config is None else [config.get(n) for n in _STORE_SETTINGS]),
+        sort_keys=True,
+        default=str,
+    )
     store = _STORES.get(key)
     if store is None:
         with _LOCK:
             store = _STORES.get(key)
             if store is None:
-                from runtime.storage import open_store
+                if config is None:
+                    from runtime.storage import open_store
 
-                store = _STORES[key] = open_store(str(root), fsync=fsync)
+                    store = open_store(str(root), fsync=fsync)
+                else:
+                    from runtime.lake import lake_bootstrap
+                    from runtime.storage import open_configured
+
+                    store = open_configured(
+                        config, fsync=fsync, bootstrap=lake_bootstrap(lambda: cached_lake(config))
+                    )
+                _STORES[key] = store
     return store
 
 
-def cached_lake(config: Config) -> Lake:
-    """The process's lake of a project configuration (catalogs are costly to open: once per process)."""
-    key = json.dumps(
+_STORE_SETTINGS = ("storage.root", "storage.metastore", "storage.s3", "storage.segment_bytes")
+
+
+def _lake_key(config: Config) -> str:
+    return json.dumps(
         [str(config.home), config.get("lake.catalog_name"), config.lake_catalog_properties],
         sort_keys=True,
         default=str,
     )
+
+
+def cached_lake(config: Config) -> Lake:
+    """The process's lake of a project configuration (catalogs are costly to open: once per process)."""
+    key = _lake_key(config)
     lake = _LAKES.get(key)
     if lake is None:
         with _LOCK:
@@ -83,7 +109,7 @@ class Place:
     config: Config | None = None  # None: a bare storage root, no lake
 
     def store(self) -> TableStore:
-        return cached_store(self.root, self.fsync)
+        return cached_store(self.root, self.fsync, self.config)
 
     def history(self) -> TableHistory:
         from runtime.lake.history import TableHistory

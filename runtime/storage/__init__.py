@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from runtime.core.literals import BUCKET, CHANGE, OFFSET, SYSTEM_COLUMNS, TS  # noqa: F401
 from runtime.core.settings import default
-from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of  # noqa: F401
+from runtime.storage.api import (  # noqa: F401
+    TS_TYPE,
+    BatchInfo,
+    Bootstrap,
+    TableMeta,
+    TableStore,
+    WriteResult,
+    bucket_of,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.core.config import Config
+
+
+def open_configured(
+    config: Config, *, fsync: bool | None = None, bootstrap: Bootstrap | None = None
+) -> TableStore:
+    """The hot store of a project configuration: ``storage.root`` with the settings it takes
+    (``storage.fsync`` unless ``fsync`` is given, ``storage.segment_bytes``, ``storage.metastore``,
+    ``storage.s3``). The one way a project's store is opened — by the façade and by the Spark data source's
+    Python workers alike; both inject the lake as ``bootstrap`` (the storage layer does not know the lake)."""
+    return open_store(
+        config.storage_root,
+        fsync=config.get("storage.fsync") if fsync is None else fsync,
+        segment_bytes=config.get("storage.segment_bytes"),
+        metastore=config.get("storage.metastore"),
+        s3=config.get("storage.s3"),
+        bootstrap=bootstrap,
+    )
 
 
 def open_store(
@@ -17,7 +45,7 @@ def open_store(
     segment_bytes: int = default("storage.segment_bytes"),
     metastore: str | None = None,
     s3: Mapping[str, Any] | None = None,
-    bootstrap: Callable[[str, int], tuple[Any, int] | None] | None = None,
+    bootstrap: Bootstrap | None = None,
 ) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 
@@ -26,7 +54,8 @@ def open_store(
       them);
     * ``s3://bucket/prefix``: :class:`~runtime.storage.objectstore.ObjectTableStore`, with the SQLAlchemy URL
       ``metastore`` (required) and the S3 options ``s3`` (endpoint, region, access_key, secret_key,
-      session_token); ``bootstrap(table, bucket) -> (rows, offset) | None`` gives primary-key snapshots.
+      session_token); ``bootstrap(meta, bucket) -> (rows, offset) | None`` gives primary-key snapshots
+      (a local store needs none: its state is complete on its disk).
 
     Any other scheme is refused (``STORAGE_IO``) rather than becoming a local folder named after it."""
     from runtime.core.errors import ErrorCode, Location, TidehouseError

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,6 +134,12 @@ def _hash_mod(raws: list[bytes], buckets: int) -> pa.Array:
     digests = b"".join([b2(v, digest_size=8).digest() for v in raws])
     hashed = np.frombuffer(digests, dtype="<u8") % np.uint64(buckets)
     return pa.array(hashed.astype(np.int32), pa.int32())
+
+
+# A snapshot source for a store whose primary-key state is a cache (the object store): the rows of one
+# bucket and the bucket's end offset they reflect, or None (no snapshot: rebuild from the changelog alone).
+# The façade wires it to the lake (runtime.lake.history.lake_bootstrap); storage never reads the lake itself.
+Bootstrap = Callable[[TableMeta, int], "tuple[pa.Table, int] | None"]
 
 
 class TableStore(abc.ABC):

@@ -40,5 +40,19 @@ def lake_rows(lake: Lake, name: str, *, user_only: bool = True) -> list[dict]:
     return sorted(data.to_pylist(), key=repr)
 
 
+def data_files_stored(table) -> list[str]:
+    """Paths of the Parquet files under a lake table's location, on whatever storage holds it (a local
+    warehouse, or S3 through the table's own FileIO settings)."""
+    from urllib.parse import urlparse
+
+    import pyarrow.fs as pafs
+
+    where = urlparse(table.location())
+    fs = table.io.fs_by_scheme(where.scheme or "file", where.netloc)
+    base = f"{where.netloc}{where.path}" if where.scheme == "s3" else where.path
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    return [i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")]
+
+
 def rows_of(table: pa.Table) -> list[dict]:
     return sorted(table.to_pylist(), key=repr)

@@ -2,10 +2,15 @@
 
 ``store`` runs each test against every :class:`TableStore` implementation available: the in-memory one of
 these tests and the real embedded :class:`runtime.storage.local.LocalTableStore`.
+
+``lake`` is the embedded SQL catalog on SQLite; a module that marks
+``pytest.mark.parametrize("lake", CATALOGS, indirect=True)`` runs against SeaweedFS's Iceberg REST catalog
+too (``rest``: a fresh table bucket, i.e. a fresh catalog, per test; the table files on its S3).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -15,6 +20,7 @@ from runtime.lake.catalog import Lake
 from tests.lake.memstore import MemoryTableStore
 
 STORES = ["memory"] + (["local"] if importlib.util.find_spec("runtime.storage.local") else [])
+CATALOGS = ["sql", "rest"]
 
 
 @pytest.fixture
@@ -23,7 +29,11 @@ def config(tmp_path):
 
 
 @pytest.fixture
-def lake(config):
+def lake(request, config):
+    kind = getattr(request, "param", "sql")
+    if kind == "rest":
+        props = request.getfixturevalue("seaweedfs").catalog_properties()
+        config = dataclasses.replace(config, values={**config.values, "lake.catalog": props})
     lake = Lake.open(config)
     yield lake
     lake.close()

@@ -10,6 +10,7 @@ from runtime.lake.maintenance import compaction_groups, similar_size_groups
 from runtime.lake.tiering import tier_table
 from runtime.storage.api import TableMeta
 from tests.lake._lakekit import CLICKS, clicks, rows_of
+from tests.lake.conftest import CATALOGS
 
 KB, MB = 1024, 1024 * 1024
 
@@ -53,6 +54,7 @@ def test_one_compaction_reads_at_most_the_target_size():
     assert all(sum(t.file.file_size_in_bytes for t in g) <= 16 * MB for g in groups)
 
 
+@pytest.mark.parametrize("lake", CATALOGS, indirect=True)
 @pytest.mark.parametrize("store", ["local"], indirect=True)
 def test_compacted_files_at_the_target_are_never_rewritten(store, lake):
     lake.compact_min_files = 8

@@ -10,7 +10,10 @@ import pytest
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import lake_status, tier_table
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, lake_rows, rows_of
+from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, data_files_stored, lake_rows, rows_of
+from tests.lake.conftest import CATALOGS
+
+pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
 
 
 def test_log_table_lake_equals_hot_after_each_cycle(store, lake):
@@ -155,7 +158,7 @@ def test_lake_status_reports_backlog_and_delay(store, lake):
     assert offsets == status["lake_offsets"] and snap.snapshot_id == status["last_snapshot_id"]
 
 
-def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake, config):
+def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake):
     lake.max_snapshots = 6
     store.create_table(
         TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
@@ -176,8 +179,8 @@ def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake, config
     assert lake_rows(lake, "dws.activity") == rows_of(store.scan("dws.activity"))
     for snap in table.snapshots():  # every kept snapshot is still readable (no live file was deleted)
         table.scan(snapshot_id=snap.snapshot_id).to_arrow()
-    on_disk = list((config.home / "lake").rglob("*.parquet"))
-    assert len(on_disk) <= 6 * 2 * 2, f"{len(on_disk)} data files on disk for 6 snapshots of a 2-bucket table"
+    on_disk = data_files_stored(table)
+    assert len(on_disk) <= 6 * 2 * 2, f"{len(on_disk)} data files stored for 6 snapshots of a 2-bucket table"
 
 
 def test_a_keyed_read_prunes_the_files_of_other_buckets(store, lake):

@@ -11,6 +11,9 @@ from runtime.lake.tiering import tier_table
 from runtime.lake.union import referenced_tables, union_query
 from runtime.storage.api import CHANGE, TableMeta
 from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, rows_of
+from tests.lake.conftest import CATALOGS
+
+pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
 
 PK_CHANGES = ACTIVITY.append(pa.field(CHANGE, pa.string()))
 

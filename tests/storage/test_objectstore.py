@@ -103,8 +103,8 @@ def test_pk_state_is_rebuilt_from_a_bootstrap_snapshot_after_retention(tmp_path)
     assert store.start_offsets("dws.p") == [0, 0]  # the changelog is the state's only copy, kept whole
     calls = []
 
-    def bootstrap(table, bucket):
-        calls.append((table, bucket))
+    def bootstrap(meta, bucket):
+        calls.append((meta.name, bucket))
         return snapshots[bucket]
 
     trimmer = _store(tmp_path, bootstrap=bootstrap)  # e.g. the tiering service, wired to the lake
@@ -133,6 +133,49 @@ def test_a_snapshot_older_than_the_kept_changelog_is_refused(tmp_path):
     with pytest.raises(TidehouseError) as err:
         stale.lookup("dws.p", pa.table({"k": ["k1"]}))
     assert err.value.code is ErrorCode.STORAGE_RANGE
+
+
+def test_a_read_whose_range_retention_deletes_meanwhile_fails_rather_than_starting_later(tmp_path):
+    store = _store(tmp_path)
+    store.create_table(log_meta())
+    for seq in range(1, 4):
+        store.write("ods.events", rows(10 * seq, 10), writer="w", seq=seq)
+    batches = store.read("ods.events", 0, 0)  # checks the first kept offset (0) now, lists frames later
+    _store(tmp_path).delete_before("ods.events", 0, 20, older_than=time.time() + 3600)
+    with pytest.raises(TidehouseError) as err:
+        list(batches)
+    assert err.value.code is ErrorCode.STORAGE_RANGE
+    assert read_all(store, "ods.events", start=20).column("id").to_pylist() == list(range(30, 40))
+
+
+def test_a_cached_state_left_behind_by_retention_is_loaded_again_from_a_newer_snapshot(tmp_path):
+    writer = _store(tmp_path)
+    writer.create_table(_pk())
+    writer.write("dws.p", pa.table({"k": ["a", "b"], "a": [1, 2]}), writer="w", seq=1)
+    snapshot = {"at": None}
+    reader = _store(tmp_path, bootstrap=lambda meta, b: snapshot["at"])
+    assert reader.lookup("dws.p", pa.table({"k": ["a"]})).to_pylist() == [{"k": "a", "a": 1}]  # cached at 1
+    for seq in range(2, 5):
+        writer.write("dws.p", pa.table({"k": ["a"], "a": [10]}), writer="w", seq=seq)
+    end = writer.end_offsets("dws.p")[0]
+    snapshot["at"] = (pa.table({"k": ["a", "b"], "a": [31, 2]}), end)  # e.g. the lake after a tiering
+    writer.write("dws.p", pa.table({"k": ["b"], "a": [5]}), writer="w", seq=5)
+    _store(tmp_path, bootstrap=lambda meta, b: snapshot["at"]).delete_before(
+        "dws.p", 0, end, older_than=time.time() + 3600
+    )
+    assert writer.start_offsets("dws.p") == [end]  # the reader's cache needs offsets retention deleted
+    got = {r["k"]: r["a"] for r in reader.scan("dws.p").to_pylist()}
+    assert got == {"a": 31, "b": 7}
+
+
+def test_a_snapshot_ahead_of_the_hot_bucket_is_corrupt_never_a_state(tmp_path):
+    store = _store(tmp_path)
+    store.create_table(_pk())
+    store.write("dws.p", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
+    ahead = _store(tmp_path, bootstrap=lambda meta, b: (pa.table({"k": ["z"], "a": [9]}), 50))
+    with pytest.raises(TidehouseError) as err:  # the lake kept a dropped incarnation's snapshot
+        ahead.scan("dws.p")
+    assert err.value.code is ErrorCode.STORAGE_CORRUPT
 
 
 def test_a_reader_follows_a_writer_in_another_instance(tmp_path):

@@ -50,9 +50,17 @@ class BucketState:
             self.applied = max(self.applied, applied)
 
     def load(self, meta: TableMeta, table: pa.Table) -> None:
-        """Add the rows of a snapshot (user columns, any order)."""
+        """Add the rows of a snapshot (user columns, any order, other columns ignored; a column of another
+        type, e.g. as a lake stores it, is cast to the table's, so the state holds the values the changelog
+        would have put there)."""
         names = meta.schema.names
-        cols = [to_py(table.column(c)) if c in table.column_names else [None] * table.num_rows for c in names]
+        cols = []
+        for f in meta.schema:
+            if f.name not in table.column_names:
+                cols.append([None] * table.num_rows)
+                continue
+            col = table.column(f.name)
+            cols.append(to_py(col if col.type == f.type else col.cast(f.type, safe=False)))
         key_idx = [names.index(c) for c in meta.primary_key]
         for row in zip(*cols):
             self.rows[key_bytes(tuple(row[i] for i in key_idx))] = _DUMPS(row, _PROTO)

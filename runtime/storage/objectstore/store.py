@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +19,7 @@ from runtime.core.settings import default
 from runtime.storage import meta as metamod
 from runtime.storage.api import (
     BatchInfo,
+    Bootstrap,
     TableMeta,
     TableStore,
     WriteResult,
@@ -35,7 +36,6 @@ from runtime.storage.pk import lookup_keys, rows_to_table
 _prepare = LocalTableStore._prepare
 _columns = LocalTableStore._columns
 
-Bootstrap = Callable[[str, int], "tuple[pa.Table, int] | None"]
 _ATTEMPTS = 4  # a primary-key write whose state turned out stale is recomputed this many times at most
 
 
@@ -52,7 +52,7 @@ class ObjectTableStore(TableStore):
     ``filesystem`` + ``base`` say where the objects go (``bucket/prefix`` on S3, a folder on a
     ``LocalFileSystem``); ``metastore`` is a SQLAlchemy URL (default, only on a local filesystem:
     ``sqlite:///<base>/metastore.db``); ``store_id`` keys this root's rows in the metastore (default: the root
-    URI). ``bootstrap(table, bucket) -> (rows, offset) | None`` gives a snapshot of a primary-key bucket to
+    URI). ``bootstrap(meta, bucket) -> (rows, offset) | None`` gives a snapshot of a primary-key bucket to
     rebuild its state from (else: the changelog from offset 0). ``delete_before`` returns the number of frames
     it deleted (a frame is the unit of retention here; segments exist only on local disk).
     """
@@ -409,30 +409,51 @@ class ObjectTableStore(TableStore):
         return self._state(table, bucket)
 
     def _state(self, table: _Table, bucket: int, end: int | None = None) -> BucketState:
-        """The bucket's state, loaded if missing and caught up with the changelog to its end offset."""
+        """The bucket's state, loaded if missing and caught up with the changelog to its end offset.
+
+        A state whose changelog tail retention deleted meanwhile (a reader's cache left behind, or a snapshot
+        superseded between the bootstrap and the catch-up) is loaded again from a newer snapshot."""
         key = (table.incarnation, bucket)
-        with self._mutex:
-            state = self._states.get(key)
-            if state is None:
-                state = self._states[key] = self._load(table, bucket)
-        with state.lock:
-            if end is None:
-                end = self._head(table, bucket).end_offset
-            if state.applied < end:
-                for frame, batch in self._frames(table, bucket, state.applied, end):
-                    lo = max(state.applied - frame.base_offset, 0)
-                    state.replay(table.meta, batch.slice(lo) if lo else batch, frame.end_offset)
-                state.applied = max(state.applied, end)
-        return state
+        for attempt in range(_ATTEMPTS):
+            with self._mutex:
+                state = self._states.get(key)
+                if state is None:
+                    state = self._states[key] = self._load(table, bucket)
+            with state.lock:
+                if end is None:
+                    end = self._head(table, bucket).end_offset
+                try:
+                    if state.applied < end:
+                        for frame, batch in self._frames(table, bucket, state.applied, end):
+                            lo = max(state.applied - frame.base_offset, 0)
+                            state.replay(table.meta, batch.slice(lo) if lo else batch, frame.end_offset)
+                        state.applied = max(state.applied, end)
+                    return state
+                except TidehouseError as exc:
+                    if exc.code is not ErrorCode.STORAGE_RANGE or attempt == _ATTEMPTS - 1:
+                        raise
+                    with self._mutex:  # trimmed under the cached state: start again from a snapshot
+                        if self._states.get(key) is state:
+                            del self._states[key]
+        raise AssertionError("unreachable")
 
     def _load(self, table: _Table, bucket: int) -> BucketState:
-        got = self.bootstrap(table.meta.name, bucket) if self.bootstrap is not None else None
+        got = self.bootstrap(table.meta, bucket) if self.bootstrap is not None else None
         state = BucketState(applied=0)
+        head = self._head(table, bucket)
         if got is not None:
             rows, offset = got
+            if not 0 <= int(offset) <= head.end_offset:
+                raise TidehouseError(
+                    ErrorCode.STORAGE_CORRUPT,
+                    f"{table.meta.name} bucket {bucket}: the primary-key snapshot covers offsets up to "
+                    f"{offset}, but the hot bucket ends at {head.end_offset}",
+                    location=Location(path=table.meta.name),
+                    hint="the hot table was rebuilt while the lake kept the old one's snapshot; rebuild "
+                    "with --full-refresh (it resets both)",
+                )
             state.load(table.meta, rows)
             state.applied = int(offset)
-        head = self._head(table, bucket)
         if state.applied < head.start_offset:
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
@@ -513,7 +534,19 @@ class ObjectTableStore(TableStore):
         if stop <= start:
             return
         frames = self.metastore.frames(table.incarnation, bucket, start, stop)
-        if not frames:
+        # a bucket's frames are contiguous from its first kept offset: a range that starts before the first
+        # frame listed was deleted by retention after the caller checked the bucket's first offset (a read
+        # never silently starts later, a state never skips changes)
+        if not frames or frames[0].base_offset > start:
+            head = self.metastore.head(table.incarnation, bucket)
+            if frames or (head is not None and head.start_offset > start):
+                raise TidehouseError(
+                    ErrorCode.STORAGE_RANGE,
+                    f"{table.meta.name} bucket {bucket}: offsets from {start} were deleted by retention "
+                    "while being read",
+                    location=Location(path=table.meta.name),
+                    hint="read again from the earliest kept offset (start_offsets)",
+                )
             return
         objects = list(dict.fromkeys(f.object for f in frames))
         if len(objects) == 1:
