@@ -31,6 +31,7 @@ from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
 from materializer.rows import CORRUPT
+from materializer.selection import universe
 from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, recompute
 from materializer.telemetry import batch_scope
@@ -147,11 +148,14 @@ class FlowRunner:
             if others and not Path(t.checkpoint).is_dir():
                 changed.append(t.name)
         if changed:
+            roots = universe(self.plan).upstream_roots(changed)  # a full refresh rebuilds what reads them
             raise TidehouseError(
                 ErrorCode.PLAN_CHANGED,
                 f"flow {self.plan.flow}: the definition of "
                 f"{', '.join(changed)} changed since its data was built",
-                hint=f"rebuild with --full-refresh {' '.join(changed)}",
+                hint="rebuild with "
+                + " ".join(f"--full-refresh {t}" for t in roots)
+                + " (and what reads it); `tidehouse flow diff FLOW_FILE` shows what changed and why",
             )
 
     def create_tables(self) -> None:

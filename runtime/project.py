@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pyarrow as pa
 
+    from materializer.diff import FlowDiff
     from materializer.metrics import MetricsEndpoint
     from materializer.plan import FlowPlan
     from materializer.runner import RunReport
@@ -178,6 +179,15 @@ class Project:
         version = self.registry.validate_registered_flow(ref.ref.name, ref.ref.version, checks=checks)
         return {"ok": True, "flow": version.name, "version": version.version, "tables": list(version.pins)}
 
+    def _spec(self, flow: str | os.PathLike | FlowRef):
+        """A flow's spec without Spark: a file parsed (not validated), or a registered version's."""
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        if ref.is_path:
+            from registry.specs import parse_flow
+
+            return parse_flow(ref.path)
+        return self.registry.get_flow(ref.ref.name, ref.ref.version).spec
+
     def flow_name(self, flow: str | os.PathLike | FlowRef) -> str:
         """The name of a flow without Spark or the registry: a file's ``flow:`` key, else ``NAME``."""
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
@@ -188,12 +198,50 @@ class Project:
         return ref.ref.name
 
     # -- plan and run ------------------------------------------------------------------------------
-    def plan(self, flow: str | os.PathLike | FlowRef, *, register: bool = False, spark=None) -> FlowPlan:
+    def plan(
+        self,
+        flow: str | os.PathLike | FlowRef,
+        *,
+        register: bool = False,
+        spark=None,
+        select: Iterable[str] = (),
+        exclude: Iterable[str] = (),
+    ) -> FlowPlan:
         """The plan of a flow. A file's actions (the project's ``actions/``) are registered first; the flow
-        itself only with ``register`` (``trigger`` does), else it is validated."""
+        itself only with ``register`` (``trigger`` does), else it is validated. ``select``/``exclude``:
+        table selectors (:mod:`registry.selectors`); the plan of only the tables they select."""
         from materializer.analyze import build_plan
+        from materializer.selection import select_tables, subset
 
-        return build_plan(self, self._resolve(flow, register=register), spark)
+        plan = build_plan(self, self._resolve(flow, register=register), spark)
+        if select or exclude:
+            plan = subset(plan, select_tables(plan, select, exclude))
+        return plan
+
+    def diff_flow(self, path: str | os.PathLike, *, spark=None) -> FlowDiff:
+        """What registering a flow file changes (``tidehouse flow diff``): its plan (validated and analysed
+        as :meth:`plan` does, with the project's actions) against the latest registered version's."""
+        from materializer.analyze import build_plan
+        from materializer.diff import diff_plans
+
+        ref = FlowRef.parse(path)
+        if not ref.is_path:
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE,
+                f"flow diff compares a flow file with its registered version: {path} is not a file",
+                location=Location(str(path)),
+                hint="give the path of the flow's YAML file",
+            )
+        spark = spark or self.spark()
+        new = self.plan(ref, spark=spark)
+        try:
+            registered = self.registry.get_flow(new.flow)
+        except TidehouseError as exc:
+            if exc.code is not ErrorCode.FLOW_UNKNOWN:
+                raise
+            registered = None
+        old = build_plan(self, _pinned(self.registry, registered), spark) if registered else None
+        return diff_plans(old, new, str(path))
 
     def trigger(
         self,
@@ -212,14 +260,22 @@ class Project:
 
         The flow's run lock is taken before anything else, so a second trigger of a running flow is refused
         at once — before it starts Spark or registers a new version under the running one. ``plan``: run
-        this plan (made by :meth:`plan` with ``register=True``) instead of planning again. With the setting
-        ``metrics.port``, the run's status figures are served to Prometheus while it runs.
+        this plan (made by :meth:`plan` with ``register=True``) instead of planning again. ``full_refresh``:
+        table selectors (``dws.users``, ``layer:ads``, ``tag:pii+``: :mod:`registry.selectors`); the
+        selected tables and everything downstream of them are rebuilt. With the setting ``metrics.port``,
+        the run's status figures are served to Prometheus while it runs.
         """
         from materializer.lock import RunLock
         from materializer.metrics import FlowCollector
         from materializer.runner import FlowRunner
+        from materializer.selection import select_tables
 
         name = plan.flow if plan is not None else self.flow_name(flow)
+        selectors = list(full_refresh)
+        if selectors and plan is None:  # a mistyped selector fails before Spark starts
+            from registry.selectors import spec_tables
+
+            spec_tables(self._spec(flow), selectors, option="--full-refresh")
         lock = RunLock(self.config.run_dir, name)
         lock.acquire()
         latest: dict[str, dict] = {}
@@ -232,11 +288,12 @@ class Project:
         try:
             with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
                 plan = plan or self.plan(flow, register=True, spark=spark)
+                rebuild = select_tables(plan, selectors, option="--full-refresh") if selectors else []
                 runner = FlowRunner(self, plan, spark=spark, on_status=keep, lock=lock)
                 return runner.run(
                     until_idle=until_idle,
                     duration=duration,
-                    full_refresh=full_refresh,
+                    full_refresh=rebuild,
                     stop_event=stop_event,
                     tiering=tiering,
                 )
@@ -250,16 +307,33 @@ class Project:
         return flow_status(self, name)
 
     # -- the lake ----------------------------------------------------------------------------------
-    def tier_tables(self, flow: str | None = None, table: str | None = None) -> dict[str, float]:
+    def tier_tables(
+        self,
+        flow: str | None = None,
+        table: str | None = None,
+        *,
+        select: Iterable[str] = (),
+        exclude: Iterable[str] = (),
+    ) -> dict[str, float]:
         """``{"layer.name": interval_s}`` to tier: a registered flow's hot tables (and their quarantine
-        tables) at their own intervals, every hot table at ``tiering.interval``, or only ``table``."""
+        tables) at their own intervals — those that ``select``/``exclude`` select (table selectors, see
+        :mod:`registry.selectors`) —, every hot table at ``tiering.interval``, or only ``table``."""
         from materializer.plan import quarantine_name
+        from registry.selectors import spec_tables
 
+        if (select or exclude) and not flow:
+            raise TidehouseError(
+                ErrorCode.SELECTOR_INVALID,
+                "table selectors resolve against a flow's graph: name the flow",
+                location=Location(path="--select"),
+                hint="tidehouse tier run --flow NAME --select ...",
+            )
         store = self.store
         default = float(self.config.get("tiering.interval"))
         if flow:
             spec = self.flow(flow).spec
-            wanted = {name: float(spec.tiering_of(name, default)) for name, _ in spec.tables()}
+            names = spec_tables(spec, select, exclude) if select or exclude else [n for n, _ in spec.tables()]
+            wanted = {name: float(spec.tiering_of(name, default)) for name in names}
             for name, interval in list(wanted.items()):
                 if store.has_table(quarantine_name(name)):
                     wanted[quarantine_name(name)] = interval
@@ -306,10 +380,18 @@ class Project:
             collector or TieringCollector(tiering, flow), self.config.get("metrics.host"), port
         )
 
-    def tier(self, flow: str | None = None, table: str | None = None) -> TierReport:
+    def tier(
+        self,
+        flow: str | None = None,
+        table: str | None = None,
+        *,
+        select: Iterable[str] = (),
+        exclude: Iterable[str] = (),
+    ) -> TierReport:
         """One tiering cycle of each table now (``tidehouse tier run``): each table's result or error
         (``report.raise_for_errors()`` raises ``TIERING_FAILED`` naming the failed ones)."""
-        return self.tiering_service(self.tier_tables(flow, table)).run_all_now()
+        tables = self.tier_tables(flow, table, select=select, exclude=exclude)
+        return self.tiering_service(tables).run_all_now()
 
     def query(self, sql: str) -> pa.Table:
         """``tidehouse query``: SQL (DuckDB dialect) over union reads of the tables it names."""

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "runtime.cli.action_commands",
     "runtime.cli.flow_commands",
     "runtime.cli.run",
+    "runtime.cli.diff_commands",
     "runtime.cli.tier_commands",
     "runtime.cli.query",
     "runtime.cli.init",

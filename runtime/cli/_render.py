@@ -12,6 +12,19 @@ from runtime.core.text import table_csv, table_text  # noqa: F401 - the commands
 
 # the --format option of the commands that print text or JSON
 TEXT_OR_JSON = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+# table selectors (registry/selectors.py: dbt's syntax)
+SELECT = click.option(
+    "--select",
+    "-s",
+    "select",
+    multiple=True,
+    metavar="SELECTOR",
+    help="Only these tables: TABLE, TABLE+ (and downstream), +TABLE (and upstream), layer:L, tag:T; a space "
+    "is a union, a comma an intersection. Repeatable.",
+)
+EXCLUDE = click.option(
+    "--exclude", "exclude", multiple=True, metavar="SELECTOR", help="Leave out these tables (same syntax)."
+)
 
 
 def echo_json(value: Any) -> None:

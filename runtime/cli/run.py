@@ -10,20 +10,23 @@ import time
 import click
 
 from runtime.cli import flow, pass_state
-from runtime.cli._render import echo_json, table_text
+from runtime.cli._render import EXCLUDE, SELECT, echo_json, table_text
 
 
 @flow.command("plan")
 @click.argument("flow_ref", metavar="PATH|NAME")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "mermaid"]), default="text")
+@SELECT
+@EXCLUDE
 @pass_state
-def plan_cmd(state, flow_ref: str, fmt: str) -> None:
+def plan_cmd(state, flow_ref: str, fmt: str, select: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """The DAG by layer: each table's SQL, kind, strategy, schema, buckets, trigger, tiering, and where it
     differs from its SQL's batch result by design (batch exceptions: lookup, watermark).
 
-    Every table's SQL is analysed with Spark against its upstream schemas (no stream is started).
+    Every table's SQL is analysed with Spark against its upstream schemas (no stream is started); --select
+    and --exclude only choose what is printed.
     """
-    plan = state.project.plan(flow_ref)
+    plan = state.project.plan(flow_ref, select=select, exclude=exclude)
     click.echo({"json": plan.to_json, "mermaid": plan.to_mermaid}.get(fmt, plan.to_text)())
 
 
@@ -128,8 +131,9 @@ class _Progress:
     "--full-refresh",
     "full_refresh",
     multiple=True,
-    metavar="TABLE",
-    help="Drop TABLE (hot, lake, checkpoints) and everything downstream, and rebuild. Repeatable.",
+    metavar="SELECTOR",
+    help="Drop the selected tables (hot, lake, checkpoints) and everything downstream of them, and rebuild "
+    "them: a table (dws.users) or any selector (dws.users+, layer:ads, tag:pii). Repeatable.",
 )
 @pass_state
 def trigger_cmd(
@@ -145,14 +149,13 @@ def trigger_cmd(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
-    names = [t for arg in full_refresh for t in arg.replace(",", " ").split()]
     try:
         with _Progress() as progress:
             report = state.project.trigger(
                 flow_ref,
                 until_idle=until_idle,
                 duration=duration,
-                full_refresh=names,
+                full_refresh=full_refresh,
                 stop_event=stop,
                 on_status=progress,
             )

@@ -9,7 +9,7 @@ import time
 import click
 
 from runtime.cli import pass_state, tier
-from runtime.cli._render import TEXT_OR_JSON, echo_json, table_text
+from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, echo_json, table_text
 from runtime.core.errors import ErrorCode, TidehouseError
 
 
@@ -25,11 +25,18 @@ def _line(result) -> str:
 @tier.command("run")
 @click.option("--flow", "flow", help="Tier the tables of this registered flow (default: every hot table).")
 @click.option("--table", "table", help="Tier only this table (layer.name).")
+@SELECT
+@EXCLUDE
 @TEXT_OR_JSON
 @pass_state
-def run_cmd(state, flow: str | None, table: str | None, fmt: str) -> None:
-    """Run one tiering cycle of each table now."""
-    report = state.project.tier(flow, table)
+def run_cmd(
+    state, flow: str | None, table: str | None, select: tuple[str, ...], exclude: tuple[str, ...], fmt: str
+) -> None:
+    """Run one tiering cycle of each table now.
+
+    --select and --exclude choose tables of the --flow (with their quarantine tables) by selector.
+    """
+    report = state.project.tier(flow, table, select=select, exclude=exclude)
     if fmt == "json":
         echo_json(
             {"tables": {name: r.to_dict() for name, r in report.results.items()}, "errors": report.errors}
