@@ -151,7 +151,9 @@ class SqlStore(VersionStore):
             raise TidehouseError(
                 ErrorCode.REGISTRY_UNAVAILABLE,
                 f"cannot open the registry database: {exc}",
-                hint="check registry.url in tidehouse.yaml",
+                hint="install the database driver (postgresql+psycopg://: pip install 'tidehouse[postgres]')"
+                if isinstance(exc, ImportError)
+                else "check registry.url in tidehouse.yaml",
             ) from exc
         return cls(engine)
 

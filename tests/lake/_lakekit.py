@@ -6,6 +6,8 @@ import pyarrow as pa
 
 from runtime.lake.catalog import Lake
 
+CATALOGS = ["sql", "rest"]  # the lake fixture's catalogs: embedded SQL on SQLite, SeaweedFS's REST catalog
+
 CLICKS = pa.schema(
     [
         ("user_id", pa.string()),

@@ -3,9 +3,9 @@
 ``store`` runs each test against every :class:`TableStore` implementation available: the in-memory one of
 these tests and the real embedded :class:`runtime.storage.local.LocalTableStore`.
 
-``lake`` is the embedded SQL catalog on SQLite; a module that marks
-``pytest.mark.parametrize("lake", CATALOGS, indirect=True)`` runs against SeaweedFS's Iceberg REST catalog
-too (``rest``: a fresh table bucket, i.e. a fresh catalog, per test; the table files on its S3).
+``lake`` is the embedded SQL catalog on SQLite; a test marked
+``pytest.mark.parametrize("lake", _lakekit.CATALOGS, indirect=True)`` runs against SeaweedFS's Iceberg REST
+catalog too (``rest``: a fresh table bucket, i.e. a fresh catalog, per test; the table files on its S3).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from runtime.lake.catalog import Lake
 from tests.lake.memstore import MemoryTableStore
 
 STORES = ["memory"] + (["local"] if importlib.util.find_spec("runtime.storage.local") else [])
-CATALOGS = ["sql", "rest"]
 
 
 @pytest.fixture

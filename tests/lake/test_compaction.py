@@ -9,8 +9,7 @@ import pytest
 from runtime.lake.maintenance import compaction_groups, similar_size_groups
 from runtime.lake.tiering import tier_table
 from runtime.storage.api import TableMeta
-from tests.lake._lakekit import CLICKS, clicks, rows_of
-from tests.lake.conftest import CATALOGS
+from tests.lake._lakekit import CATALOGS, CLICKS, clicks, rows_of
 
 KB, MB = 1024, 1024 * 1024
 

@@ -10,8 +10,7 @@ import pytest
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import lake_status, tier_table
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, data_files_stored, lake_rows, rows_of
-from tests.lake.conftest import CATALOGS
+from tests.lake._lakekit import ACTIVITY, CATALOGS, CLICKS, clicks, data_files_stored, lake_rows, rows_of
 
 pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
 

@@ -10,8 +10,7 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.tiering import tier_table
 from runtime.lake.union import referenced_tables, union_query
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake._lakekit import ACTIVITY, CLICKS, clicks, rows_of
-from tests.lake.conftest import CATALOGS
+from tests.lake._lakekit import ACTIVITY, CATALOGS, CLICKS, clicks, rows_of
 
 pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
 

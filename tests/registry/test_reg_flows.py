@@ -14,8 +14,8 @@ from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, 
 
 
 @pytest.fixture
-def registry(tmp_path):
-    reg = Registry.open(f"sqlite:///{tmp_path / 'registry.db'}")
+def registry(tmp_path, registry_url):
+    reg = Registry.open(registry_url)
     reg.register_actions([write_actions(tmp_path / "actions")])
     yield reg
     reg.close()

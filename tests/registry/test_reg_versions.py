@@ -17,8 +17,8 @@ def action_text(name: str, n: int) -> str:
 
 
 @pytest.fixture
-def registry(tmp_path):
-    reg = Registry.open(f"sqlite:///{tmp_path / 'registry.db'}")
+def registry(registry_url):
+    reg = Registry.open(registry_url)
     yield reg
     reg.close()
 
@@ -62,8 +62,8 @@ def test_unknown_names_and_versions(registry):
     assert info.value.code is ErrorCode.FLOW_UNKNOWN
 
 
-def test_reopening_keeps_everything(tmp_path):
-    url = f"sqlite:///{tmp_path / 'r.db'}"
+def test_reopening_keeps_everything(registry_url):
+    url = registry_url
     first = Registry.open(url)
     first.register_action(action_text("a", 1))
     first.close()
@@ -77,6 +77,9 @@ def test_unreachable_database_is_a_user_error(tmp_path):
     with pytest.raises(TidehouseError) as info:
         Registry.open(f"sqlite:///{tmp_path / 'missing-dir' / 'deeper' / 'r.db'}")
     assert info.value.code is ErrorCode.REGISTRY_UNAVAILABLE
+    with pytest.raises(TidehouseError) as info:  # nothing listens on port 1
+        Registry.open("postgresql+psycopg://tidehouse@127.0.0.1:1/registry")
+    assert info.value.code is ErrorCode.REGISTRY_UNAVAILABLE
     with pytest.raises(TidehouseError) as info:
         Registry.open("nosuchdialect://x")
     assert info.value.code is ErrorCode.REGISTRY_UNAVAILABLE
@@ -88,10 +91,10 @@ def test_content_hash_includes_pins():
 
 
 @pytest.mark.slow
-def test_concurrent_processes_lose_nothing_and_duplicate_nothing(tmp_path, seed):
+def test_concurrent_processes_lose_nothing_and_duplicate_nothing(tmp_path, seed, registry_url):
     """Four processes register the same ten texts (each in its own order) and five texts of their own."""
     rng = random.Random(seed)
-    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    url = registry_url
     Registry.open(url).close()  # schema exists before the race (creating it concurrently is tested below)
     shared = [action_text("same", n) for n in range(10)]
     jobs = []
@@ -104,7 +107,7 @@ def test_concurrent_processes_lose_nothing_and_duplicate_nothing(tmp_path, seed)
     results = [r for r, _ in outcome]
     slowest = max(t for _, t in outcome)
     print(
-        f"\n[measured] 4 processes x 15 registrations under contention: {slowest:.2f}s "
+        f"\n[measured] {url.split(':')[0]}: 4 processes x 15 registrations under contention: {slowest:.2f}s "
         f"({60 / slowest:.0f} registrations/s)"
     )
 
@@ -127,8 +130,8 @@ def test_concurrent_processes_lose_nothing_and_duplicate_nothing(tmp_path, seed)
 
 
 @pytest.mark.slow
-def test_concurrent_first_open_creates_the_schema_once(tmp_path):
-    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+def test_concurrent_first_open_creates_the_schema_once(tmp_path, registry_url):
+    url = registry_url  # a fresh database: the three processes race to create the tables
     results = [r for r, _ in race(url, tmp_path / "gate", [[action_text("x", 1)]] * 3)]
     assert sorted(r[0][1] for r in results) == [1, 1, 1]
     assert sorted(r[0][2] for r in results) == [False, True, True]

@@ -214,7 +214,15 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
         else:
             # no pre-ping: it is a round trip per checkout, i.e. per write; a connection the server dropped
             # fails its statement, is discarded, and the store retries the write once (see store.py)
-            engine = sa.create_engine(parsed, pool_recycle=1800)
+            try:
+                engine = sa.create_engine(parsed, pool_recycle=1800)
+            except ImportError as exc:  # the URL's driver is not installed
+                raise TidehouseError(
+                    ErrorCode.CONFIG_INVALID,
+                    f"storage.metastore: the database driver of {parsed.drivername} is not installed ({exc})",
+                    location=Location(path="storage.metastore"),
+                    hint="postgresql+psycopg:// needs the postgres extra: pip install 'tidehouse[postgres]'",
+                ) from None
         _ENGINES[key] = engine
         return engine
 
