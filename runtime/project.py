@@ -232,8 +232,7 @@ class Project:
                 location=Location(str(path)),
                 hint="give the path of the flow's YAML file",
             )
-        spark = spark or self.spark()
-        new = self.plan(ref, spark=spark)
+        new = self.plan(ref, spark=spark)  # a bad file fails here, before Spark starts
         try:
             registered = self.registry.get_flow(new.flow)
         except TidehouseError as exc:
