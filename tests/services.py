@@ -517,6 +517,46 @@ class Postgres:
             server.stop()
 
 
+# -- a project on the shared services ------------------------------------------------------------------
+
+
+def shared_settings(
+    s3: SeaweedFS | None = None,
+    pg: Postgres | None = None,
+    *,
+    hot: bool = True,
+    lake: bool = True,
+    registry: bool = True,
+) -> dict:
+    """``tidehouse.yaml`` settings (nested, for ``yaml.safe_dump``) that put a project on the services: the
+    hot storage on SeaweedFS under a fresh prefix with its metastore in a fresh PostgreSQL database
+    (``hot``), the lake in a fresh catalog of SeaweedFS's REST server (``lake``), the registry in a fresh
+    PostgreSQL database (``registry``). The operations guide shows these settings."""
+    out: dict = {}
+    if hot:
+        out["storage"] = {"root": s3.root(), "metastore": pg.create_database(), "s3": s3.s3_options()}
+    if lake:
+        out["lake"] = {"catalog": s3.catalog_properties()}
+    if registry:
+        out["registry"] = {"url": pg.create_database()}
+    return out
+
+
+def write_project_file(folder: Path, settings: dict, extra: dict | None = None) -> Path:
+    """Write ``tidehouse.yaml`` into ``folder``: ``settings`` merged with ``extra`` (one level deep)."""
+    import yaml
+
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in settings.items()}
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key].update(value)
+        else:
+            merged[key] = value
+    path = Path(folder) / "tidehouse.yaml"
+    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    return path
+
+
 # -- fixtures --------------------------------------------------------------------------------------------
 
 

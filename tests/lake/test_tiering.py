@@ -204,3 +204,36 @@ def test_a_keyed_read_prunes_the_files_of_other_buckets(store, lake):
     assert len(pruned) == 3
     rows = table.scan(row_filter=EqualTo("__bucket", wanted)).to_arrow()
     assert set(rows.column("__bucket").to_pylist()) == {wanted} and "u3" in rows.column("user_id").to_pylist()
+
+
+def test_a_cycle_that_loses_the_commit_race_rereads_the_offsets_and_commits_no_range_twice(
+    store, lake, monkeypatch
+):
+    """Two tiering processes without a shared lock (two machines): the one whose commit comes second fails
+    the catalog's check that ``main`` is still the snapshot it read, reads the offsets again, finds the range
+    committed and commits nothing."""
+    import contextlib
+
+    from runtime.lake import tiering
+
+    store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
+    store.write("ods.clicks", clicks(40), writer="w", seq=0)
+    monkeypatch.setattr(tiering, "table_lock", lambda *a, **k: contextlib.nullcontext())
+    original, other = tiering.stage_append, []
+
+    def racing(*args, **kwargs):
+        if not other:  # the other process tiers the same range between this one's read and its commit
+            other.append(None)
+            other[0] = tiering.tier_table(store, lake, "ods.clicks")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tiering, "stage_append", racing)
+    result = tiering.tier_table(store, lake, "ods.clicks")
+    assert other[0].committed and other[0].rows == 40
+    assert (result.committed, result.attempts) == (False, 2)
+    data = lake.load("ods.clicks").scan(selected_fields=("__bucket", "__offset")).to_arrow().to_pylist()
+    ends = store.end_offsets("ods.clicks")
+    assert sorted((r["__bucket"], r["__offset"]) for r in data) == [
+        (b, o) for b in range(2) for o in range(ends[b])
+    ]
+    assert len(lake.load("ods.clicks").snapshots()) == 1
