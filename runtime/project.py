@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pyarrow as pa
 
+    from materializer.actiontest import ActionTestReport
     from materializer.diff import FlowDiff
     from materializer.metrics import MetricsEndpoint
     from materializer.plan import FlowPlan
@@ -397,6 +398,30 @@ class Project:
         from runtime.lake.union import union_query
 
         return union_query(self.store, self.lake, sql)
+
+    # -- action tests ------------------------------------------------------------------------------
+    def test(
+        self,
+        paths: Sequence[str | os.PathLike] = (),
+        *,
+        stream: bool = True,
+        spark=None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> ActionTestReport:
+        """Run action tests (``tidehouse test``): test files, folders or ``FILE::CASE`` (default: the
+        project's ``actions/``), in Spark batch and (``stream``) through a streaming flow of a throw-away
+        project. Raises the test files' problems (exit 2); returns the results."""
+        from materializer.actiontest import run_action_tests
+        from registry.specs.actiontest import load_action_tests
+
+        cases = load_action_tests(list(paths) or [self.actions_dir])
+        return run_action_tests(
+            cases,
+            spark=spark or self.spark(),
+            scratch=lambda root: type(self).open(home=root / "home", project_dir=root / "project"),
+            stream=stream,
+            on_progress=on_progress,
+        )
 
     # -- about -------------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "runtime.cli.diff_commands",
     "runtime.cli.tier_commands",
     "runtime.cli.query",
+    "runtime.cli.test_commands",
     "runtime.cli.init",
 )
 
