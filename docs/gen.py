@@ -239,9 +239,12 @@ def cli_reference() -> str:
                 shown = f"`{default}`" if default not in (None, False, (), "") else "—"
                 rows.append(f"| {names} | {kind} | {shown} | {(param.help or '').replace('|', '/')} |")
             elif isinstance(param, click.Argument):
+                default = param.default
+                unset = type(default).__name__ == "Sentinel" or default in (None, (), "")
+                shown = "required" if param.required else ("—" if unset else f"`{default}`")
                 rows.append(
                     f"| `{param.human_readable_name.replace('|', '/')}` (argument) | {_param_type(param)} | "
-                    f"{'required' if param.required else '`' + str(param.default) + '`'} | |"
+                    f"{shown} | |"
                 )
         if rows:
             out.append(
