@@ -17,7 +17,8 @@ both); the strings of a repeated option are a union too. An atom is::
     table:dws.users      the explicit form of a table name
 
 Graph operators apply to any body (``+tag:finance``). Only tables of the flow are selected: sources and
-other flows' tables are walked through by ``+`` but never selected. Anything that selects nothing is an
+other flows' tables are walked through by ``+`` but never selected (``dwd.events+``, where another flow
+produces ``dwd.events``, selects this flow's tables that read it). Anything that selects nothing is an
 error (``SELECTOR_INVALID``) with a did-you-mean: an unknown table, tag, layer or method, and an
 intersection that no table satisfies (with a note that a comma intersects). The result is in the flow's
 topological order. Pure: no Spark, no store — :func:`spec_tables` resolves against a flow spec,
@@ -134,6 +135,7 @@ class Universe:
         self.graph = graph
         self.flow = flow
         self.tables = graph.tables()  # topological order
+        self.external = sorted(n for n in graph.graph if graph.kind(n) == "external")  # other flows' tables
         self.tags = {t: tuple((tags or {}).get(t, ())) for t in self.tables}
 
     def _base(self, atom: Atom, option: str) -> set[str]:
@@ -151,6 +153,8 @@ class Universe:
                     ),
                 )
             found = {t for t in self.tables if fnmatch.fnmatchcase(t, atom.value)}
+            if not found:  # another flow's table this flow reads: a start for `+` (dwd.events+)
+                found = {n for n in self.external if fnmatch.fnmatchcase(n, atom.value)}
             if not found:
                 raise _error(
                     f"{atom.text!r}: {where} has no table {atom.value}",
@@ -203,7 +207,15 @@ class Universe:
             nodes |= self._walk(base, atom.down, g)
         if atom.up != 0:
             nodes |= self._walk(base, atom.up, g.reverse(copy=False))
-        return {n for n in nodes if self.graph.kind(n) == "table"}
+        selected = {n for n in nodes if self.graph.kind(n) == "table"}
+        if not selected:  # only other flows' tables: name what this flow reads them with
+            outside = ", ".join(sorted(base))
+            raise _error(
+                f"{atom.text!r}: {outside} is another flow's table, which this flow only reads",
+                option,
+                f"{atom.value}+ selects the tables of this flow that read it",
+            )
+        return selected
 
     def terms(self, terms: list[Term], option: str) -> set[str]:
         out: set[str] = set()

@@ -147,3 +147,14 @@ def test_tags_are_strict_and_unique(tmp_path):
         error = getattr(err.value, "errors", [err.value])[0]
         assert error.code is code and error.location.path == f"layers.dws.user_activity.{where}"
     assert spec_universe(parse_flow(ECOMMERCE)).tags["dws.user_activity"] == ("funnel",)
+
+
+def test_another_flows_table_starts_a_walk_but_is_never_selected():
+    spec = parse_flow(REPO / "flows" / "shop_trends.yaml")  # reads dwd.events of ecommerce_activity
+    readers = spec_tables(spec, ["dwd.events+1"])
+    assert readers and all(t.split(".")[0] in ("dws", "ads") for t in readers)
+    assert spec_tables(spec, ["dwd.events+"]) == spec_universe(spec).tables
+    for lonely in ("dwd.events", "+dwd.events"):
+        with pytest.raises(TidehouseError) as err:
+            spec_tables(spec, [lonely])
+        assert "another flow" in err.value.message and "dwd.events+" in err.value.hint
