@@ -32,14 +32,19 @@ _LOCK = threading.Lock()
 
 
 def cached_store(
-    root: str, fsync: bool = default("storage.fsync"), config: Config | None = None
+    root: str,
+    fsync: bool = default("storage.fsync"),
+    config: Config | None = None,
+    *,
+    shared_writers: bool = False,
 ) -> TableStore:
     """The process's store for ``root`` (opened once; Spark reuses its Python workers). With the project's
     ``config`` (whose root ``root`` is), it is opened as the façade opens it: with the project's storage
     settings (``storage.metastore``, ``storage.s3``, ...) and the project's lake as the snapshot source of
-    primary-key state (:func:`runtime.storage.open_configured`)."""
+    primary-key state (:func:`runtime.storage.open_configured`). ``shared_writers``: see
+    :func:`runtime.storage.open_store`."""
     key = json.dumps(
-        [str(root), bool(fsync), None if config is None else _lake_key(config)]
+        [str(root), bool(fsync), shared_writers, None if config is None else _lake_key(config)]
         + ([] if config is None else [config.get(n) for n in _STORE_SETTINGS]),
         sort_keys=True,
         default=str,
@@ -52,13 +57,16 @@ def cached_store(
                 if config is None:
                     from runtime.storage import open_store
 
-                    store = open_store(str(root), fsync=fsync)
+                    store = open_store(str(root), fsync=fsync, shared_writers=shared_writers)
                 else:
                     from runtime.lake import lake_bootstrap
                     from runtime.storage import open_configured
 
                     store = open_configured(
-                        config, fsync=fsync, bootstrap=lake_bootstrap(lambda: cached_lake(config))
+                        config,
+                        fsync=fsync,
+                        bootstrap=lake_bootstrap(lambda: cached_lake(config)),
+                        shared_writers=shared_writers,
                     )
                 _STORES[key] = store
     return store
@@ -109,7 +117,9 @@ class Place:
     config: Config | None = None  # None: a bare storage root, no lake
 
     def store(self) -> TableStore:
-        return cached_store(self.root, self.fsync, self.config)
+        """The store as a Spark task opens it: a writer among the executors' Python workers, which take
+        turns writing a primary-key bucket."""
+        return cached_store(self.root, self.fsync, self.config, shared_writers=True)
 
     def history(self) -> TableHistory:
         from runtime.lake.history import TableHistory

@@ -22,7 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def open_configured(
-    config: Config, *, fsync: bool | None = None, bootstrap: Bootstrap | None = None
+    config: Config,
+    *,
+    fsync: bool | None = None,
+    bootstrap: Bootstrap | None = None,
+    shared_writers: bool = False,
 ) -> TableStore:
     """The hot store of a project configuration: ``storage.root`` with the settings it takes
     (``storage.fsync`` unless ``fsync`` is given, ``storage.segment_bytes``, ``storage.metastore``,
@@ -35,6 +39,7 @@ def open_configured(
         metastore=config.get("storage.metastore"),
         s3=config.get("storage.s3"),
         bootstrap=bootstrap,
+        shared_writers=shared_writers,
     )
 
 
@@ -46,6 +51,7 @@ def open_store(
     metastore: str | None = None,
     s3: Mapping[str, Any] | None = None,
     bootstrap: Bootstrap | None = None,
+    shared_writers: bool = False,
 ) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 
@@ -57,6 +63,9 @@ def open_store(
       session_token); ``bootstrap(meta, bucket) -> (rows, offset) | None`` gives primary-key snapshots
       (a local store needs none: its state is complete on its disk).
 
+    ``shared_writers``: this process takes turns with others writing the same primary-key buckets (Spark's
+    Python workers on the executor data path): it hands a bucket over after each write instead of holding it.
+
     Any other scheme is refused (``STORAGE_IO``) rather than becoming a local folder named after it."""
     from runtime.core.errors import ErrorCode, Location, TidehouseError
     from runtime.core.uris import local_path, scheme_of
@@ -67,7 +76,12 @@ def open_store(
 
         # on S3 the store refuses to start without a metastore (CONFIG_INVALID naming storage.metastore)
         return ObjectTableStore.from_uri(
-            text, s3=dict(s3 or {}), metastore=metastore or None, fsync=fsync, bootstrap=bootstrap
+            text,
+            s3=dict(s3 or {}),
+            metastore=metastore or None,
+            fsync=fsync,
+            bootstrap=bootstrap,
+            shared_writers=shared_writers,
         )
     try:
         path = local_path(text)
@@ -90,4 +104,4 @@ def open_store(
             )
     from runtime.storage.local import LocalTableStore
 
-    return LocalTableStore(path, fsync=fsync, segment_bytes=segment_bytes)
+    return LocalTableStore(path, fsync=fsync, segment_bytes=segment_bytes, shared_writers=shared_writers)

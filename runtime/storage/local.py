@@ -165,7 +165,12 @@ def _io_errors(what: str, file: Path | None, hint: str | None = None) -> Iterato
 
 
 class LocalTableStore(TableStore):
-    """Hot tables under a local directory; safe for several processes sharing ``root``."""
+    """Hot tables under a local directory; safe for several processes sharing ``root``.
+
+    A process that writes a primary-key bucket keeps its state (RocksDB, one writer process at a time) open
+    for the next write; with ``shared_writers`` (Spark's Python workers, which take turns writing a bucket)
+    it closes it after each write, so the next writer, under the bucket's lock, opens it in turn.
+    """
 
     def __init__(
         self,
@@ -174,8 +179,10 @@ class LocalTableStore(TableStore):
         fsync: bool = default("storage.fsync"),
         segment_bytes: int = default("storage.segment_bytes"),
         lock_timeout: float = 30.0,
+        shared_writers: bool = False,
     ) -> None:
         self.root = Path(root)
+        self.shared_writers = shared_writers
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.lock_timeout = lock_timeout
@@ -445,31 +452,50 @@ class LocalTableStore(TableStore):
                     origin_ts=origin_ts,
                 )
             tablet = table.tablets[b]
-            db = tablet.catch_up(meta)
-            is_del = fastpk.delete_mask(kinds, part.num_rows)
-            if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
-                merged = fastpk.merge(meta, part, is_del, db)
-                changelog = merged.changelog
+            try:
+                return self._write_state(tablet, meta, part, kinds, log, writer, seq, origin_ts)
+            finally:
+                if self.shared_writers:  # the next process that writes this bucket opens the state in turn
+                    tablet.close()
 
-                def commit(end: int) -> None:
-                    tablet.write_state(db, fastpk.write_batch(merged, end))
-            else:  # the reference row loop
-                merger = Merger(meta, part.column_names)
-                rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
-                out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
-                changelog = rows_to_table(meta.schema, out_rows, out_kinds)
-                commit = functools.partial(tablet.commit, db, touched.items())
-            batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
-            start, end = log.append(
-                _ipc(batch),
-                rows=batch.num_rows,
-                schema_id=meta.schema_id,
-                writer=writer,
-                seq=seq,
-                origin_ts=origin_ts,
-            )
-            commit(end)
-            return start, end
+    @staticmethod
+    def _write_state(
+        tablet: Tablet,
+        meta: TableMeta,
+        part: pa.Table,
+        kinds: list[str] | None,
+        log: BucketLog,
+        writer: str,
+        seq: int,
+        origin_ts: float | None,
+    ) -> tuple[int, int]:
+        """A primary-key write inside the bucket's lock: merge into the state, append the changelog, then
+        update the state."""
+        db = tablet.catch_up(meta)
+        is_del = fastpk.delete_mask(kinds, part.num_rows)
+        if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
+            merged = fastpk.merge(meta, part, is_del, db)
+            changelog = merged.changelog
+
+            def commit(end: int) -> None:
+                tablet.write_state(db, fastpk.write_batch(merged, end))
+        else:  # the reference row loop
+            merger = Merger(meta, part.column_names)
+            rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
+            out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
+            changelog = rows_to_table(meta.schema, out_rows, out_kinds)
+            commit = functools.partial(tablet.commit, db, touched.items())
+        batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
+        start, end = log.append(
+            _ipc(batch),
+            rows=batch.num_rows,
+            schema_id=meta.schema_id,
+            writer=writer,
+            seq=seq,
+            origin_ts=origin_ts,
+        )
+        commit(end)
+        return start, end
 
     def _refreshed_logs(self, name: str) -> list[BucketLog]:
         """The bucket logs of a table, each brought up to date with what other processes committed."""

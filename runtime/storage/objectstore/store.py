@@ -55,6 +55,12 @@ class ObjectTableStore(TableStore):
     URI). ``bootstrap(meta, bucket) -> (rows, offset) | None`` gives a snapshot of a primary-key bucket to
     rebuild its state from (else: the changelog from offset 0). ``delete_before`` returns the number of frames
     it deleted (a frame is the unit of retention here; segments exist only on local disk).
+
+    A primary-key bucket has one writer at a time: writing takes it (a new epoch) and a writer whose epoch
+    moved on is fenced (``STORAGE_LOCKED``). With ``shared_writers`` (Spark's Python workers, which take turns
+    writing a bucket, one task per bucket and batch) a fenced writer takes the bucket back and writes again
+    against the caught-up state; the commit's end-offset check still refuses a changelog computed on a stale
+    state, so turns never lose an update.
     """
 
     def __init__(
@@ -69,8 +75,10 @@ class ObjectTableStore(TableStore):
         cache_bytes: int = 256 << 20,
         gc_interval: float = 3600.0,
         gc_grace: float = 3600.0,
+        shared_writers: bool = False,
     ) -> None:
         self.fs = filesystem
+        self.shared_writers = shared_writers
         self.base = base.rstrip("/")
         local = filesystem.type_name == "local"
         if metastore is None:
@@ -353,6 +361,10 @@ class ObjectTableStore(TableStore):
                 self._discard(obj)
             if isinstance(exc, Stale):
                 raise
+            if self.shared_writers:  # a writer that takes turns with others: take the bucket back, retry
+                with self._mutex:
+                    self._epochs.pop((inc, exc.bucket), None)
+                raise Stale(exc.bucket, -1) from None
             raise TidehouseError(
                 ErrorCode.STORAGE_LOCKED,
                 f"write to {meta.name} bucket {exc.bucket} (writer {writer}, seq {seq}): this store was "

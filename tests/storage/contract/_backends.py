@@ -35,16 +35,32 @@ class Backend:
         """How a subprocess opens this store (``open_from_spec``)."""
         return json.dumps({"root": self.root, "metastore": self.metastore, "s3": self.s3 or None})
 
-    def open(self, *, lock_timeout: float = 0.5, segment_bytes: int = 64 << 20, bootstrap=None) -> TableStore:
+    def open(
+        self,
+        *,
+        lock_timeout: float = 0.5,
+        segment_bytes: int = 64 << 20,
+        bootstrap=None,
+        shared_writers: bool = False,
+    ) -> TableStore:
         if self.name == "local":
             from runtime.storage.local import LocalTableStore
 
             store = LocalTableStore(
-                self.root, fsync=False, segment_bytes=segment_bytes, lock_timeout=lock_timeout
+                self.root,
+                fsync=False,
+                segment_bytes=segment_bytes,
+                lock_timeout=lock_timeout,
+                shared_writers=shared_writers,
             )
         else:
             store = open_store(
-                self.root, fsync=False, metastore=self.metastore, s3=self.s3, bootstrap=bootstrap
+                self.root,
+                fsync=False,
+                metastore=self.metastore,
+                s3=self.s3,
+                bootstrap=bootstrap,
+                shared_writers=shared_writers,
             )
         self.opened.append(store)
         return store
