@@ -14,12 +14,12 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from materializer.plan import NOT_FINGERPRINTED, FlowPlan, SourcePlan, TablePlan, fingerprint
-from registry.selectors import Universe
+from registry.selectors import Universe, spec_tables
 from runtime.core.durations import format_duration
 from runtime.core.sparktypes import parse_columns
 
@@ -86,6 +86,20 @@ class SourceDiff:
 
 
 @dataclass(frozen=True)
+class Reader:
+    """Another registered flow that reads tables this change rebuilds: its tables that read them (and their
+    downstream) must be rebuilt after them, or their queries stop with TH405."""
+
+    flow: str
+    reads: tuple[str, ...]  # the rebuilt tables of this flow it reads
+    tables: tuple[str, ...]  # its tables to rebuild
+
+    @property
+    def command(self) -> str:
+        return f"tidehouse flow trigger {self.flow} " + " ".join(f"--full-refresh {t}+" for t in self.reads)
+
+
+@dataclass(frozen=True)
 class FlowDiff:
     flow: str
     path: str
@@ -93,6 +107,7 @@ class FlowDiff:
     tables: tuple[TableDiff, ...]
     sources: tuple[SourceDiff, ...]
     full_refresh: tuple[str, ...]  # the tables --full-refresh must name (the rest of `rebuild` is downstream)
+    readers: tuple[Reader, ...] = ()  # other flows reading rebuilt tables: to rebuild next
 
     def _with(self, status: Status) -> list[str]:
         return [t.table for t in self.tables if t.status == status]
@@ -141,6 +156,7 @@ class FlowDiff:
             "rebuild": self.rebuild,
             "full_refresh": list(self.full_refresh),
             "command": self.command,
+            "readers": [{**asdict(r), "command": r.command} for r in self.readers],
             "sources": [asdict(s) for s in self.sources if s.status != "unchanged"],
             "tables": [asdict(t) for t in self.tables],
         }
@@ -165,7 +181,9 @@ class FlowDiff:
             if t.status == "added":
                 note = "added: built from its inputs on the next trigger"
             elif t.status == "removed":
-                note = "removed: no longer run or tiered; its hot and lake tables are kept"
+                note = "removed: no longer run or tiered; its hot and lake tables are kept" + "".join(
+                    f"; {r}" for r in t.reasons
+                )
             elif t.rebuild:
                 note = "REBUILD: " + "; ".join(t.reasons)
             else:
@@ -178,6 +196,11 @@ class FlowDiff:
         if self.full_refresh:
             lines.append(f"rebuild {len(self.rebuild)} table(s): {', '.join(self.rebuild)}")
             lines.append(f"  {self.command}")
+            for r in self.readers:
+                lines.append(
+                    f"then flow {r.flow}, which reads {', '.join(r.reads)} ({', '.join(r.tables)} rebuilt):"
+                )
+                lines.append(f"  {r.command}")
         else:
             lines.append("no table needs a rebuild")
         return "\n".join(lines)
@@ -322,8 +345,12 @@ def _source_changes(old: SourcePlan, new: SourcePlan) -> tuple[Change, ...]:
 
 
 # -- the diff -----------------------------------------------------------------------------------------
-def diff_plans(old: FlowPlan | None, new: FlowPlan, path: str = "") -> FlowDiff:
-    """What changes from ``old`` (the registered version's plan; None: not registered) to ``new``."""
+def diff_plans(
+    old: FlowPlan | None, new: FlowPlan, path: str = "", others: Mapping[str, Any] | None = None
+) -> FlowDiff:
+    """What changes from ``old`` (the registered version's plan; None: not registered) to ``new``.
+    ``others``: the specs of the other registered flows (``{name: FlowSpec}``), to name those that read a
+    table this change rebuilds or removes."""
     old_tables = {t.name: t for t in old.tables} if old else {}
     old_sources = {s.ref: s for s in old.sources} if old else {}
     new_sources = {s.ref: s for s in new.sources}
@@ -380,7 +407,32 @@ def diff_plans(old: FlowPlan | None, new: FlowPlan, path: str = "") -> FlowDiff:
         )
     for name, before in old_tables.items():
         if name not in new_tables:
-            tables.append(TableDiff(name, "removed", False, old_fingerprint=before.fingerprint))
+            read_by = [
+                f"read by flow {flow}"
+                for flow, spec in sorted((others or {}).items())
+                if _reads(spec, {name})
+            ]
+            tables.append(
+                TableDiff(name, "removed", False, tuple(read_by), old_fingerprint=before.fingerprint)
+            )
     rebuilt = [t.table for t in tables if t.rebuild]
     roots = Universe(new.graph(), flow=new.flow).upstream_roots(rebuilt) if rebuilt else []
-    return FlowDiff(new.flow, path, old.version if old else None, tuple(tables), tuple(sources), tuple(roots))
+    readers = []
+    for flow, spec in sorted((others or {}).items()):
+        reads = sorted(_reads(spec, set(rebuilt)))
+        if reads:
+            readers.append(Reader(flow, tuple(reads), tuple(spec_tables(spec, [f"{t}+" for t in reads]))))
+    return FlowDiff(
+        new.flow,
+        path,
+        old.version if old else None,
+        tuple(tables),
+        tuple(sources),
+        tuple(roots),
+        tuple(readers),
+    )
+
+
+def _reads(spec, tables: set[str]) -> set[str]:
+    """The tables of ``tables`` that a flow spec's tables read."""
+    return {ref for _, t in spec.tables() for ref in t.inputs.values() if ref in tables}

@@ -241,7 +241,7 @@ class Project:
                 raise
             registered = None
         old = build_plan(self, _pinned(self.registry, registered), spark) if registered else None
-        return diff_plans(old, new, str(path))
+        return diff_plans(old, new, str(path), self.registry.other_flows(new.flow))
 
     def trigger(
         self,

@@ -158,3 +158,35 @@ def test_added_removed_and_not_registered():
     assert fresh.version is None and fresh.added == ["ods.raw", "dwd.clean", "dws.agg"]
     assert [s.status for s in fresh.sources] == ["added"] and "not registered" in fresh.to_text()
     assert fresh.to_dict()["added"] == fresh.added
+
+
+OTHER = """flow: other
+layers:
+  dws:
+    items: {action: x, inputs: {events: dwd.clean}}
+    unrelated: {action: x, inputs: {events: dwd.elsewhere}}
+  ads:
+    top: {action: y, inputs: {items: dws.items}}
+"""
+
+
+def test_other_flows_that_read_a_rebuilt_or_removed_table_are_named():
+    from registry.specs import parse_flow_text
+
+    others = {"other": parse_flow_text(OTHER, "<other>")}
+    diff = diff_plans(_flow(), _flow(dwd={"buckets": 2}), "f.yaml", others)
+    (reader,) = diff.readers
+    assert (reader.flow, reader.reads, reader.tables) == ("other", ("dwd.clean",), ("dws.items", "ads.top"))
+    assert reader.command == "tidehouse flow trigger other --full-refresh dwd.clean+"
+    assert "then flow other, which reads dwd.clean" in diff.to_text()
+    assert diff.to_dict()["readers"][0]["command"] == reader.command
+    assert diff_plans(_flow(), _flow(dws={"buckets": 2}), "f.yaml", others).readers == ()
+
+    two = _plan(list(_flow().tables[:1]))
+    removed = diff_plans(_flow(), two, "f.yaml", others)
+    table = next(t for t in removed.tables if t.table == "dwd.clean")
+    assert table.status == "removed" and table.reasons == ("read by flow other",)
+    assert (
+        "dwd.clean: removed: no longer run or tiered; its hot and lake tables are kept; read by flow other"
+        in (removed.to_text())
+    )
