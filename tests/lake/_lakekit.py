@@ -6,7 +6,10 @@ import pyarrow as pa
 
 from runtime.lake.catalog import Lake
 
-CATALOGS = ["sql", "rest"]  # the lake fixture's catalogs: embedded SQL on SQLite, SeaweedFS's REST catalog
+# the lake fixture's catalogs: the embedded SQL catalog on SQLite, SeaweedFS's Iceberg REST catalog, and
+# pyiceberg's SQL catalog on PostgreSQL with its warehouse on SeaweedFS's S3 (``sql-postgres``)
+CATALOGS = ["sql", "rest"]
+ALL_CATALOGS = [*CATALOGS, "sql-postgres"]
 
 CLICKS = pa.schema(
     [

@@ -53,7 +53,7 @@ def test_one_compaction_reads_at_most_the_target_size():
     assert all(sum(t.file.file_size_in_bytes for t in g) <= 16 * MB for g in groups)
 
 
-@pytest.mark.parametrize("lake", CATALOGS, indirect=True)
+@pytest.mark.catalogs(*CATALOGS)
 @pytest.mark.parametrize("store", ["local"], indirect=True)
 def test_compacted_files_at_the_target_are_never_rewritten(store, lake):
     lake.compact_min_files = 8

@@ -10,9 +10,9 @@ import pytest
 from runtime.lake.state import lake_offsets
 from runtime.lake.tiering import lake_status, tier_table
 from runtime.storage.api import CHANGE, TableMeta
-from tests.lake._lakekit import ACTIVITY, CATALOGS, CLICKS, clicks, data_files_stored, lake_rows, rows_of
+from tests.lake._lakekit import ACTIVITY, ALL_CATALOGS, CLICKS, clicks, data_files_stored, lake_rows, rows_of
 
-pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
+pytestmark = pytest.mark.catalogs(*ALL_CATALOGS)  # SQLite, SeaweedFS's REST catalog, PostgreSQL
 
 
 def test_log_table_lake_equals_hot_after_each_cycle(store, lake):

@@ -12,7 +12,7 @@ from runtime.lake.union import referenced_tables, union_query
 from runtime.storage.api import CHANGE, TableMeta
 from tests.lake._lakekit import ACTIVITY, CATALOGS, CLICKS, clicks, rows_of
 
-pytestmark = pytest.mark.parametrize("lake", CATALOGS, indirect=True)  # embedded SQL and a REST catalog
+pytestmark = pytest.mark.catalogs(*CATALOGS)  # the embedded SQL catalog and a REST catalog
 
 PK_CHANGES = ACTIVITY.append(pa.field(CHANGE, pa.string()))
 
