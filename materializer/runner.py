@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from materializer.analyze import struct_of
+from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
@@ -37,6 +38,7 @@ from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, r
 from materializer.telemetry import batch_scope
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
+from runtime.spark.options import Place
 from runtime.spark.session import new_session
 from runtime.storage.api import TableMeta
 
@@ -59,6 +61,8 @@ class RunReport:
     seconds: float
     tables: dict[str, dict] = field(default_factory=dict)
     tiering: dict[str, dict] = field(default_factory=dict)
+    spark: str = ""  # where the queries ran: the master URL (or the Spark Connect URL)
+    data_path: str = ""  # driver | executors
 
 
 def table_meta(plan: TablePlan) -> TableMeta:
@@ -229,7 +233,8 @@ class FlowRunner:
                 first = struct_of(inp.ddl).fields[0].name
                 part = self._tidehouse_stream(session, inp.ref, [first]).select(F.lit(1).alias("changed"))
                 stream = part if stream is None else stream.union(part)
-        fn = _guarded(BATCH_FUNCTIONS[t.strategy](ctx), ctx)
+        functions = EXECUTOR_FUNCTIONS if self.data_path == "executors" else BATCH_FUNCTIONS
+        fn = _guarded(functions[t.strategy](ctx), ctx)
         writer = (
             stream.writeStream.queryName(t.name)
             .option("checkpointLocation", t.checkpoint)
@@ -328,6 +333,8 @@ class FlowRunner:
         seq = 1 + max(
             (self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table)
         )
+        if self.data_path == "executors":
+            return recompute_distributed(ctx, session, seq, writer=writer, origin=None)
         return recompute(ctx, session, seq, writer=writer, origin=None)
 
     def _context(self, t: TablePlan) -> QueryContext:
@@ -335,9 +342,33 @@ class FlowRunner:
         and by reconciles, so the run's figures count each row once."""
         if t.name not in self.contexts:
             self.contexts[t.name] = QueryContext(
-                self.store, self.root, self.plan, t, self.stats[t.name], history=self.history, pool=t.layer
+                self.store,
+                self.root,
+                self.plan,
+                t,
+                self.stats[t.name],
+                history=self.history,
+                pool=t.layer,
+                place=Place(
+                    self.root, fsync=self.project.config.get("storage.fsync"), config=self.project.config
+                ),
+                spark_partitions=int(self.spark.conf.get("spark.sql.shuffle.partitions", "2")),
             )
         return self.contexts[t.name]
+
+    @property
+    def spark_target(self) -> str:
+        """Where the queries run: the Spark master URL."""
+        return self.spark.conf.get("spark.master", "local[*]")
+
+    @property
+    def data_path(self) -> str:
+        """``driver`` or ``executors`` (docs/architecture.md, "Two data paths"): the setting
+        ``materializer.data_path``, where ``auto`` is the driver for a ``local[...]`` master."""
+        chosen = self.project.config.get("materializer.data_path")
+        if chosen != "auto":
+            return chosen
+        return "driver" if self.spark_target.startswith("local") else "executors"
 
     def _ends(self) -> dict[str, list[int]]:
         return {t.name: self.store.end_offsets(t.name) for t in self.plan.tables}
@@ -391,6 +422,8 @@ class FlowRunner:
         self.lock.acquire()
         status_thread = None
         try:
+            if self.data_path == "executors":
+                check_executors(self.spark)
             self.full_refresh(full_refresh)
             self.check_unchanged()
             self.create_tables()
@@ -459,6 +492,8 @@ class FlowRunner:
                 for n, s in self.stats.items()
             },
             self.tiering.summary() if self.tiering else {},
+            spark=self.spark_target,
+            data_path=self.data_path,
         )
         return report
 

@@ -179,6 +179,8 @@ def run_snapshot(runner) -> dict[str, Any]:
         "flow": runner.plan.flow,
         "version": runner.plan.version,
         "state": runner.state,
+        "spark": runner.spark_target,
+        "data_path": runner.data_path,
         "pid": _pid(),
         "started_at": runner.started,
         "updated_at": now,

@@ -44,6 +44,7 @@ from runtime.core.literals import (
     UPDATE_BEFORE,
 )
 from runtime.lake.history import TableHistory
+from runtime.spark.options import Place
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import TableStore
 
@@ -83,9 +84,13 @@ class QueryContext:
         stats: TableStats,
         pool: str,
         history: TableHistory | None = None,
+        place: Place | None = None,
+        spark_partitions: int = 2,
     ) -> None:
         self.store = store
         self.history = history or TableHistory(store, None)  # reads that may need what retention deleted
+        self.place = place or Place(root)  # where executor tasks open the store and the lake
+        self.spark_partitions = spark_partitions  # shuffle partitions: tasks the executor path writes with
         self.root = root
         self.flow = plan
         self.table = table

@@ -162,7 +162,10 @@ def trigger_cmd(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    click.echo(f"flow {report.flow}: {report.mode} finished in {report.seconds:.1f}s")
+    click.echo(
+        f"flow {report.flow}: {report.mode} finished in {report.seconds:.1f}s"
+        f" on {report.spark} (data path: {report.data_path})"
+    )
     for name, stats in report.tables.items():
         click.echo(
             f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
@@ -189,7 +192,8 @@ def status_cmd(state, name: str, as_json: bool) -> None:
         echo_json(status)
         return
     flow_state = "running" if status["running"] else status["state"]
-    click.echo(f"flow {status['flow']} (version {status['version']}): {flow_state}")
+    where = f" on {status['spark']} (data path: {status['data_path']})" if status.get("spark") else ""
+    click.echo(f"flow {status['flow']} (version {status['version']}): {flow_state}{where}")
     headers = [
         "table",
         "state",

@@ -222,6 +222,15 @@ SETTINGS: tuple[Setting, ...] = (
         _local_place,
     ),
     Setting(
+        "materializer.data_path",
+        "auto",
+        "Where micro-batches read, transform and write their rows: 'driver' (one machine: the driver reads "
+        "a batch's hot range, runs the SQL on a local relation and writes; fastest for small batches), "
+        "'executors' (Spark tasks read, Spark runs the SQL, tasks write routed by bucket; scales out), or "
+        "'auto' (driver for a local[...] master, executors for any cluster).",
+        _choice("auto", "driver", "executors"),
+    ),
+    Setting(
         "materializer.max_rows_per_batch",
         200_000,
         "At most this many rows of a hot input per micro-batch "

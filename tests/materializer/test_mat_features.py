@@ -34,7 +34,7 @@ layers:
 """
 
 
-def test_lookup_expectations_and_full_refresh(spark, project_dir, seed):
+def test_lookup_expectations_and_full_refresh(spark, project_dir, data_path, seed):
     import json
 
     from runtime.project import Project

@@ -28,7 +28,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, home, run_cli, seed):
+def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, home, run_cli, seed):
     from runtime.project import Project
     from runtime.storage import open_store
 

@@ -59,7 +59,7 @@ def _wait(predicate, timeout: float) -> bool:
 
 
 def test_violators_of_a_recomputed_table_are_quarantined_once_each_also_after_a_reconcile(
-    spark, project_dir, seed
+    spark, project_dir, data_path, seed
 ):
     from runtime.project import Project
 

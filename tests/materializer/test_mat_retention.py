@@ -49,10 +49,11 @@ ORACLE = {
 }
 
 
-def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row(spark, project_dir, seed):
+def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row(spark, project_dir, data_path, seed):
     from runtime.project import Project
 
-    (project_dir / "tidehouse.yaml").write_text("storage:\n  retention: 1s\n  segment_bytes: 2048\n")
+    with open(project_dir / "tidehouse.yaml", "a") as settings:  # after the data_path fixture's
+        settings.write("storage:\n  retention: 1s\n  segment_bytes: 2048\n")
     (project_dir / "actions" / "t_ingest.sql").write_text(ACTIONS["t_ingest.sql"])
     (project_dir / "actions" / "t_item_users.sql").write_text(DISTINCT_USERS)
     path = project_dir / "flows" / "retained.yaml"

@@ -26,13 +26,14 @@ def check_against_oracle(project, lines):
     assert sum(store.end_offsets("ods.clicks__quarantine")) == expected["ods.clicks__quarantine"]
 
 
-def test_until_idle_equals_oracle_and_resumes(spark, project_dir, test_flow, seed):
+def test_until_idle_equals_oracle_and_resumes(spark, project_dir, data_path, test_flow, seed):
     from runtime.project import Project
 
     rng = random.Random(seed)
     first = make_events(rng, 60)
     write_batch(project_dir, "part-0", first)
     project = Project.open()
+    assert project.config.get("materializer.data_path") == data_path
     report = project.trigger(test_flow, until_idle=True, spark=spark)
     assert report.tables["ods.clicks"]["quarantined"] == 2
     check_against_oracle(project, first)

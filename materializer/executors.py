@@ -1,0 +1,486 @@
+"""The executor data path: a micro-batch read, transformed and written by Spark tasks (docs/architecture.md,
+"Two data paths").
+
+The driver builds one Spark plan per micro-batch: the batch's DataFrame (the ``tidehouse`` source's ranges or
+the file source's splits, read by tasks), the action's SQL over it, the expectations as boolean columns, then
+:func:`write_routed`: a Python pass (:class:`Tag`) adds each row's bucket (THE bucket function) and its
+position, the rows are repartitioned by bucket and sorted back into batch order, and a second pass
+(:class:`WriteTask`) writes the buckets each task holds with the query's writer id and ``seq = batch id``.
+Every bucket of a batch is written by exactly one task: a retried task skips what it committed, a replayed
+batch skips everything, on either path. The tasks return counts and the rows to quarantine; the driver
+writes the quarantine and records the figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from materializer.analyze import struct_of
+from materializer.plan import Expectation
+from materializer.rows import (
+    CORRUPT,
+    Violations,
+    expectation_exprs,
+    keys_table,
+    quarantine_rows,
+    split_corrupt,
+    split_expectations,
+    split_missing,
+)
+from materializer.strategies import (
+    QueryContext,
+    _begin,
+    _finish,
+    _source_of,
+    behind_retention,
+    record_violations,
+    write_quarantine,
+)
+from runtime.spark.options import Place
+from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
+from runtime.storage.api import BUCKET, CHANGE, DELETE, INSERT, OFFSET, UPDATE_AFTER, UPDATE_BEFORE, bucket_of
+
+ORDER, SEQ = "__order", "__seq"  # the rows' order within a bucket: deletes first, then batch order
+RESULT = "kind string, bucket int, n long, raw string, reason string, name string"
+_FLAGS = "e"  # expectation columns e0, e1, ...
+
+
+@dataclass(frozen=True)
+class Tag:
+    """``mapInArrow``: each row's bucket and its position in the batch (task number, row number)."""
+
+    bucket_key: tuple[str, ...]
+    buckets: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        base = TaskContext.get().partitionId() << 36
+        for batch in batches:
+            buckets = bucket_of(batch, list(self.bucket_key), self.buckets)
+            seq = pa.array(range(base, base + batch.num_rows), pa.int64())
+            base += batch.num_rows
+            yield batch.append_column(BUCKET, buckets).append_column(SEQ, seq)
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """``mapInArrow`` over rows routed by bucket: write them, return counts and the rows to quarantine."""
+
+    place: Place
+    table: str
+    writer: str
+    seq: int
+    origin: float | None
+    primary_key: tuple[str, ...]
+    expect: tuple[Expectation, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = [b for b in batches if b.num_rows]
+        if not batches:  # a partition the shuffle left without rows
+            return
+        data = pa.Table.from_batches(batches)
+        store = self.place.store()
+        meta = store.get_table(self.table)
+        flags = [c for c in data.column_names if c.startswith(_FLAGS) and c[1:].isdigit()]
+        out: list[dict[str, Any]] = []
+        rows = data.drop_columns([c for c in (*flags, ORDER, SEQ) if c in data.column_names])
+        if self.expect:
+            rows = self._expectations(meta, rows, data.select(flags), out)
+        if rows.num_rows:
+            result = store.write(
+                self.table,
+                prepare(store, self.table, rows),
+                writer=self.writer,
+                seq=self.seq,
+                origin_ts=self.origin,
+            )
+            out += [{"kind": "written", "bucket": b, "n": hi - lo} for b, (lo, hi) in result.ranges.items()]
+            if result.skipped:
+                out.append({"kind": "skipped", "n": rows.num_rows})
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
+
+    def _expectations(self, meta, rows: pa.Table, passed: pa.Table, out: list[dict]) -> pa.Table:
+        """Rows of a batch after its table's expectations: violators dropped or quarantined (returned to the
+        driver) — for a primary-key table, a violating upsert deletes its key instead."""
+        upserts = (
+            pc.invert(pc.is_in(rows.column(CHANGE), pa.array([DELETE, UPDATE_BEFORE])))
+            if CHANGE in rows.column_names
+            else None
+        )
+        checked = rows if upserts is None else rows.filter(upserts)
+        found = split_expectations(
+            self.table, checked, passed if upserts is None else passed.filter(upserts), self.expect
+        )
+        for raw, reason, to_quarantine in zip(found.raws, found.reasons, found.quarantine):
+            out.append({"kind": "violator", "raw": raw, "reason": reason, "n": int(to_quarantine)})
+        out += [{"kind": "violation", "name": name, "n": n} for name, n in found.counts.items()]
+        if not found.raws:
+            return rows
+        kept = found.kept
+        if self.primary_key:  # an upsert that violates deletes its key (as on the driver path)
+            user = [c for c in rows.column_names if c != CHANGE]
+            deletes = rows.filter(pc.invert(upserts)) if upserts is not None else None
+            parts = [deletes] if deletes is not None and deletes.num_rows else []
+            parts.append(keys_table(meta.schema, found.violators.select(user), self.primary_key, DELETE))
+            parts.append(
+                kept
+                if CHANGE in kept.column_names
+                else keys_table(meta.schema, kept, self.primary_key, UPDATE_AFTER)
+            )
+            return pa.concat_tables([p.select(parts[-1].column_names).cast(parts[-1].schema) for p in parts])
+        return kept
+
+
+def _result_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("bucket", pa.int32()),
+            ("n", pa.int64()),
+            ("raw", pa.string()),
+            ("reason", pa.string()),
+            ("name", pa.string()),
+        ]
+    )
+
+
+def write_routed(
+    ctx: QueryContext,
+    df,
+    batch_id: int,
+    origin: float | None,
+    *,
+    deletes_first: bool = False,
+    writer: str | None = None,
+    expect: bool = True,
+) -> int:
+    """Write the rows of ``df`` (the table's user columns, and ``__change`` for a primary-key table) from
+    Spark tasks routed by bucket; returns the rows written. ``deletes_first``: ``df`` has an ``__order``
+    column (0 for deletes) that orders each bucket's rows before batch order. ``expect``: check the table's
+    expectations here (a recompute checked them on its whole result already)."""
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    table = ctx.table
+    meta = ctx.store.get_table(table.name)
+    expectations = tuple(table.expect) if expect else ()
+    if expectations:
+        df = df.selectExpr("*", *expectation_exprs(expectations))
+    key = meta.effective_bucket_key
+    tagged = df.mapInArrow(
+        Tag(tuple(key), meta.buckets),
+        StructType(
+            [
+                *df.schema.fields,
+                StructField(BUCKET, IntegerType(), False),
+                StructField(SEQ, LongType(), False),
+            ]
+        ),
+    )
+    parts = max(1, min(meta.buckets, int(ctx.spark_partitions)))
+    routed = tagged.repartition(parts, BUCKET).sortWithinPartitions(
+        BUCKET, *((ORDER,) if deletes_first else ()), SEQ
+    )
+    task = WriteTask(
+        ctx.place,
+        table.name,
+        writer or table.writer_id,
+        int(batch_id),
+        origin,
+        tuple(table.primary_key),
+        expectations,
+    )
+    with ctx.clock.phase("write"):
+        results = routed.drop(BUCKET).mapInArrow(task, RESULT).collect()
+    return _record(ctx, results, batch_id, writer)
+
+
+def _record(ctx: QueryContext, results, batch_id: int, writer: str | None) -> int:
+    """The tasks' report: quarantine the violators (driver, as the driver path does), count the rest."""
+    written, counts, raws, reasons, quarantined = 0, {}, [], [], []
+    for r in results:
+        if r.kind == "written":
+            written += r.n
+        elif r.kind == "violation":
+            counts[r.name] = counts.get(r.name, 0) + r.n
+        elif r.kind == "violator":
+            raws.append(r.raw)
+            reasons.append(r.reason)
+            quarantined.append(bool(r.n))
+    if raws:
+        found = Violations(pa.table({}), pa.table({}), raws, reasons, quarantined, counts)
+        record_violations(ctx, found, [True] * len(raws))
+        to_quarantine = [(r, why) for r, why, q in zip(raws, reasons, quarantined) if q]
+        write_quarantine(
+            ctx,
+            quarantine_rows([r for r, _ in to_quarantine], [w for _, w in to_quarantine], ctx.table.name),
+            batch_id,
+            part="qe",
+            writer=writer,
+        )
+    return written
+
+
+def _user(df, ddl: str):
+    return df.select(*[f"`{f.name}`" for f in struct_of(ddl).fields])
+
+
+def _view(session, df, name: str) -> None:
+    df.createOrReplaceTempView(name)
+
+
+def _table(ctx: QueryContext, session, name: str):
+    """A table as a DataFrame read by tasks: a log table's rows, a primary-key table's state."""
+    reader = session.read.format("tidehouse").option("systemColumns", "false")
+    config = ctx.place.config
+    if config is not None:
+        reader = reader.option("home", str(config.home)).option("project", str(config.project_dir))
+    else:
+        reader = reader.option("root", ctx.place.root)
+    return reader.load(name)
+
+
+def _lookups(ctx: QueryContext, session, inputs) -> None:
+    """Primary-key inputs as their state, read by tasks."""
+    for inp in inputs:
+        _view(session, _user(_table(ctx, session, inp.ref), inp.ddl), inp.name)
+
+
+# -- strategies ---------------------------------------------------------------------------------------------
+def append_batch(ctx: QueryContext) -> Callable:
+    """Stateless SQL over one append-only input (+ lookups), in Spark; rows written by tasks."""
+    table = ctx.table
+    stream_input = next(i for i in table.inputs if i.kind in ("source", "log"))
+    lookups = [i for i in table.inputs if i is not stream_input]
+    source = _source_of(ctx.flow, stream_input)
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        cached = None
+        if source is not None:  # quarantine what does not parse (collected: rare, small), go on with the rest
+            cached = batch_df.persist()
+            good, rows_in = _source_rows(ctx, source, cached, batch_id)
+            origin = None
+        else:
+            rows_in = _range_rows(ctx, stream_input, batch_id)
+            if not rows_in:
+                return
+            good = batch_df
+            origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        try:
+            if table.passthrough:
+                out = _user(good, stream_input.ddl)
+            else:
+                _view(session, _user(good, stream_input.ddl), stream_input.name)
+                _lookups(ctx, session, lookups)
+                out = session.sql(table.sql, args=ctx.args)
+            if table.kind == "primary_key":
+                out = out.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
+            written = write_routed(ctx, out, batch_id, origin)
+        finally:
+            if cached is not None:
+                cached.unpersist()
+        _finish(ctx, started, rows_in, written, origin)
+
+    return run
+
+
+def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[Any, int]:
+    """(the rows that parse and have every required column, how many records came in): the others are
+    collected and quarantined here, with the same writers and reasons as on the driver path."""
+    checks = [f"`{c}` IS NOT NULL" for c in source.required if c in batch_df.columns]
+    if CORRUPT in batch_df.columns:
+        checks.insert(0, f"`{CORRUPT}` IS NULL")
+    fine = " AND ".join(checks) or "true"
+    bad = batch_df.where(f"NOT ({fine})").toArrow()
+    data, corrupt = split_corrupt(bad, source.name, source.format)
+    write_quarantine(ctx, corrupt, batch_id)
+    _, missing = split_missing(data, source.required, source.name, source.format)
+    write_quarantine(ctx, missing, batch_id, part="qn")
+    good = batch_df.where(fine)
+    if CORRUPT in good.columns:
+        good = good.drop(CORRUPT)
+    return good, bad.num_rows  # the good rows are counted by what is written
+
+
+def _range_rows(ctx: QueryContext, inp, batch_id: int) -> int:
+    starts, ends = batch_ranges(ctx.table.checkpoint, batch_id).get(inp.ref, ({}, {}))
+    return sum(max(0, int(e) - int(starts.get(b, 0))) for b, e in ends.items())
+
+
+def aggregate_batch(ctx: QueryContext) -> Callable:
+    """The changed groups of a streaming aggregation (output mode update), upserted by tasks."""
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        _begin(ctx, batch_df)
+        origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
+        out = batch_df.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
+        written = write_routed(ctx, out, batch_id, origin)
+        _finish(ctx, started, written, written, origin)
+
+    return run
+
+
+def changelog_batch(ctx: QueryContext) -> Callable:
+    """Stateless SQL following one primary-key table's changelog, in Spark: the SQL over the before-images
+    gives the keys to delete, the SQL over each key's last after-image the rows to upsert; deletes first."""
+    table = ctx.table
+    upstream = table.inputs[0]
+    key = upstream.primary_key or tuple(f.name for f in struct_of(upstream.ddl).fields)
+
+    def run(batch_df, batch_id: int) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        if behind_retention(ctx, upstream, batch_id):  # resync: recompute from the input's state, then follow
+            written = recompute_distributed(ctx, session, batch_id, origin=origin)
+            _finish(ctx, started, 0, written, origin)
+            return
+        rows_in = _range_rows(ctx, upstream, batch_id)
+        if not rows_in:
+            return
+        events = batch_df.persist()
+        try:
+            before = events.where(F.col(CHANGE).isin(UPDATE_BEFORE, DELETE))
+            _view(session, _user(before, upstream.ddl), upstream.name)
+            gone = session.sql(table.sql, args=ctx.args).select(*[f"`{k}`" for k in table.primary_key])
+            gone = gone.selectExpr("*", f"'{DELETE}' AS `{CHANGE}`", f"0 AS `{ORDER}`")
+            last = Window.partitionBy(*[f"`{k}`" for k in key]).orderBy(
+                F.col(BUCKET).desc(), F.col(OFFSET).desc()
+            )
+            after = events.withColumn("__last", F.row_number().over(last)).where(
+                (F.col("__last") == 1) & F.col(CHANGE).isin(INSERT, UPDATE_AFTER)
+            )
+            _view(session, _user(after, upstream.ddl), upstream.name)
+            kept = session.sql(table.sql, args=ctx.args)
+            kept = kept.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`", f"1 AS `{ORDER}`")
+            out = kept.unionByName(gone, allowMissingColumns=True)
+            written = write_routed(ctx, out, batch_id, origin, deletes_first=True)
+        finally:
+            events.unpersist()
+        _finish(ctx, started, rows_in, written, origin)
+
+    return run
+
+
+def recompute_batch(ctx: QueryContext) -> Callable:
+    """Re-evaluate the SQL over the current state of every input, in Spark; tasks write the difference."""
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
+        written = recompute_distributed(ctx, session, batch_id, origin=origin)
+        _finish(ctx, started, 0, written, origin)
+
+    return run
+
+
+def recompute_distributed(
+    ctx: QueryContext, session, seq: int, *, origin: float | None, writer: str | None = None
+) -> int:
+    """One recomputation in Spark: the result's rows that are new or changed upsert, the keys it no longer
+    has delete. Expectations: as the driver path's whole-result check (violators found again are counted
+    once per run and quarantined once ever), so their rows are collected — they are few by nature."""
+    table = ctx.table
+    for inp in table.inputs:
+        _view(session, _user(_table(ctx, session, inp.ref), inp.ddl), inp.name)
+    new = session.sql(table.sql, args=ctx.args)
+    if table.expect:
+        from materializer.strategies import apply_expectations
+
+        flags = new.selectExpr("*", *expectation_exprs(table.expect))
+        clean = " AND ".join(f"`e{i}`" for i in range(len(table.expect)))
+        bad = flags.where(f"NOT ({clean})").drop(*[f"e{i}" for i in range(len(table.expect))]).toArrow()
+        if bad.num_rows:
+            apply_expectations(ctx, session, bad, seq, writer=writer, whole_result=True)
+        new = flags.where(clean).drop(*[f"e{i}" for i in range(len(table.expect))])
+    old = _table(ctx, session, table.name)
+    cols = [f"`{c}`" for c in old.columns]
+    keys = [f"`{k}`" for k in table.primary_key]
+    new = new.select(*cols)
+    dup = new.groupBy(*keys).count().where("count > 1").limit(1).collect()
+    if dup:
+        from runtime.core.errors import ErrorCode, TidehouseError
+
+        raise TidehouseError(
+            ErrorCode.PRIMARY_KEY_INVALID,
+            f"table {table.name}: the SQL of {table.action} yields several rows for primary key "
+            f"{tuple(dup[0])[:-1]}",
+            hint="make the primary key the columns that identify one output row",
+        )
+    upserts = new.exceptAll(old).selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`", f"1 AS `{ORDER}`")
+    deletes = (
+        old.select(*keys)
+        .exceptAll(new.select(*keys))
+        .selectExpr("*", f"'{DELETE}' AS `{CHANGE}`", f"0 AS `{ORDER}`")
+    )
+    out = upserts.unionByName(deletes, allowMissingColumns=True)
+    return write_routed(ctx, out, seq, origin, deletes_first=True, writer=writer, expect=False)
+
+
+def _probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """On an executor: which tidehouse and which Python run there (importing this module is the test)."""
+    import sys
+
+    import runtime
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pylist(
+        [{"version": runtime.__version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}]
+    )
+
+
+def check_executors(spark, probe: Callable = _probe) -> None:
+    """Fail before any query starts when the executors cannot run the data path: tidehouse missing there,
+    another version of it, or another Python (Spark refuses mixed minor versions too, with a traceback)."""
+    import sys
+
+    import runtime
+    from runtime.core.errors import ErrorCode, TidehouseError
+
+    here = {"version": runtime.__version__, "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+    hint = (
+        f"install the same tidehouse (pip install tidehouse=={runtime.__version__}) with its dependencies on "
+        "every worker, for the Python Spark's workers run (PYSPARK_PYTHON), or set materializer.data_path: "
+        "driver"
+    )
+    try:
+        rows = spark.range(1, numPartitions=1).mapInArrow(probe, "version string, python string").collect()
+    except Exception as exc:  # noqa: BLE001 - Spark wraps the worker's ImportError in its own exceptions
+        text = str(exc)
+        first = next((line for line in text.splitlines() if "Error" in line), text.splitlines()[0])
+        raise TidehouseError(
+            ErrorCode.SPARK_START,
+            f"the executors cannot run tidehouse's data path: {first.strip()[:300]}",
+            hint=hint,
+        ) from None
+    there = rows[0].asDict()
+    if there != here:
+        raise TidehouseError(
+            ErrorCode.SPARK_START,
+            f"the executors run tidehouse {there['version']} on Python {there['python']}, this driver "
+            f"tidehouse {here['version']} on Python {here['python']}",
+            hint=hint,
+        )
+
+
+EXECUTOR_FUNCTIONS = {
+    "append": append_batch,
+    "aggregate": aggregate_batch,
+    "changelog": changelog_batch,
+    "recompute": recompute_batch,
+}
