@@ -26,13 +26,14 @@ action does differently from the test is a failed case in the report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -58,7 +59,12 @@ inputs: [raw]
 ---*/
 SELECT * FROM raw
 """
+TRIGGER = "100ms"  # a drain (--until-idle) waits about one trigger per query
+# Cases per streaming flow: every table's query has its Python source process, so a flow of dozens of tables
+# runs them all at once; on a small machine (2 cores) they then start too slowly and fail to connect back.
+MAX_CASES_PER_FLOW = 6
 PROJECT_FILE = "storage: {fsync: false}\n"  # a throw-away store: nothing to keep across a power loss
+QUIET_LOGGERS = ("py4j.clientserver", "materializer.batch")
 _TABLE_REF = re.compile(r"\b(?:dwd\.|layers\.dwd\.)(t\d+)\b")
 _FEED_REF = re.compile(r"\b(?:ods\.|layers\.ods\.)(f\d+)\b")
 
@@ -140,6 +146,7 @@ class ActionTestReport:
     seconds: float = 0.0
     batch_seconds: float = 0.0
     stream_seconds: float | None = None  # None: no stream run (batch only)
+    stream_flows: int = 0
     stream_tables: int = 0
     stream_runs: int = 0
 
@@ -166,6 +173,7 @@ class ActionTestReport:
             if self.stream_seconds is None
             else {
                 "seconds": round(self.stream_seconds, 3),
+                "flows": self.stream_flows,
                 "tables": self.stream_tables,
                 "runs": self.stream_runs,
             },
@@ -203,7 +211,14 @@ def run_action_tests(
     live = [r for r in runs if r.result.status != "error"]
     if stream and live:
         stream_began = time.monotonic()
-        _Stream(live, spark, scratch, say).run(report)
+        groups = [live[i : i + MAX_CASES_PER_FLOW] for i in range(0, len(live), MAX_CASES_PER_FLOW)]
+        for number, group in enumerate(groups, 1):
+            label = f"stream flow {number}/{len(groups)}" if len(groups) > 1 else "stream"
+            done = _Stream(group, spark, scratch, lambda m, label=label: say(f"{label}: {m}"))
+            done.run()
+            report.stream_flows += 1
+            report.stream_tables += done.tables
+            report.stream_runs = max(report.stream_runs, done.runs)
         report.stream_seconds = time.monotonic() - stream_began
     report.seconds = time.monotonic() - began
     return report
@@ -340,12 +355,14 @@ class _Stream:
         self.spark = spark
         self.scratch = scratch
         self.say = say
+        self.tables = self.runs = 0  # of the flow that ran
 
-    def run(self, report: ActionTestReport) -> None:
+    def run(self) -> None:
         while self.cases:
             root = Path(tempfile.mkdtemp(prefix="tidehouse-test-"))
             try:
-                failed = self._attempt(root, report)
+                with _quiet(*QUIET_LOGGERS):  # a failed query is the case's error, reported in the results
+                    failed = self._attempt(root)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             if not failed:
@@ -401,7 +418,7 @@ class _Stream:
         return {
             "flow": FLOW,
             "description": "The cases of tidehouse test, one DWD table each.",
-            "trigger": "100ms",
+            "trigger": TRIGGER,
             "tiering": {"interval": "1h"},  # tiered once at the end of each --until-idle run
             "sources": sources,
             "layers": {"ods": ods, "dwd": dwd},
@@ -422,7 +439,7 @@ class _Stream:
                 pq.write_table(table, tmp)
                 tmp.rename(folder / f"part-{run:03d}.parquet")  # the file source never sees half a file
 
-    def _attempt(self, root: Path, report: ActionTestReport) -> list[_Case]:
+    def _attempt(self, root: Path) -> list[_Case]:
         """One stream run of the remaining cases; returns the cases whose query failed (to run without)."""
         project_dir = root / "project"
         flow_path = project_dir / "flows" / f"{FLOW}.yaml"
@@ -434,7 +451,7 @@ class _Stream:
                 flow_path.write_text(json.dumps(flow, indent=2, default=str), encoding="utf-8")
                 if project is None:
                     project = self.scratch(root)
-                self.say(f"stream: planning 1 flow of {len(self.cases)} table(s)")
+                self.say(f"planning {len(self.cases)} case{'s' if len(self.cases) != 1 else ''}")
                 try:
                     plan = project.plan(flow_path, register=True, spark=self.spark)
                     break
@@ -454,17 +471,20 @@ class _Stream:
                 case.result.strategy = t.strategy
                 case.exceptions = "; ".join(str(e) for e in t.exceptions)
             total = max(c.case.runs for c in self.cases)
-            report.stream_tables, report.stream_runs = len(plan.tables), total
+            self.tables, self.runs = len(plan.tables), total
             for run in range(total):
                 self._write_parts(project_dir, run)
-                self.say(f"stream: run {run + 1}/{total} (--until-idle, {len(plan.tables)} tables)")
+                self.say(f"run {run + 1}/{total} (--until-idle, {len(plan.tables)} tables)")
                 try:
                     project.trigger(FLOW, until_idle=True, spark=self.spark, plan=plan)
                 except TidehouseError as exc:
                     culprits = self._culprits(exc)
                     for case in culprits or self.cases:
+                        told = _relocate(exc, case)
                         case.result.status = "error"
-                        case.result.error = _relocate(exc, case).render()
+                        case.result.error = (
+                            f"stream run {run + 1}/{total}: {told.message} [{told.code.value}]"
+                        )
                     return culprits if culprits and len(culprits) < len(self.cases) else []
                 self._compare(project, run, total)
             return []
@@ -523,12 +543,26 @@ class _Stream:
             case.result.seconds += time.monotonic() - began
 
 
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def _relocate(exc: TidehouseError, case: _Case) -> TidehouseError:
     """An error of the scratch flow told about the case: its tables renamed, located in the test file (an
     error located in the action file keeps that place)."""
     errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
     first = errors[0]
-    message = _TABLE_REF.sub(f"case {case.case.name}", first.message)
+    message = re.sub(r"\b(?:the query of )?table dwd\.t\d+\b", "the stream table", first.message)
+    message = _TABLE_REF.sub("the stream table", message)
     message = re.sub(r"\(used by [^)]*\)", f"(case {case.case.name})", message)
     location = first.location
     if location is None or not location.file or location.file.endswith(f"{FLOW}.yaml"):

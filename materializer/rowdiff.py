@@ -78,8 +78,8 @@ def same(a: Any, b: Any, tolerance: float) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
             return False
-        if isinstance(a, bool) or isinstance(b, bool):
-            return a == b
+        if isinstance(a, bool) or isinstance(b, bool):  # one is a float: a boolean never equals it
+            return False
         a, b = float(a), float(b)
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)

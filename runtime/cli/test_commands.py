@@ -119,7 +119,10 @@ def _summary(data: dict[str, Any]) -> str:
     )
     stream = data["stream"]
     if stream:
-        line += f", stream {stream['seconds']:.1f}s: {stream['tables']} tables, {stream['runs']} runs"
+        flows = f"{stream['flows']} flow{'s' if stream['flows'] != 1 else ''}"
+        line += (
+            f", stream {stream['seconds']:.1f}s: {flows} of {stream['tables']} tables, {stream['runs']} runs"
+        )
     else:
         line += ", no stream run"
     return line + ")"
