@@ -15,7 +15,8 @@ import pytest
 
 from tests._support import run_cli as run_cli_in_process
 
-pytest_plugins = ("tests.services",)  # the seaweedfs and postgres session fixtures, for every test package
+# session fixtures of real servers, for every test package: seaweedfs, postgres, spark_cluster, connect_server
+pytest_plugins = ("tests.services", "tests.spark_services")
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -1,0 +1,146 @@
+"""Flows on a Spark standalone cluster (a master and 2 workers from the pyspark install), as a cluster user
+runs them: ``spark.master: spark://…`` in the project file, ``tidehouse flow trigger`` as the driver, the
+data path in the executors (``materializer.data_path: auto``).
+
+* the 4-layer test flow survives ``kill -9`` of one worker mid-run (its executor and Python workers with it;
+  the flow goes on with the other worker) and then ``kill -9`` of the driver; a resumed ``--until-idle``
+  leaves every table, hot and lake, equal to the batch oracle — with the hot store on the local disk, and
+  on SeaweedFS + PostgreSQL with the lake in the REST catalog (the team setup);
+* the shipped flows run to the batch oracle, hot and lake.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.cluster._clusterkit import cli, kill_9, set_spark, start_trigger, wait_for
+from tests.examples._library import FLOW_ORDER, batch_results, rows_bag
+from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
+from tests.services import shared_settings, write_project_file
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+
+TABLES = ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users")
+CLUSTER_CONF = {"spark.executor.memory": "1g", "spark.task.maxFailures": "4"}
+
+
+def _assert_oracle(project, lines: list[str], when: str) -> None:
+    expected = oracle(lines)
+    for table in TABLES:
+        assert canon(project.store.scan(table)) == expected[table], f"{when}: hot {table}"
+        lake = project.lake.load(table).scan().to_arrow()
+        assert canon(lake) == expected[table], f"{when}: lake {table}"
+    quarantined = sum(project.store.end_offsets("ods.clicks__quarantine"))
+    assert quarantined == expected["ods.clicks__quarantine"], f"{when}: quarantine"
+
+
+@pytest.mark.parametrize("storage", ["local", "shared"])
+def test_four_layer_flow_survives_kill_9_of_a_worker_and_of_the_driver(
+    spark_cluster, project_dir, home, seed, storage, request, tmp_path
+):
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    if storage == "shared":
+        settings = shared_settings(request.getfixturevalue("seaweedfs"), request.getfixturevalue("postgres"))
+        write_project_file(project_dir, settings, {"storage": {"fsync": False}})
+    set_spark(project_dir, {"master": spark_cluster.url, "conf": CLUSTER_CONF})
+    write_project(project_dir)
+    lines = make_events(rng, 150, users=20)
+    write_batch(project_dir, "part-0", lines)
+    log = tmp_path / "trigger.log"
+    project = Project.open()  # a reader in the test process: offsets and, at the end, the oracle
+    victim = rng.randrange(2)
+    proc = start_trigger(project_dir, home, "flows/testflow.yaml", log)
+    try:
+        store = project.store
+
+        def ends(table: str) -> int:
+            return sum(store.end_offsets(table)) if store.has_table(table) else 0
+
+        wait_for(lambda: ends("ads.top_users") > 0, 600, "the first batches of every layer", proc, log)
+        more = make_events(rng, 120, users=20)
+        lines += more
+        write_batch(project_dir, "part-1", more)
+        dws_before = ends("dws.user_activity")
+        time.sleep(rng.uniform(0.0, 2.0))
+        spark_cluster.kill_worker(victim)  # mid-run: the flow goes on with the other worker
+        print(f"[cluster] killed worker {victim}")
+        expected_ods = sum(oracle(lines)["ods.clicks"].values())
+        wait_for(
+            lambda: ends("ods.clicks") >= expected_ods and ends("dws.user_activity") > dws_before,
+            600,
+            "the flow to take the new input on one worker",
+            proc,
+            log,
+        )
+        last = make_events(rng, 80, users=20)
+        lines += last
+        write_batch(project_dir, "part-2", last)
+        time.sleep(rng.uniform(0.5, 4.0))  # somewhere in its next micro-batches
+        kill_9(proc)
+        print("[cluster] killed the driver")
+    finally:
+        if proc.poll() is None:
+            kill_9(proc)
+        spark_cluster.restart_worker(victim)
+    project.close()
+    done = cli(project_dir, home, "flow", "trigger", "testflow", "--until-idle")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"on {spark_cluster.url} (data path: executors)" in done.stdout
+    project = Project.open()
+    try:
+        _assert_oracle(project, lines, f"after kill -9 of worker {victim} and of the driver")
+    finally:
+        project.close()
+
+
+@pytest.fixture(scope="module")
+def shop_on_cluster(spark_cluster, tmp_path_factory):
+    """``tidehouse init`` (a small sample), registered and run to idle on the cluster, flow by flow."""
+    base = tmp_path_factory.mktemp("shop")
+    home = base / "home"
+    made = cli(base, home, "init", "shop", "--events", "800")
+    assert made.returncode == 0, made.stderr
+    project_dir = base / "shop"
+    set_spark(project_dir, {"master": spark_cluster.url, "conf": CLUSTER_CONF})
+    outputs = {}
+    for flow in FLOW_ORDER:
+        done = cli(project_dir, home, "flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
+        assert done.returncode == 0, f"{flow}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs[flow] = done.stdout
+    return project_dir, home, outputs
+
+
+@pytest.fixture(scope="module")
+def expected_shop(spark, shop_on_cluster):
+    """table -> its action's SQL in Spark batch over the complete input (local Spark), per flow."""
+    from runtime.project import Project
+
+    project_dir, home, _ = shop_on_cluster
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        return batch_results(spark, project, FLOW_ORDER)
+    finally:
+        project.close()
+
+
+@pytest.mark.parametrize("flow_name", FLOW_ORDER)
+def test_shipped_flows_equal_the_batch_oracle_on_the_cluster(shop_on_cluster, expected_shop, flow_name):
+    from runtime.project import Project
+
+    project_dir, home, outputs = shop_on_cluster
+    assert "(data path: executors)" in outputs[flow_name]
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        for table, want in expected_shop[flow_name].items():
+            columns = want.column_names
+            assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
+            assert rows_bag(project.store.scan(table), columns) == rows_bag(want, columns), f"hot {table}"
+            lake = project.lake.load(table).scan().to_arrow()
+            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table}"
+    finally:
+        project.close()
