@@ -414,7 +414,10 @@ class Project:
         from materializer.actiontest import run_action_tests
         from registry.specs.actiontest import load_action_tests
 
-        cases = load_action_tests(list(paths) or [self.actions_dir])
+        folder = self.actions_dir
+        with contextlib.suppress(ValueError):  # shown as the user would write it, from where they are
+            folder = folder.relative_to(Path.cwd())
+        cases = load_action_tests(list(paths) or [folder])
         return run_action_tests(
             cases,
             spark=spark or self.spark(),

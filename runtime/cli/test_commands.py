@@ -112,7 +112,7 @@ def _summary(data: dict[str, Any]) -> str:
     if data["failed"]:
         parts.append(f"{data['failed']} failed")
     if data["errors"]:
-        parts.append(f"{data['errors']} errors")
+        parts.append(f"{data['errors']} error{'s' if data['errors'] != 1 else ''}")
     line = (
         f"{cases} case{'s' if cases != 1 else ''} in {files} file{'s' if files != 1 else ''}: "
         f"{', '.join(parts)} in {data['seconds']:.1f}s (batch {data['batch_seconds']:.1f}s"
