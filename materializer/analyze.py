@@ -152,79 +152,21 @@ def struct_of(ddl: str, location: Location | None = None):
 
 
 # -- plan inspection --------------------------------------------------------------------------------
-_NONDET = re.compile(
-    r"\b(rand|randn|uuid|shuffle|monotonically_increasing_id|spark_partition_id|"
-    r"input_file_name|random|try_reflect|reflect)\s*\(",
-    re.IGNORECASE,
-)
+def explain_text(df) -> str:
+    """``EXPLAIN EXTENDED`` of a DataFrame as text, on a classic session and over Spark Connect alike."""
+    from runtime.spark.session import is_connect
 
-
-SESSION_WINDOW_MARK = (
-    "spark.sessionWindow"  # metadata of session_window(...) columns (Spark's SessionWindow.marker)
-)
-WATERMARK_DELAY_MARK = (
-    "spark.watermarkDelayMs"  # metadata of event-time columns (EventTimeWatermark.delayKey)
-)
+    session = df.sparkSession
+    if is_connect(session):
+        return df._explain_string(mode="extended")
+    return session._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "extended")
 
 
 def sql_shape(df) -> shape_mod.SqlShape:
-    """Facts about an analysed query, read from its logical plan (classic Spark, through py4j)."""
-    plan = df._jdf.queryExecution().analyzed()
-    nodes: set[str] = set()
-    distinct_agg = False
-    session_window = False
-    watermarks: dict[str, float] = {}
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        name = node.nodeName()
-        nodes.add(name)
-        if name == "Aggregate" and "DISTINCT" in node.toString().upper().split("\n")[0]:
-            distinct_agg = True
-        if name == "Aggregate":
-            grouping = node.groupingExpressions()
-            session_window = session_window or any(
-                _marked(grouping.apply(i), SESSION_WINDOW_MARK) for i in range(grouping.size())
-            )
-        output = node.output()
-        for i in range(
-            output.size()
-        ):  # a batch plan has no EventTimeWatermark node; its columns keep the mark
-            column = output.apply(i)
-            meta = column.metadata()
-            if meta.contains(WATERMARK_DELAY_MARK) and column.dataType().typeName().startswith("timestamp"):
-                watermarks[column.name()] = meta.getLong(WATERMARK_DELAY_MARK) / 1000.0
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
-    top_node = plan
-    while top_node.nodeName() in shape_mod.PASS_THROUGH and top_node.children().size() == 1:
-        top_node = top_node.children().apply(0)
-    deterministic = bool(plan.deterministic())
-    hint = ""
-    if not deterministic:
-        found = _NONDET.search(plan.toString())
-        hint = f" ({found.group(1).lower()}())" if found else ""
-    return shape_mod.SqlShape(
-        frozenset(nodes),
-        top_node.nodeName(),
-        deterministic,
-        hint,
-        distinct_agg,
-        bool(nodes & {"GlobalLimit", "LocalLimit"}),
-        _is_identity(plan),
-        session_window=session_window,
-        watermarks=tuple(sorted(watermarks.items())),
-    )
+    """Facts about an analysed query, read from its analysed plan's text (:mod:`materializer.plantext`)."""
+    from materializer.plantext import shape_of
 
-
-def _marked(expression, mark: str) -> bool:
-    """Whether a grouping expression is a column whose metadata carries ``mark``."""
-    from py4j.protocol import Py4JError
-
-    try:
-        return bool(expression.metadata().contains(mark))
-    except Py4JError:  # not a named expression: no metadata
-        return False
+    return shape_of(explain_text(df))
 
 
 def streaming_refusal(session, action, params, inputs) -> str:
@@ -240,11 +182,16 @@ def streaming_refusal(session, action, params, inputs) -> str:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
+    from runtime.spark.session import is_connect
+
     for inp in inputs:
         typed = [F.lit(None).cast(f.dataType).alias(f.name) for f in struct_of(inp.ddl).fields]
         session.readStream.format("rate").load().select(*typed).createOrReplaceTempView(inp.name)
     try:
-        plan = session.sql(action.sql, args=spark_args(params))._jdf.queryExecution().analyzed()
+        df = session.sql(action.sql, args=spark_args(params))
+        if is_connect(session):
+            return _refusal_on_start(df)
+        plan = df._jdf.queryExecution().analyzed()
         jvm = session._jvm
         jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker.checkForStreaming(
             plan, jvm.org.apache.spark.sql.streaming.OutputMode.Update()
@@ -259,26 +206,24 @@ def streaming_refusal(session, action, params, inputs) -> str:
             session.catalog.dropTempView(inp.name)
 
 
+def _refusal_on_start(df) -> str:
+    """Over Spark Connect (no JVM here): start the query into the ``noop`` sink in update mode — Spark runs
+    the same check when it starts — and stop it at once."""
+    import tempfile
+
+    from pyspark.errors import PySparkException
+
+    with tempfile.TemporaryDirectory(prefix="tidehouse-check-") as folder:
+        try:
+            query = df.writeStream.format("noop").outputMode("update").option("checkpointLocation", folder)
+            query.start().stop()
+        except PySparkException as exc:
+            return _first_line(str(exc))
+    return ""
+
+
 def _first_line(message: str) -> str:
     return re.sub(r"\s*SQLSTATE: \w+;?.*$", "", message.strip().split("\n")[0])
-
-
-def _is_identity(plan) -> bool:
-    """True when the analysed plan is only projections and aliases over one input view and returns exactly
-    the view's columns (same attributes, order and types): ``SELECT * FROM raw`` and its spellings. Anything
-    that filters, renames, casts, reorders, adds or drops a column is not."""
-
-    def columns(node) -> list[tuple]:
-        out = node.output()
-        return [
-            (out.apply(i).name(), out.apply(i).exprId().id(), out.apply(i).dataType().simpleString())
-            for i in range(out.size())
-        ]
-
-    node = plan
-    while node.nodeName() in ("Project", "SubqueryAlias") and node.children().size() == 1:
-        node = node.children().apply(0)
-    return node.nodeName() == "View" and columns(plan) == columns(node)
 
 
 def _sql_error(exc: Exception, action_spec, table: str, table_location: Location | None) -> TidehouseError:

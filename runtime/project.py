@@ -99,7 +99,10 @@ class Project:
         from runtime.spark.session import get_spark, register_source
 
         spark = get_spark(
-            self.config.get("spark.master"), self.config.get("spark.conf"), log_dir=self.logs_dir
+            self.config.get("spark.master"),
+            self.config.get("spark.conf"),
+            log_dir=self.logs_dir,
+            remote=self.config.get("spark.remote"),
         )
         register_source(spark, self.config)
         return spark

@@ -322,6 +322,34 @@ def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
             )
             continue
         from_env |= env_hits
+    errors += _conflicts(values, names, doc)
     errors.sort(key=lambda e: (e.location.line or 0, e.location.col or 0) if e.location else (0, 0))
     TidehouseErrors.raise_if_any(errors)
     return values, from_env
+
+
+def _conflicts(values: dict[str, Any], names: dict[str, tuple], doc: Document) -> list[TidehouseError]:
+    """Settings that are fine alone but cannot apply together (shown at the later one's line)."""
+    out = []
+    if "spark.remote" in values and "spark.master" in values:
+        out.append(
+            TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                "spark.master and spark.remote are both set: Spark runs either on a master or behind a "
+                "Spark Connect server",
+                location=doc.location(names["spark.remote"], key=True, shown=("spark.remote",)),
+                hint="remove one of them (with spark.remote, the server's own master applies)",
+            )
+        )
+    if "spark.remote" in values and values.get("materializer.data_path") == "driver":
+        out.append(
+            TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                "materializer.data_path is 'driver', but with spark.remote the driver is the Spark Connect "
+                "server: every batch's rows would move into its Python process",
+                location=doc.location(names["materializer.data_path"], shown=("materializer.data_path",)),
+                hint="use data_path: executors (or auto) with spark.remote, or a spark.master for the "
+                "one-machine driver path",
+            )
+        )
+    return out

@@ -117,6 +117,14 @@ def _local_place(value: Any) -> str:
     return text
 
 
+def _remote(value: Any) -> str:
+    """A Spark Connect URL: ``sc://host[:port][/;param=value...]``."""
+    text = _str(value)
+    if not text.startswith("sc://") or len(text) <= len("sc://"):
+        raise SettingValueError(f"expected a Spark Connect URL sc://host:port, got {text!r}")
+    return text
+
+
 def _mapping(value: Any) -> dict:
     """A flat mapping of property names to scalars (Spark confs, pyiceberg catalog properties).
 
@@ -140,6 +148,14 @@ def _mapping(value: Any) -> dict:
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "spark.master", "local[*]", "Spark master URL (local[*], spark://host:7077, yarn, k8s://...).", _str
+    ),
+    Setting(
+        "spark.remote",
+        None,
+        "Spark Connect server to run on instead of a master (sc://host:15002): tidehouse is then a client "
+        "and the flow's data path runs on the server's executors; set spark.master or spark.remote, not "
+        "both.",
+        _remote,
     ),
     Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
     Setting(

@@ -12,6 +12,7 @@ wins).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -160,13 +161,17 @@ def get_spark(
     conf: Mapping[str, Any] | None = None,
     app_name: str = "tidehouse",
     log_dir: str | os.PathLike | None = None,
+    remote: str | None = None,
 ):
     """Return the process's SparkSession, creating it on first use.
 
     ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise), logs
     are quiet (into ``log_dir/spark.log`` when given), and the ``tidehouse`` data source is registered. A
-    session that already runs is returned as it is (Spark has one per process).
+    session that already runs is returned as it is (Spark has one per process). With ``remote`` (a Spark
+    Connect URL) the session is a Connect client's (:func:`connect_session`).
     """
+    if remote:
+        return connect_session(remote, conf)
     with _LOCK:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -189,6 +194,49 @@ def get_spark(
         if log_dir is None:  # with a log file, WARN lines belong in it
             spark.sparkContext.setLogLevel("ERROR")
         _register_sources(spark)
+        return spark
+
+
+def is_connect(session) -> bool:
+    """Whether ``session`` is a Spark Connect client's (no JVM in this process)."""
+    return getattr(session, "_jsparkSession", None) is None
+
+
+def connect_session(url: str, conf: Mapping[str, Any] | None = None):
+    """A Spark Connect session on ``url``, with the SQL settings tidehouse tunes (``DEFAULT_CONF``'s
+    ``spark.sql.*``: the server's JVM settings are its own) and the project's ``conf``, each of which the
+    server must accept: one it refuses (a static or unknown-to-the-server setting) is ``CONFIG_INVALID``."""
+    with _LOCK:
+        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+        try:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.builder.remote(url).getOrCreate()
+            spark.version  # noqa: B018 - the first call reaches the server: an unreachable one fails here
+        except Exception as exc:  # noqa: BLE001 - grpc's errors, the connect client's missing packages
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TidehouseError(
+                ErrorCode.SPARK_START,
+                f"could not reach the Spark Connect server {url}: {first}",
+                hint="check spark.remote, that the server runs (sbin/start-connect-server.sh), and that "
+                "the connect extra is installed (pip install 'tidehouse[connect]')",
+            ) from None
+        ours = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.")}
+        for key, value in ours.items():
+            with contextlib.suppress(Exception):  # a tuning default an older server lacks: its own value
+                spark.conf.set(key, value)
+        for key, value in (conf or {}).items():
+            try:
+                spark.conf.set(str(key), str(value))
+            except Exception as exc:  # noqa: BLE001 - the server's refusal, as a Connect exception
+                raise TidehouseError(
+                    ErrorCode.CONFIG_INVALID,
+                    f"spark.conf.{key}: the Spark Connect server {url} refuses it: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                    hint="with spark.remote only session settings apply; set the server's own settings "
+                    "where it starts (start-connect-server.sh --conf ...)",
+                ) from None
+        register_source(spark)
         return spark
 
 
@@ -221,10 +269,10 @@ def register_source(session, config=None) -> None:
         if config is None
         else TidehouseDataSource.bound(str(config.home), str(config.project_dir))
     )
-    jsession = getattr(session, "_jsparkSession", None)
-    if jsession is None:  # Spark Connect: registration is per session on the server
+    if is_connect(session):  # Spark Connect: registration is per session on the server
         session.dataSource.register(source_cls)
         return
+    jsession = session._jsparkSession
     manager = jsession.sessionState().dataSourceManager()
     if config is not None or not manager.dataSourceExists(NAME):
         from pyspark.sql.udf import _wrap_function

@@ -100,6 +100,18 @@ INVALID = [
         12,
         "lake.catalog.token",
     ),
+    ("remote-not-connect", "spark:\n  remote: http://host:15002\n", C, 2, 11, "spark.remote"),
+    # a master and a Connect server at once: one of them would be ignored
+    ("master-and-remote", "spark:\n  master: local[2]\n  remote: sc://h:15002\n", C, 3, 3, "spark.remote"),
+    # the driver path over Connect would move every batch into the server's one Python process
+    (
+        "driver-path-over-connect",
+        "spark:\n  remote: sc://h:15002\nmaterializer:\n  data_path: driver\n",
+        C,
+        4,
+        14,
+        "materializer.data_path",
+    ),
     ("home-not-a-string", "home: [a, b]\n", C, 1, 7, "home"),
     ("home-empty", "home: ''\n", C, 1, 7, "home"),
     ("not-a-mapping", "- storage\n- fsync\n", C, 1, 1, None),
