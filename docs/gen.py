@@ -50,6 +50,7 @@ _VALIDATOR_WORDS = {  # BeforeValidator function -> how the value is written in 
     "strict_text": "string",
     "_action_ref": "action (`name` or `name@N`)",
     "_spark_type": "Spark type",
+    "_ddl": "Spark DDL",
     "_output": "Spark DDL or list of columns",
     "_string_map": None,
     "_layers": None,
@@ -166,6 +167,12 @@ def action_fields() -> str:
     from registry.specs.action import ActionHeader, ParamSpec
 
     return models_section([ActionHeader, ParamSpec])
+
+
+def action_test_fields() -> str:
+    from registry.specs.actiontest import ActionTestSpec, CaseInputSpec, CaseSpec
+
+    return models_section([ActionTestSpec, CaseSpec, CaseInputSpec])
 
 
 def action_library() -> str:
@@ -401,7 +408,11 @@ def metrics_reference() -> str:
 
 GENERATORS: dict[str, dict[str, Callable[[], str]]] = {
     "flows.md": {"flow-fields": flow_fields},
-    "actions.md": {"action-fields": action_fields, "action-library": action_library},
+    "actions.md": {
+        "action-fields": action_fields,
+        "action-test-fields": action_test_fields,
+        "action-library": action_library,
+    },
     "cli.md": {"cli": cli_reference},
     "configuration.md": {"settings": settings_reference},
     "operations.md": {"metrics": metrics_reference},

@@ -561,8 +561,8 @@ def _relocate(exc: TidehouseError, case: _Case) -> TidehouseError:
     error located in the action file keeps that place)."""
     errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
     first = errors[0]
-    message = re.sub(r"\b(?:the query of )?table dwd\.t\d+\b", "the stream table", first.message)
-    message = _TABLE_REF.sub("the stream table", message)
+    message = re.sub(r"\b(?:the query of )?table dwd\.t\d+\b", "the table under test", first.message)
+    message = _TABLE_REF.sub("the table under test", message)
     message = re.sub(r"\(used by [^)]*\)", f"(case {case.case.name})", message)
     location = first.location
     if location is None or not location.file or location.file.endswith(f"{FLOW}.yaml"):

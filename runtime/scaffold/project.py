@@ -131,10 +131,11 @@ def init_project(
     report = InitReport(root)
     root.mkdir(parents=True, exist_ok=True)
     report.written.append(_write(project_file, project_file_text()))
-    for src_dir, pattern in ((library, "*.sql"), (flows, "*.yaml")):
+    # the actions with their tests (<action>.test.yaml and any CSV fixtures: `tidehouse test` runs them)
+    for src_dir, patterns in ((library, ("*.sql", "*.test.yaml", "*.csv")), (flows, ("*.yaml",))):
         target = root / src_dir.name
         target.mkdir(exist_ok=True)
-        for src in sorted(src_dir.glob(pattern)):
+        for src in sorted(p for pattern in patterns for p in src_dir.glob(pattern)):
             shutil.copyfile(src, target / src.name)
             report.written.append(target / src.name)
     readme = root / "README.md"

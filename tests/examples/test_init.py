@@ -16,9 +16,10 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     assert code == 0, err
     root = tmp_path / "shop"
     assert "initialised" in out and "tidehouse action register actions/" in out
-    assert sorted(p.name for p in (root / "actions").glob("*.sql")) == sorted(
-        p.name for p in ACTIONS.glob("*.sql")
-    )
+    for pattern in ("*.sql", "*.test.yaml"):  # the actions and their tests (tidehouse test)
+        assert sorted(p.name for p in (root / "actions").glob(pattern)) == sorted(
+            p.name for p in ACTIONS.glob(pattern)
+        )
     assert sorted(p.name for p in (root / "flows").glob("*.yaml")) == sorted(
         p.name for p in (REPO / "flows").glob("*.yaml")
     )
