@@ -30,88 +30,32 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-from runtime.core.literals import BUCKET, CHANGE, OFFSET, ROW_KINDS, TS
 from runtime.core.settings import default
 from runtime.storage import fastpk
 from runtime.storage import meta as metamod
-from runtime.storage.api import TS_TYPE, BatchInfo, TableMeta, TableStore, WriteResult, bucket_of
+from runtime.storage.api import BatchInfo, TableMeta, TableStore, WriteResult
+from runtime.storage.batches import (
+    check_bucket,
+    check_start,
+    one_batch,
+    prepare,
+    read_batches,
+    read_columns,
+    scan_log,
+    split_buckets,
+    table_exists,
+    unknown_table,
+)
 from runtime.storage.frames import NO_ORIGIN
 from runtime.storage.log import BucketLog
 from runtime.storage.pk import Merger, Tablet, from_py, lookup_keys, rows_to_table, to_py
-
-_IGNORED = (OFFSET, BUCKET, TS)
-
-
-def read_batches(
-    meta: TableMeta,
-    frames: Iterable[tuple[int, int, int, pa.RecordBatch]],
-    bucket: int,
-    start: int,
-    stop: int,
-    cols: list[str],
-) -> Iterator[pa.RecordBatch]:
-    """What a read of ``[start, stop)`` of a bucket yields, from its frames
-    ``(base_offset, rows, commit time in µs, batch)``: the frames' rows in the range, the user columns
-    ``cols`` (nulls for a column a frame predates) and the system columns ``__offset``, ``__bucket``,
-    ``__ts`` (and ``__change`` of a primary-key table)."""
-    types = {f.name: f.type for f in meta.schema}
-    out_schema = pa.schema(
-        [meta.schema.field(c) for c in cols]
-        + [
-            pa.field(OFFSET, pa.int64(), False),
-            pa.field(BUCKET, pa.int32(), False),
-            pa.field(TS, TS_TYPE, False),
-        ]
-        + ([pa.field(CHANGE, pa.string(), False)] if meta.is_primary_key else [])
-    )
-    for base_offset, rows, commit_us, batch in frames:
-        lo, hi = max(start - base_offset, 0), min(stop - base_offset, rows)
-        if lo >= hi:
-            continue
-        if lo or hi < rows:
-            batch = batch.slice(lo, hi - lo)
-        n = hi - lo
-        have = batch.schema.names
-        arrays = [batch.column(c) if c in have else pa.nulls(n, types[c]) for c in cols]
-        arrays.append(pa.array(np.arange(base_offset + lo, base_offset + hi, dtype=np.int64)))
-        arrays.append(pa.array(np.full(n, bucket, dtype=np.int32)))
-        arrays.append(pa.array(np.full(n, commit_us, dtype=np.int64)).view(TS_TYPE))
-        if meta.is_primary_key:
-            arrays.append(batch.column(CHANGE))
-        yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-
-
-def scan_log(
-    meta: TableMeta,
-    cols: list[str],
-    buckets: Iterable[tuple[int, int, int]],
-    read: Callable[[int, int, int], Iterable[pa.RecordBatch]],
-) -> pa.Table:
-    """The whole content of a log table from each bucket's ``(bucket, first offset, end offset)``, read with
-    ``read(bucket, start, stop)``. ``STORAGE_RANGE`` when retention deleted rows: a partial table must never
-    pass for the whole one."""
-    parts = []
-    for b, first, end in buckets:
-        if first > 0:
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{meta.name} bucket {b}: offsets 0..{first - 1} were deleted by retention, so the hot table "
-                "alone no longer holds every row",
-                location=Location(path=meta.name),
-                hint="read the lake snapshot plus the hot tail after its offsets (a union read), or raise "
-                "storage.retention",
-            )
-        parts += [pa.Table.from_batches([batch]).select(cols) for batch in read(b, first, end)]
-    schema = pa.schema([meta.schema.field(c) for c in cols])
-    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 @dataclass
@@ -130,22 +74,21 @@ class _Table:
             log.close()
 
 
-def _ipc(batch: pa.RecordBatch) -> pa.Buffer:
+def _append(
+    log: BucketLog, meta: TableMeta, rows: pa.Table, writer: str, seq: int, origin_ts: float | None
+) -> tuple[int, int]:
+    """Append ``rows`` as one frame (Arrow IPC stream) to the bucket's log; its offset range."""
+    batch = one_batch(rows)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
-    return sink.getvalue()
-
-
-def _one_batch(table: pa.Table) -> pa.RecordBatch:
-    table = table.combine_chunks()
-    batches = table.to_batches()
-    if len(batches) == 1:
-        return batches[0]
-    return (
-        pa.RecordBatch.from_arrays([pa.array([], f.type) for f in table.schema], schema=table.schema)
-        if not batches
-        else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return log.append(
+        sink.getvalue(),
+        rows=batch.num_rows,
+        schema_id=meta.schema_id,
+        writer=writer,
+        seq=seq,
+        origin_ts=origin_ts,
     )
 
 
@@ -218,11 +161,7 @@ class LocalTableStore(TableStore):
                 doc = metamod.read_doc(path)
                 current = metamod.from_json(doc)
                 if not exist_ok:
-                    raise TidehouseError(
-                        ErrorCode.TABLE_EXISTS,
-                        f"table {wanted.name} already exists",
-                        location=Location(path=wanted.name),
-                    )
+                    raise table_exists(wanted.name)
                 evolved = metamod.evolve(current, wanted)
                 if evolved is None:
                     return current
@@ -248,9 +187,7 @@ class LocalTableStore(TableStore):
                 if cached is not None:
                     cached.close()
                     del self._tables[name]
-                raise TidehouseError(
-                    ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
-                )
+                raise unknown_table(name)
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             if cached is not None and cached.stat == key:
                 return cached
@@ -303,88 +240,6 @@ class LocalTableStore(TableStore):
             shutil.rmtree(trash, ignore_errors=True)
 
     # -- writes -------------------------------------------------------------------------------------
-    def _prepare(self, meta: TableMeta, data: pa.Table | pa.RecordBatch) -> tuple[pa.Table, list[str] | None]:
-        """Validate and cast ``data``; returns the user columns (table order) and the row kinds if given."""
-        loc = Location(path=meta.name)
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        if not isinstance(data, pa.Table):
-            raise TidehouseError(
-                ErrorCode.WRITE_INVALID,
-                f"write to {meta.name}: expected an Arrow table or record batch, got {type(data).__name__}",
-                location=loc,
-            )
-        kinds = None
-        if CHANGE in data.column_names:
-            if not meta.is_primary_key:
-                raise TidehouseError(
-                    ErrorCode.WRITE_INVALID,
-                    f"write to log table {meta.name}: a {CHANGE} column "
-                    "is only accepted by primary-key tables",
-                    location=loc,
-                )
-            kinds = data.column(CHANGE).to_pylist()
-            bad = {k for k in kinds if k is not None and k not in ROW_KINDS}
-            if bad:
-                raise TidehouseError(
-                    ErrorCode.WRITE_INVALID,
-                    f"write to {meta.name}: unknown row kinds "
-                    f"{sorted(bad)} in {CHANGE} (expected {list(ROW_KINDS)})",
-                    location=loc,
-                )
-        schema = meta.schema
-        for c in data.column_names:
-            if c == CHANGE or c in _IGNORED:
-                continue
-            if c not in schema.names:
-                raise TidehouseError(
-                    ErrorCode.WRITE_INVALID,
-                    f"write to {meta.name}: unknown column {c!r} (table columns: {schema.names})",
-                    location=loc,
-                )
-        partial = meta.merge_engine == "partial_update" and meta.is_primary_key
-        cols, names = [], []
-        for f in schema:
-            if f.name not in data.column_names:
-                if f.name in meta.primary_key:
-                    raise TidehouseError(
-                        ErrorCode.WRITE_INVALID,
-                        f"write to {meta.name}: primary key column {f.name!r} is missing",
-                        location=loc,
-                    )
-                if partial:
-                    continue
-                if not f.nullable:
-                    raise TidehouseError(
-                        ErrorCode.WRITE_INVALID,
-                        f"write to {meta.name}: non-nullable column {f.name!r} is missing",
-                        location=loc,
-                    )
-                cols.append(pa.nulls(data.num_rows, f.type))
-                names.append(f.name)
-                continue
-            col = data.column(f.name)
-            if col.type != f.type:
-                try:
-                    col = col.cast(f.type, safe=not pa.types.is_timestamp(f.type))
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise TidehouseError(
-                        ErrorCode.WRITE_INVALID,
-                        f"write to {meta.name}: column {f.name!r} "
-                        f"of type {col.type} cannot be stored as {f.type}: {exc}",
-                        location=loc,
-                    ) from exc
-            if (not f.nullable or f.name in meta.primary_key) and col.null_count:
-                raise TidehouseError(
-                    ErrorCode.WRITE_INVALID,
-                    f"write to {meta.name}: column {f.name!r} has "
-                    f"{col.null_count} null value(s) but is not nullable",
-                    location=loc,
-                )
-            cols.append(col)
-            names.append(f.name)
-        return pa.Table.from_arrays(cols, names=names), kinds
-
     def write(
         self,
         name: str,
@@ -396,22 +251,13 @@ class LocalTableStore(TableStore):
     ) -> WriteResult:
         table = self._table(name)
         meta = table.meta
-        prepared, kinds = self._prepare(meta, data)
+        prepared, kinds = prepare(meta, data)
         if prepared.num_rows == 0:
             return WriteResult({})
-        bucket_arr = bucket_of(prepared, meta.effective_bucket_key, meta.buckets).to_numpy()
-        if meta.buckets == 1:
-            groups = {0: None}
-        else:
-            order = np.argsort(bucket_arr, kind="stable")
-            sorted_b = bucket_arr[order]
-            cuts = np.flatnonzero(np.diff(sorted_b)) + 1
-            groups = {int(sorted_b[s]): idx for s, idx in zip(np.r_[0, cuts], np.split(order, cuts))}
+        groups = split_buckets(meta, prepared, kinds)
         ranges: dict[int, tuple[int, int]] = {}
         skipped = 0
-        for b, idx in groups.items():
-            part = prepared if idx is None else prepared.take(pa.array(idx))
-            part_kinds = kinds if idx is None or kinds is None else [kinds[i] for i in idx]
+        for b, (part, part_kinds) in groups.items():
             with _io_errors(
                 f"write to {name} bucket {b} (writer {writer}, seq {seq})",
                 None,
@@ -442,15 +288,7 @@ class LocalTableStore(TableStore):
             if last is not None and seq <= last:
                 return None
             if not meta.is_primary_key:
-                batch = _one_batch(part)
-                return log.append(
-                    _ipc(batch),
-                    rows=batch.num_rows,
-                    schema_id=meta.schema_id,
-                    writer=writer,
-                    seq=seq,
-                    origin_ts=origin_ts,
-                )
+                return _append(log, meta, part, writer, seq, origin_ts)
             tablet = table.tablets[b]
             try:
                 return self._write_state(tablet, meta, part, kinds, log, writer, seq, origin_ts)
@@ -485,15 +323,8 @@ class LocalTableStore(TableStore):
             out_rows, out_kinds, touched = tablet.apply(meta, merger, rows, kinds, db)
             changelog = rows_to_table(meta.schema, out_rows, out_kinds)
             commit = functools.partial(tablet.commit, db, touched.items())
-        batch = _one_batch(changelog)  # the changelog is durable first; the KV state follows it
-        start, end = log.append(
-            _ipc(batch),
-            rows=batch.num_rows,
-            schema_id=meta.schema_id,
-            writer=writer,
-            seq=seq,
-            origin_ts=origin_ts,
-        )
+        # the changelog is durable first; the KV state follows it
+        start, end = _append(log, meta, changelog, writer, seq, origin_ts)
         commit(end)
         return start, end
 
@@ -515,29 +346,9 @@ class LocalTableStore(TableStore):
     def start_offsets(self, name: str) -> list[int]:
         return [log.first_offset for log in self._refreshed_logs(name)]
 
-    def _columns(self, meta: TableMeta, columns: Sequence[str] | None) -> list[str]:
-        if columns is None:
-            return list(meta.schema.names)
-        out = []
-        for c in columns:
-            if c in (OFFSET, BUCKET, TS, CHANGE):
-                continue
-            if c not in meta.schema.names:
-                raise TidehouseError(
-                    ErrorCode.TABLE_INVALID,
-                    f"{meta.name} has no column {c!r} (columns: {meta.schema.names})",
-                    location=Location(path=meta.name),
-                )
-            out.append(c)
-        return out
-
-    def _bucket_log(self, table: _Table, bucket: int) -> BucketLog:
-        if not isinstance(bucket, int) or not 0 <= bucket < len(table.logs):
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{table.meta.name} has no bucket {bucket!r} (buckets: {len(table.logs)})",
-                location=Location(path=table.meta.name),
-            )
+    @staticmethod
+    def _bucket_log(table: _Table, bucket: int) -> BucketLog:
+        check_bucket(table.meta, bucket)
         return table.logs[bucket]
 
     def read(
@@ -552,16 +363,10 @@ class LocalTableStore(TableStore):
         table = self._table(name)
         meta = table.meta
         log = self._bucket_log(table, bucket)
-        cols = self._columns(meta, columns)
+        cols = read_columns(meta, columns)
         log.refresh()
         stop = log.end_offset if end is None else end
-        if start < 0 or start > log.end_offset:
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{name} bucket {bucket}: start offset {start} is outside "
-                f"[{log.first_offset}, {log.end_offset}]",
-                location=Location(path=name),
-            )
+        check_start(name, bucket, start, log.first_offset, log.end_offset)
         return self._read_iter(meta, log, bucket, start, stop, cols)
 
     def _read_iter(
@@ -573,7 +378,7 @@ class LocalTableStore(TableStore):
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        cols = self._columns(meta, columns)
+        cols = read_columns(meta, columns)
         if not meta.is_primary_key:
             logs = self._refreshed_logs(name)
             return scan_log(

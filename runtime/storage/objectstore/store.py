@@ -10,31 +10,29 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.settings import default
 from runtime.storage import meta as metamod
-from runtime.storage.api import (
-    BatchInfo,
-    Bootstrap,
-    TableMeta,
-    TableStore,
-    WriteResult,
-    bucket_of,
+from runtime.storage.api import BatchInfo, Bootstrap, TableMeta, TableStore, WriteResult
+from runtime.storage.batches import (
+    check_bucket,
+    check_start,
+    one_batch,
+    prepare,
+    read_batches,
+    read_columns,
+    scan_log,
+    split_buckets,
+    table_exists,
+    unknown_table,
 )
-from runtime.storage.local import LocalTableStore, _one_batch, read_batches, scan_log
 from runtime.storage.objectstore import blobs
 from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale, disconnected
 from runtime.storage.objectstore.state import BucketState, merge
 from runtime.storage.pk import lookup_keys, rows_to_table
-
-# validation and casting of writes, and the column list of reads, are the local store's (they use nothing
-# of the instance): one definition of what a write may contain
-_prepare = LocalTableStore._prepare
-_columns = LocalTableStore._columns
 
 _ATTEMPTS = 4  # a primary-key write whose state turned out stale is recomputed this many times at most
 
@@ -142,9 +140,7 @@ class ObjectTableStore(TableStore):
     def _table(self, name: str) -> _Table:
         got = self.metastore.table(name) if isinstance(name, str) else None
         if got is None:
-            raise TidehouseError(
-                ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
-            )
+            raise unknown_table(name)
         inc, version, doc = got
         return _Table(metamod.from_json(doc), inc, version)
 
@@ -163,11 +159,7 @@ class ObjectTableStore(TableStore):
                     return created
                 continue  # created by someone else meanwhile: look again
             if not exist_ok:
-                raise TidehouseError(
-                    ErrorCode.TABLE_EXISTS,
-                    f"table {wanted.name} already exists",
-                    location=Location(path=wanted.name),
-                )
+                raise table_exists(wanted.name)
             inc, version, doc = got
             current = metamod.from_json(doc)
             evolved = metamod.evolve(current, wanted)
@@ -196,9 +188,7 @@ class ObjectTableStore(TableStore):
     def drop_table(self, name: str) -> None:
         inc = self.metastore.drop(name)
         if inc is None:
-            raise TidehouseError(
-                ErrorCode.TABLE_UNKNOWN, f"unknown hot table {name!r}", location=Location(path=str(name))
-            )
+            raise unknown_table(name)
         self._forget(inc)
         with contextlib.suppress(TidehouseError):  # leftovers are garbage: collect_garbage deletes them
             self._delete_tree(blobs.object_dir(self.base, name, inc).rsplit("/", 1)[0])
@@ -233,10 +223,10 @@ class ObjectTableStore(TableStore):
         for fresh in (False, True):
             table = self._write_table(name, fresh)
             try:
-                prepared, kinds = _prepare(None, table.meta, data)
+                prepared, kinds = prepare(table.meta, data)
                 if prepared.num_rows == 0:
                     return WriteResult({})
-                groups = self._split(table.meta, prepared, kinds)
+                groups = split_buckets(table.meta, prepared, kinds)
                 return self._write_groups(table, groups, writer, seq, origin_ts)
             except TidehouseError as exc:
                 if fresh or exc.code not in (ErrorCode.WRITE_INVALID, ErrorCode.TABLE_UNKNOWN):
@@ -277,22 +267,6 @@ class ObjectTableStore(TableStore):
             hint="one writer per primary-key bucket at a time; retry with the same seq",
         )
 
-    @staticmethod
-    def _split(meta: TableMeta, prepared: pa.Table, kinds: list[str] | None) -> dict[int, tuple]:
-        if meta.buckets == 1:
-            return {0: (prepared, kinds)}
-        bucket_arr = bucket_of(prepared, meta.effective_bucket_key, meta.buckets).to_numpy()
-        order = np.argsort(bucket_arr, kind="stable")
-        sorted_b = bucket_arr[order]
-        cuts = np.flatnonzero(np.diff(sorted_b)) + 1
-        out = {}
-        for s, idx in zip(np.r_[0, cuts], np.split(order, cuts)):
-            out[int(sorted_b[s])] = (
-                prepared.take(pa.array(idx)),
-                None if kinds is None else [kinds[i] for i in idx],
-            )
-        return out
-
     @contextlib.contextmanager
     def _write_locks(self, table: _Table, buckets: list[int]) -> Iterator[None]:
         with self._mutex:
@@ -321,9 +295,9 @@ class ObjectTableStore(TableStore):
                 merges[b] = merge(meta, state, part, kinds)
                 changelog = merges[b].changelog
                 if changelog.num_rows:
-                    batches[b] = _one_batch(changelog)
+                    batches[b] = one_batch(changelog)
             else:
-                batches[b] = _one_batch(part)
+                batches[b] = one_batch(part)
         obj, parts, buf = "", {b: NewFrame(0) for b in todo}, None
         if batches:
             obj = blobs.new_object_name(self.base, meta.name, inc)
@@ -479,12 +453,7 @@ class ObjectTableStore(TableStore):
 
     # -- reads --------------------------------------------------------------------------------------
     def _head(self, table: _Table, bucket: int):
-        if not isinstance(bucket, int) or not 0 <= bucket < table.meta.buckets:
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{table.meta.name} has no bucket {bucket!r} (buckets: {table.meta.buckets})",
-                location=Location(path=table.meta.name),
-            )
+        check_bucket(table.meta, bucket)
         head = self.metastore.head(table.incarnation, bucket)
         if head is None:
             raise TidehouseError(
@@ -510,16 +479,10 @@ class ObjectTableStore(TableStore):
         columns: Sequence[str] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         table = self._table(name)
-        cols = _columns(None, table.meta, columns)
+        cols = read_columns(table.meta, columns)
         head = self._head(table, bucket)
         stop = head.end_offset if end is None else end
-        if start < 0 or start > head.end_offset:
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{name} bucket {bucket}: start offset {start} is outside "
-                f"[{head.start_offset}, {head.end_offset}]",
-                location=Location(path=name),
-            )
+        check_start(name, bucket, start, head.start_offset, head.end_offset)
         if start < head.start_offset:
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
@@ -615,7 +578,7 @@ class ObjectTableStore(TableStore):
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        cols = _columns(None, meta, columns)
+        cols = read_columns(meta, columns)
         heads = self.metastore.heads(table.incarnation)
         if not meta.is_primary_key:
             return scan_log(
