@@ -9,7 +9,9 @@ the objects. A primary-key table's state is a cache in memory rebuilt from a sna
 in docs/architecture.md, "Hot storage on an object store".
 
 Modules: :mod:`.blobs` (objects: names, format, put/get, cache), :mod:`.metastore` (the SQL side, one
-transaction per commit), :mod:`.state` (primary-key state), :mod:`.store` (:class:`ObjectTableStore`).
+transaction per commit), :mod:`.reader` (committed frames: listed, fetched, checked, decoded), :mod:`.state`
+(primary-key state), :mod:`.garbage` (objects no frame references), :mod:`.store` (:class:`ObjectTableStore`:
+the catalog, the commit protocol of a write, reads, retention).
 """
 
 from __future__ import annotations

@@ -95,6 +95,27 @@ def filesystem_for(root: str, s3: Mapping[str, Any] | None = None) -> tuple[pafs
     return fs, base
 
 
+def check_root(fs: pafs.FileSystem, base: str) -> None:
+    """The S3 bucket of the root ``base`` (``bucket/prefix``) exists and answers."""
+    bucket = base.split("/", 1)[0]
+    try:
+        info = fs.get_file_info(bucket)
+    except (OSError, pa.ArrowException) as exc:
+        raise TidehouseError(
+            ErrorCode.STORAGE_IO,
+            f"hot storage s3://{base}: cannot reach bucket {bucket!r}: {exc}",
+            location=Location(path="storage.root"),
+            hint="check storage.s3 (endpoint, credentials)",
+        ) from exc
+    if info.type == pafs.FileType.NotFound:
+        raise TidehouseError(
+            ErrorCode.STORAGE_IO,
+            f"hot storage s3://{base}: bucket {bucket!r} does not exist",
+            location=Location(path="storage.root"),
+            hint="create the bucket first (the store never creates buckets)",
+        )
+
+
 def object_dir(base: str, table: str, incarnation: str) -> str:
     layer, name = table.split(".", 1)
     return f"{base}/{layer}/{name}/{incarnation}/data"

@@ -6,6 +6,9 @@ SQLite's ``BEGIN IMMEDIATE`` takes the database write lock), checks the writer's
 primary-key bucket's fencing epoch and expected end offset, inserts the frame rows (assigning offsets) and
 advances the bucket's end offset. Rows are keyed by the storage root (``store``), so one database can hold the
 metadata of several roots. See docs/architecture.md, "Hot storage on an object store".
+
+The tables and the records read from them are in :mod:`.metaschema`; the commit transaction's statements in
+:mod:`.metacommit`; this module holds the engines (one per URL in a process) and :class:`Metastore`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,138 +27,18 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-
-_META = sa.MetaData()
-TABLES = sa.Table(
-    "th_tables",
-    _META,
-    sa.Column("incarnation", sa.String(32), primary_key=True),
-    sa.Column("store", sa.String(1024), nullable=False),
-    sa.Column("name", sa.String(255), nullable=False),
-    sa.Column("version", sa.Integer, nullable=False),
-    sa.Column("doc", sa.Text, nullable=False),
-    sa.UniqueConstraint("store", "name", name="th_tables_store_name"),
+from runtime.storage.objectstore.metacommit import LOCK_HEADS, Commit, Fenced, Stale
+from runtime.storage.objectstore.metaschema import (
+    BUCKETS,
+    FRAMES,
+    METADATA,
+    TABLES,
+    WRITERS,
+    Frame,
+    Head,
+    NewFrame,
+    frame_of,
 )
-BUCKETS = sa.Table(
-    "th_buckets",
-    _META,
-    sa.Column("incarnation", sa.String(32), primary_key=True),
-    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("end_offset", sa.BigInteger, nullable=False),
-    sa.Column("start_offset", sa.BigInteger, nullable=False),  # the retention watermark
-    sa.Column("epoch", sa.BigInteger, nullable=False),  # fencing of primary-key writers
-    sa.Column("owner", sa.String(64)),
-)
-FRAMES = sa.Table(
-    "th_frames",
-    _META,
-    sa.Column("incarnation", sa.String(32), primary_key=True),
-    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("base_offset", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("rows", sa.BigInteger, nullable=False),
-    sa.Column("object", sa.String(1024), nullable=False),
-    sa.Column("position", sa.BigInteger, nullable=False),
-    sa.Column("length", sa.BigInteger, nullable=False),
-    sa.Column("crc", sa.BigInteger, nullable=False),
-    sa.Column("commit_us", sa.BigInteger, nullable=False),
-    sa.Column("origin_us", sa.BigInteger),
-    sa.Column("writer", sa.Text, nullable=False),
-    sa.Column("seq", sa.BigInteger, nullable=False),
-    sa.Column("schema_id", sa.Integer, nullable=False),
-)
-sa.Index("th_frames_object", FRAMES.c.incarnation, FRAMES.c.object)
-WRITERS = sa.Table(
-    "th_writers",
-    _META,
-    sa.Column("incarnation", sa.String(32), primary_key=True),
-    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("writer", sa.String(1024), primary_key=True),
-    sa.Column("seq", sa.BigInteger, nullable=False),
-)
-
-# the commit's first statement, built once (its compiled form is cached): lock the buckets, read their heads
-# and the writer's last seq in each
-_LOCK_HEADS = (
-    sa.select(
-        BUCKETS.c.bucket,
-        BUCKETS.c.end_offset,
-        BUCKETS.c.epoch,
-        BUCKETS.c.owner,
-        WRITERS.c.seq.label("last_seq"),
-    )
-    .select_from(
-        BUCKETS.outerjoin(
-            WRITERS,
-            sa.and_(
-                WRITERS.c.incarnation == BUCKETS.c.incarnation,
-                WRITERS.c.bucket == BUCKETS.c.bucket,
-                WRITERS.c.writer == sa.bindparam("writer"),
-            ),
-        )
-    )
-    .where(
-        BUCKETS.c.incarnation == sa.bindparam("inc"),
-        BUCKETS.c.bucket.in_(sa.bindparam("buckets", expanding=True)),
-    )
-    .order_by(BUCKETS.c.bucket)
-    .with_for_update(of=BUCKETS)
-)
-
-
-@dataclass(frozen=True)
-class Head:
-    bucket: int
-    end_offset: int
-    start_offset: int
-    epoch: int
-    owner: str | None
-
-
-@dataclass(frozen=True)
-class Frame:
-    bucket: int
-    base_offset: int
-    rows: int
-    object: str
-    position: int
-    length: int
-    crc: int
-    commit_us: int
-    origin_us: int | None
-    writer: str
-    seq: int
-    schema_id: int
-
-    @property
-    def end_offset(self) -> int:
-        return self.base_offset + self.rows
-
-
-@dataclass(frozen=True)
-class NewFrame:
-    """A bucket's part of a write, as the commit records it (rows == 0: only the writer's seq is recorded)."""
-
-    rows: int
-    position: int = 0
-    length: int = 0
-    crc: int = 0
-
-
-class Fenced(Exception):
-    """A primary-key bucket's epoch moved on: a newer writer owns it."""
-
-    def __init__(self, bucket: int, epoch: int, owner: str | None) -> None:
-        super().__init__(bucket, epoch, owner)
-        self.bucket, self.epoch, self.owner = bucket, epoch, owner
-
-
-class Stale(Exception):
-    """A primary-key bucket's end offset is not the one its changelog was computed at."""
-
-    def __init__(self, bucket: int, end_offset: int) -> None:
-        super().__init__(bucket, end_offset)
-        self.bucket, self.end_offset = bucket, end_offset
-
 
 _ENGINES: dict[tuple[str, bool], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -242,6 +124,14 @@ def _retried(fn):
     return wrapper
 
 
+def dispose_engines(urls: Sequence[str] | None = None) -> None:
+    """Close pooled connections (tests that stop a database server)."""
+    with _ENGINES_LOCK:
+        for key in list(_ENGINES):
+            if urls is None or key[0] in urls:
+                _ENGINES.pop(key).dispose()
+
+
 class Metastore:
     """The metadata of one storage root (``store``) in a SQL database. Reads and repeatable transactions are
     retried once on a connection the server dropped; a write's commit is retried by the store."""
@@ -252,11 +142,11 @@ class Metastore:
         self.engine = engine_for(url, durable=durable)
         with self._errors("creating the metastore tables"):
             try:
-                _META.create_all(self.engine, checkfirst=True)
+                METADATA.create_all(self.engine, checkfirst=True)
             except sa.exc.IntegrityError:  # another process created them at the same moment
-                _META.create_all(self.engine, checkfirst=True)
+                METADATA.create_all(self.engine, checkfirst=True)
             except sa.exc.ProgrammingError:
-                _META.create_all(self.engine, checkfirst=True)
+                METADATA.create_all(self.engine, checkfirst=True)
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -399,7 +289,7 @@ class Metastore:
                 )
                 .order_by(FRAMES.c.base_offset)
             ).all()
-        return [_frame(r) for r in rows]
+        return [frame_of(r) for r in rows]
 
     @_retried
     def frame_at(self, incarnation: str, bucket: int, offset: int | None) -> Frame | None:
@@ -410,7 +300,7 @@ class Metastore:
         q = q.order_by(FRAMES.c.base_offset.desc()).limit(1)
         with self._errors("reading a frame"), self.engine.connect() as conn:
             r = conn.execute(q).first()
-        return None if r is None else _frame(r)
+        return None if r is None else frame_of(r)
 
     @_retried
     def objects(self, incarnation: str) -> set[str]:
@@ -466,7 +356,7 @@ class Metastore:
         with self.tx(f"committing seq {seq} of writer {writer}") as conn:
             heads = {
                 r.bucket: r
-                for r in conn.execute(_LOCK_HEADS, {"inc": incarnation, "buckets": buckets, "writer": writer})
+                for r in conn.execute(LOCK_HEADS, {"inc": incarnation, "buckets": buckets, "writer": writer})
             }
             if len(heads) != len(buckets):
                 raise TidehouseError(ErrorCode.TABLE_UNKNOWN, "the table was dropped meanwhile")
@@ -558,196 +448,3 @@ class Metastore:
                     ).scalars()
                 )
             return len(doomed), [o for o in candidates if o not in still]
-
-
-@dataclass
-class Commit:
-    """An open commit transaction whose buckets are locked and checked (see :meth:`Metastore.committing`)."""
-
-    conn: Connection
-    incarnation: str
-    writer: str
-    seq: int
-    heads: Mapping[int, Any]
-    replays: set[int]
-
-    def record(
-        self,
-        obj: str,
-        parts: Mapping[int, NewFrame],
-        *,
-        commit_us: int,
-        origin_us: int | None,
-        schema_id: int,
-    ) -> dict[int, tuple[int, int] | None]:
-        """Insert the frames (offsets from the locked end offsets), advance the buckets, record the writer's
-        seq; per bucket its offset range, or None for a replay."""
-        conn, inc = self.conn, self.incarnation
-        out: dict[int, tuple[int, int] | None] = {}
-        frames, moved, seqs = [], [], []
-        for b in sorted(parts):
-            if b in self.replays:
-                out[b] = None
-                continue
-            part, base = parts[b], self.heads[b].end_offset
-            if part.rows:
-                frames.append(
-                    {
-                        "incarnation": inc,
-                        "bucket": b,
-                        "base_offset": base,
-                        "rows": part.rows,
-                        "object": obj,
-                        "position": part.position,
-                        "length": part.length,
-                        "crc": part.crc,
-                        "commit_us": commit_us,
-                        "origin_us": origin_us,
-                        "writer": self.writer,
-                        "seq": self.seq,
-                        "schema_id": schema_id,
-                    }
-                )
-                moved.append({"b_inc": inc, "b_bucket": b, "b_end": base + part.rows})
-            seqs.append({"incarnation": inc, "bucket": b, "writer": self.writer, "seq": self.seq})
-            out[b] = (base, base + part.rows)
-        if conn.dialect.name == "postgresql" and seqs:
-            _record_in_one_statement(conn, inc, frames, moved, seqs)
-            return out
-        if frames:
-            conn.execute(FRAMES.insert(), frames)
-            conn.execute(
-                BUCKETS.update()
-                .where(
-                    BUCKETS.c.incarnation == sa.bindparam("b_inc"),
-                    BUCKETS.c.bucket == sa.bindparam("b_bucket"),
-                )
-                .values(end_offset=sa.bindparam("b_end")),
-                moved,
-            )
-        if seqs:
-            _upsert_seqs(conn, seqs, {b for b in parts if self.heads[b].last_seq is not None})
-        return out
-
-
-def _record_in_one_statement(
-    conn: Connection,
-    inc: str,
-    frames: list[dict[str, Any]],
-    moved: list[dict[str, Any]],
-    seqs: list[dict[str, Any]],
-) -> None:
-    """PostgreSQL: the frames, the writer's seqs and the new end offsets in one statement (data-modifying
-    CTEs), so that a commit costs one round trip after its locks, plus COMMIT. The SQL text depends only on
-    the numbers of buckets and frames, and is built once per shape."""
-    params: dict[str, Any] = {"inc": inc, "writer": seqs[0]["writer"], "seq": seqs[0]["seq"]}
-    for i, row in enumerate(seqs):
-        params[f"sb{i}"] = row["bucket"]
-    for i, (f, m) in enumerate(zip(frames, moved)):
-        params.update(
-            {
-                f"fb{i}": f["bucket"],
-                f"base{i}": f["base_offset"],
-                f"rows{i}": f["rows"],
-                f"pos{i}": f["position"],
-                f"len{i}": f["length"],
-                f"crc{i}": f["crc"],
-                f"end{i}": m["b_end"],
-            }
-        )
-    if frames:
-        params.update(
-            obj=frames[0]["object"],
-            commit_us=frames[0]["commit_us"],
-            origin_us=frames[0]["origin_us"],
-            schema_id=frames[0]["schema_id"],
-        )
-    conn.execute(_pg_record_sql(len(seqs), len(frames)), params)
-
-
-_PG_RECORD: dict[tuple[int, int], sa.TextClause] = {}
-
-
-def _pg_record_sql(n_seqs: int, n_frames: int) -> sa.TextClause:
-    key = (n_seqs, n_frames)
-    sql = _PG_RECORD.get(key)
-    if sql is None:
-        seq_rows = ", ".join(f"(:inc, :sb{i}, :writer, :seq)" for i in range(n_seqs))
-        w = (
-            f"INSERT INTO th_writers (incarnation, bucket, writer, seq) VALUES {seq_rows} "
-            "ON CONFLICT (incarnation, bucket, writer) DO UPDATE SET seq = EXCLUDED.seq"
-        )
-        if not n_frames:
-            text = f"WITH w AS ({w}) SELECT 1"
-        else:
-            frame_rows = ", ".join(
-                f"(:inc, :fb{i}, :base{i}, :rows{i}, :obj, :pos{i}, :len{i}, :crc{i}, :commit_us, "
-                f"CAST(:origin_us AS BIGINT), :writer, :seq, :schema_id)"
-                for i in range(n_frames)
-            )
-            f = (
-                "INSERT INTO th_frames (incarnation, bucket, base_offset, rows, object, position, length, "
-                f"crc, commit_us, origin_us, writer, seq, schema_id) VALUES {frame_rows}"
-            )
-            cases = " ".join(f"WHEN :fb{i} THEN CAST(:end{i} AS BIGINT)" for i in range(n_frames))
-            which = ", ".join(f":fb{i}" for i in range(n_frames))
-            text = (
-                f"WITH w AS ({w}), f AS ({f}) UPDATE th_buckets SET end_offset = CASE bucket {cases} END "
-                f"WHERE incarnation = :inc AND bucket IN ({which})"
-            )
-        sql = _PG_RECORD[key] = sa.text(text)
-    return sql
-
-
-def _upsert_seqs(conn: Connection, rows: list[dict[str, Any]], existing: set[int]) -> None:
-    """Set each (bucket, writer)'s last seq: one INSERT … ON CONFLICT where the database has it."""
-    if conn.dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-
-        stmt = insert(WRITERS)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[WRITERS.c.incarnation, WRITERS.c.bucket, WRITERS.c.writer],
-                set_={"seq": stmt.excluded.seq},
-            ),
-            rows,
-        )
-        return
-    for row in rows:  # other databases: the bucket rows are locked, so update-else-insert cannot race
-        if row["bucket"] in existing:
-            conn.execute(
-                WRITERS.update()
-                .where(
-                    WRITERS.c.incarnation == row["incarnation"],
-                    WRITERS.c.bucket == row["bucket"],
-                    WRITERS.c.writer == row["writer"],
-                )
-                .values(seq=row["seq"])
-            )
-        else:
-            conn.execute(WRITERS.insert().values(**row))
-
-
-def _frame(r: Any) -> Frame:
-    return Frame(
-        r.bucket,
-        r.base_offset,
-        r.rows,
-        r.object,
-        r.position,
-        r.length,
-        r.crc,
-        r.commit_us,
-        r.origin_us,
-        r.writer,
-        r.seq,
-        r.schema_id,
-    )
-
-
-def dispose_engines(urls: Sequence[str] | None = None) -> None:
-    """Close pooled connections (tests that stop a database server)."""
-    with _ENGINES_LOCK:
-        for key in list(_ENGINES):
-            if urls is None or key[0] in urls:
-                _ENGINES.pop(key).dispose()

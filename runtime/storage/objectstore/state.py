@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage import fastpk
 from runtime.storage.api import CHANGE, DELETE, UPDATE_BEFORE, TableMeta
+from runtime.storage.objectstore.metaschema import Head
 from runtime.storage.pk import Merger, Tablet, key_bytes, pad, rows_to_table, to_py
 
 _DUMPS = pickle.dumps
@@ -119,3 +121,32 @@ def merge(meta: TableMeta, state: BucketState, part: pa.Table, kinds: list[str] 
     puts = [(k, _DUMPS(tuple(r), _PROTO)) for k, r in touched.items() if r is not None]
     deletes = [k for k, r in touched.items() if r is None]
     return Merge(changelog, puts, deletes)
+
+
+def load_state(meta: TableMeta, bucket: int, got: tuple[pa.Table, int] | None, head: Head) -> BucketState:
+    """A bucket's state from its snapshot ``got`` (rows, the end offset they reflect; None: from offset 0),
+    to be caught up with the changelog after it. The bucket's ``head`` says what the changelog still holds."""
+    state = BucketState(applied=0)
+    if got is not None:
+        rows, offset = got
+        if not 0 <= int(offset) <= head.end_offset:
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"{meta.name} bucket {bucket}: the primary-key snapshot covers offsets up to "
+                f"{offset}, but the hot bucket ends at {head.end_offset}",
+                location=Location(path=meta.name),
+                hint="the hot table was rebuilt while the lake kept the old one's snapshot; rebuild "
+                "with --full-refresh (it resets both)",
+            )
+        state.load(meta, rows)
+        state.applied = int(offset)
+    if state.applied < head.start_offset:
+        raise TidehouseError(
+            ErrorCode.STORAGE_RANGE,
+            f"{meta.name} bucket {bucket}: its primary-key state cannot be rebuilt: the changelog "
+            f"from offset {state.applied} is needed, but retention deleted it up to {head.start_offset}"
+            + ("" if got is not None else " and no snapshot is configured"),
+            location=Location(path=meta.name),
+            hint="give the store a bootstrap (the lake snapshot) that covers the deleted offsets",
+        )
+    return state

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -30,18 +29,15 @@ from runtime.storage.batches import (
     unknown_table,
 )
 from runtime.storage.objectstore import blobs
-from runtime.storage.objectstore.metastore import Fenced, Frame, Metastore, NewFrame, Stale, disconnected
-from runtime.storage.objectstore.state import BucketState, merge
+from runtime.storage.objectstore.garbage import collect_garbage
+from runtime.storage.objectstore.metacommit import Fenced, Stale
+from runtime.storage.objectstore.metaschema import NewFrame
+from runtime.storage.objectstore.metastore import Metastore, disconnected
+from runtime.storage.objectstore.reader import FrameReader, Table, batch_info
+from runtime.storage.objectstore.state import BucketState, load_state, merge
 from runtime.storage.pk import lookup_keys, rows_to_table
 
 _ATTEMPTS = 4  # a primary-key write whose state turned out stale is recomputed this many times at most
-
-
-@dataclass(frozen=True)
-class _Table:
-    meta: TableMeta
-    incarnation: str
-    version: int
 
 
 class ObjectTableStore(TableStore):
@@ -93,6 +89,7 @@ class ObjectTableStore(TableStore):
         self.root = store_id or (f"file://{self.base}" if local else f"s3://{self.base}")
         self.metastore = Metastore(metastore, self.root, durable=fsync)
         self.blobs = blobs.Blobs(filesystem, cache_bytes=cache_bytes)
+        self.reader = FrameReader(self.metastore, self.blobs)
         self.bootstrap = bootstrap
         self.owner = uuid.uuid4().hex  # fencing identity of this instance
         self.gc_interval, self.gc_grace = gc_interval, gc_grace
@@ -100,49 +97,28 @@ class ObjectTableStore(TableStore):
         self._epochs: dict[tuple[str, int], int] = {}
         self._states: dict[tuple[str, int], BucketState] = {}
         self._locks: dict[tuple[str, int], threading.Lock] = {}
-        self._verified: set[tuple[str, int]] = set()
-        self._write_meta: dict[str, _Table] = {}  # table definitions as writes last saw them
+        self._write_meta: dict[str, Table] = {}  # table definitions as writes last saw them
         self._seqs_seen: dict[
             tuple[str, str], int
         ] = {}  # (incarnation, writer) -> highest seq it committed here
         self._mutex = threading.RLock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         if local:
             filesystem.create_dir(self.base, recursive=True)
         else:
-            self._check_bucket()
+            blobs.check_root(filesystem, self.base)
 
     @classmethod
     def from_uri(cls, root: str, *, s3: dict | None = None, **kwargs) -> ObjectTableStore:
         fs, base = blobs.filesystem_for(root, s3)
         return cls(fs, base, store_id=root.rstrip("/"), **kwargs)
 
-    def _check_bucket(self) -> None:
-        bucket = self.base.split("/", 1)[0]
-        try:
-            info = self.fs.get_file_info(bucket)
-        except (OSError, pa.ArrowException) as exc:
-            raise TidehouseError(
-                ErrorCode.STORAGE_IO,
-                f"hot storage s3://{self.base}: cannot reach bucket {bucket!r}: {exc}",
-                location=Location(path="storage.root"),
-                hint="check storage.s3 (endpoint, credentials)",
-            ) from exc
-        if info.type == pafs.FileType.NotFound:
-            raise TidehouseError(
-                ErrorCode.STORAGE_IO,
-                f"hot storage s3://{self.base}: bucket {bucket!r} does not exist",
-                location=Location(path="storage.root"),
-                hint="create the bucket first (the store never creates buckets)",
-            )
-
     # -- catalog ------------------------------------------------------------------------------------
-    def _table(self, name: str) -> _Table:
+    def _table(self, name: str) -> Table:
         got = self.metastore.table(name) if isinstance(name, str) else None
         if got is None:
             raise unknown_table(name)
         inc, version, doc = got
-        return _Table(metamod.from_json(doc), inc, version)
+        return Table(metamod.from_json(doc), inc, version)
 
     def create_table(self, meta: TableMeta, *, exist_ok: bool = True) -> TableMeta:
         wanted = metamod.validate(meta)
@@ -233,7 +209,7 @@ class ObjectTableStore(TableStore):
                     raise
         raise AssertionError("unreachable")
 
-    def _write_table(self, name: str, fresh: bool) -> _Table:
+    def _write_table(self, name: str, fresh: bool) -> Table:
         with self._mutex:
             cached = None if fresh else self._write_meta.get(name)
         if cached is None:
@@ -243,7 +219,7 @@ class ObjectTableStore(TableStore):
         return cached
 
     def _write_groups(
-        self, table: _Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
+        self, table: Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
     ) -> WriteResult:
         meta = table.meta
         with self._write_locks(table, sorted(groups) if meta.is_primary_key else []):
@@ -268,7 +244,7 @@ class ObjectTableStore(TableStore):
         )
 
     @contextlib.contextmanager
-    def _write_locks(self, table: _Table, buckets: list[int]) -> Iterator[None]:
+    def _write_locks(self, table: Table, buckets: list[int]) -> Iterator[None]:
         with self._mutex:
             locks = [self._locks.setdefault((table.incarnation, b), threading.Lock()) for b in buckets]
         with contextlib.ExitStack() as stack:
@@ -277,7 +253,7 @@ class ObjectTableStore(TableStore):
             yield
 
     def _write_once(
-        self, table: _Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
+        self, table: Table, groups: dict[int, tuple], writer: str, seq: int, origin_ts: float | None
     ) -> WriteResult:
         meta, inc = table.meta, table.incarnation
         known = self._seqs_seen.get((inc, writer))
@@ -305,13 +281,13 @@ class ObjectTableStore(TableStore):
             buf, placed = blobs.encode([batches[b] for b in order])
             for b, p in zip(order, placed):
                 parts[b] = NewFrame(batches[b].num_rows, p.position, p.length, p.crc)
-                self._verified.add((obj, p.position))
+                self.reader.verified.add((obj, p.position))
         put = None
         if buf is not None and self.metastore.row_locks:
             # the put runs while the transaction locks and checks the buckets and records the frames (row
             # locks: only this write's buckets wait); COMMIT waits for the put. On SQLite the lock is the
             # whole database, so there the put comes first
-            put = self._executor().submit(self.blobs.put, obj, buf)
+            put = self.reader.executor().submit(self.blobs.put, obj, buf)
         elif buf is not None:
             self.blobs.put(obj, buf)  # crash after this line: an orphan object, never visible
         try:
@@ -370,12 +346,6 @@ class ObjectTableStore(TableStore):
             self._discard(obj)
         return WriteResult(out, skipped=not out)  # a no-op upsert that committed its seq has an empty range
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._mutex:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="tidehouse-s3")
-            return self._pool
-
     def _discard(self, obj: str) -> None:
         """An object whose commit did not happen: delete it now (else garbage collection does)."""
         with contextlib.suppress(TidehouseError):
@@ -386,7 +356,7 @@ class ObjectTableStore(TableStore):
         return max(seqs.values()) if seqs else None
 
     # -- primary-key state --------------------------------------------------------------------------
-    def _writer_state(self, table: _Table, bucket: int) -> BucketState:
+    def _writer_state(self, table: Table, bucket: int) -> BucketState:
         key = (table.incarnation, bucket)
         if (
             key not in self._epochs
@@ -394,7 +364,7 @@ class ObjectTableStore(TableStore):
             self._epochs[key] = self.metastore.acquire(table.incarnation, bucket, self.owner)
         return self._state(table, bucket)
 
-    def _state(self, table: _Table, bucket: int, end: int | None = None) -> BucketState:
+    def _state(self, table: Table, bucket: int, end: int | None = None) -> BucketState:
         """The bucket's state, loaded if missing and caught up with the changelog to its end offset.
 
         A state whose changelog tail retention deleted meanwhile (a reader's cache left behind, or a snapshot
@@ -410,7 +380,7 @@ class ObjectTableStore(TableStore):
                     end = self._head(table, bucket).end_offset
                 try:
                     if state.applied < end:
-                        for frame, batch in self._frames(table, bucket, state.applied, end):
+                        for frame, batch in self.reader.frames(table, bucket, state.applied, end):
                             lo = max(state.applied - frame.base_offset, 0)
                             state.replay(table.meta, batch.slice(lo) if lo else batch, frame.end_offset)
                         state.applied = max(state.applied, end)
@@ -423,36 +393,12 @@ class ObjectTableStore(TableStore):
                             del self._states[key]
         raise AssertionError("unreachable")
 
-    def _load(self, table: _Table, bucket: int) -> BucketState:
+    def _load(self, table: Table, bucket: int) -> BucketState:
         got = self.bootstrap(table.meta, bucket) if self.bootstrap is not None else None
-        state = BucketState(applied=0)
-        head = self._head(table, bucket)
-        if got is not None:
-            rows, offset = got
-            if not 0 <= int(offset) <= head.end_offset:
-                raise TidehouseError(
-                    ErrorCode.STORAGE_CORRUPT,
-                    f"{table.meta.name} bucket {bucket}: the primary-key snapshot covers offsets up to "
-                    f"{offset}, but the hot bucket ends at {head.end_offset}",
-                    location=Location(path=table.meta.name),
-                    hint="the hot table was rebuilt while the lake kept the old one's snapshot; rebuild "
-                    "with --full-refresh (it resets both)",
-                )
-            state.load(table.meta, rows)
-            state.applied = int(offset)
-        if state.applied < head.start_offset:
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE,
-                f"{table.meta.name} bucket {bucket}: its primary-key state cannot be rebuilt: the changelog "
-                f"from offset {state.applied} is needed, but retention deleted it up to {head.start_offset}"
-                + ("" if got is not None else " and no snapshot is configured"),
-                location=Location(path=table.meta.name),
-                hint="give the store a bootstrap (the lake snapshot) that covers the deleted offsets",
-            )
-        return state
+        return load_state(table.meta, bucket, got, self._head(table, bucket))
 
     # -- reads --------------------------------------------------------------------------------------
-    def _head(self, table: _Table, bucket: int):
+    def _head(self, table: Table, bucket: int):
         check_bucket(table.meta, bucket)
         head = self.metastore.head(table.incarnation, bucket)
         if head is None:
@@ -493,87 +439,13 @@ class ObjectTableStore(TableStore):
         return self._read_iter(table, bucket, start, stop, cols)
 
     def _read_iter(
-        self, table: _Table, bucket: int, start: int, stop: int, cols: list[str]
+        self, table: Table, bucket: int, start: int, stop: int, cols: list[str]
     ) -> Iterator[pa.RecordBatch]:
         frames = (
             (f.base_offset, f.rows, f.commit_us, batch)
-            for f, batch in self._frames(table, bucket, start, stop)
+            for f, batch in self.reader.frames(table, bucket, start, stop)
         )
         return read_batches(table.meta, frames, bucket, start, stop, cols)
-
-    def _frames(
-        self, table: _Table, bucket: int, start: int, stop: int
-    ) -> Iterator[tuple[Frame, pa.RecordBatch]]:
-        """The committed frames overlapping ``[start, stop)`` with their decoded batches (objects fetched
-        several at a time, in order)."""
-        if stop <= start:
-            return
-        frames = self.metastore.frames(table.incarnation, bucket, start, stop)
-        # a bucket's frames are contiguous from its first kept offset: a range that starts before the first
-        # frame listed was deleted by retention after the caller checked the bucket's first offset (a read
-        # never silently starts later, a state never skips changes)
-        if not frames or frames[0].base_offset > start:
-            head = self.metastore.head(table.incarnation, bucket)
-            if frames or (head is not None and head.start_offset > start):
-                raise TidehouseError(
-                    ErrorCode.STORAGE_RANGE,
-                    f"{table.meta.name} bucket {bucket}: offsets from {start} were deleted by retention "
-                    "while being read",
-                    location=Location(path=table.meta.name),
-                    hint="read again from the earliest kept offset (start_offsets)",
-                )
-            return
-        objects = list(dict.fromkeys(f.object for f in frames))
-        if len(objects) == 1:
-            fetched = iter([self._fetch(table, bucket, objects[0])])
-        else:
-            fetched = self._executor().map(lambda o: self._fetch(table, bucket, o), objects)
-        bufs: dict[str, pa.Buffer] = {}
-        for f in frames:
-            while f.object not in bufs:
-                buf = next(fetched)
-                bufs[objects[len(bufs)]] = buf
-            yield f, self._decode(table, f, bufs[f.object])
-
-    def _fetch(self, table: _Table, bucket: int, obj: str) -> pa.Buffer:
-        try:
-            return self.blobs.get(obj)
-        except FileNotFoundError:
-            head = self.metastore.head(table.incarnation, bucket)
-            raise TidehouseError(
-                ErrorCode.STORAGE_RANGE
-                if head is not None and head.start_offset > 0
-                else ErrorCode.STORAGE_CORRUPT,
-                f"{table.meta.name} bucket {bucket}: data object {obj} is gone (deleted by retention while "
-                "being read, or lost)",
-                location=Location(file=obj),
-                hint="read again from the earliest kept offset (start_offsets)",
-            ) from None
-
-    def _decode(self, table: _Table, f: Frame, buf: pa.Buffer) -> pa.RecordBatch:
-        part = blobs.Part(f.position, f.length, f.crc)
-        key = (f.object, f.position)
-        if key not in self._verified:
-            if not blobs.part_ok(buf, part):
-                raise TidehouseError(
-                    ErrorCode.STORAGE_CORRUPT,
-                    f"{table.meta.name} bucket {f.bucket}: the frame at offset {f.base_offset} "
-                    f"({f.rows} rows) in data object {f.object} is damaged (CRC or length mismatch)",
-                    location=Location(file=f.object),
-                    params={"object": f.object, "offset": f.base_offset},
-                    hint="restore the object from a backup, or drop and rebuild the table; nothing partial "
-                    "was returned",
-                )
-            self._verified.add(key)
-        try:
-            return blobs.decode(buf, part)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TidehouseError(
-                ErrorCode.STORAGE_CORRUPT,
-                f"{table.meta.name} bucket {f.bucket}: frame at offset "
-                f"{f.base_offset} in {f.object} does not decode: {exc}",
-                location=Location(file=f.object),
-            ) from exc
 
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
@@ -610,12 +482,12 @@ class ObjectTableStore(TableStore):
     def batch_info(self, name: str, bucket: int) -> BatchInfo | None:
         table = self._table(name)
         self._head(table, bucket)
-        return _info(self.metastore.frame_at(table.incarnation, bucket, None))
+        return batch_info(self.metastore.frame_at(table.incarnation, bucket, None))
 
     def offset_times(self, name: str, bucket: int, offset: int) -> BatchInfo | None:
         table = self._table(name)
         self._head(table, bucket)
-        return _info(self.metastore.frame_at(table.incarnation, bucket, offset))
+        return batch_info(self.metastore.frame_at(table.incarnation, bucket, offset))
 
     # -- housekeeping -------------------------------------------------------------------------------
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
@@ -638,37 +510,7 @@ class ObjectTableStore(TableStore):
         (default ``gc_grace``), of one table (or of every table under the root, including dropped ones).
         Returns how many objects were deleted."""
         grace = self.gc_grace if grace is None else grace
-        live = self.metastore.incarnations()
-        if name is not None:
-            layer, tname = name.split(".", 1)
-            where = f"{self.base}/{layer}/{tname}"
-        else:
-            where = self.base
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(where, recursive=True, allow_not_found=True))
-        except (OSError, pa.ArrowException) as exc:
-            raise blobs.io_error("listing", where, exc) from exc
-        cutoff = time.time() - grace
-        referenced: dict[str, set[str]] = {}
-        doomed = []
-        for info in infos:
-            if info.type != pafs.FileType.File or not info.path.endswith(blobs.SUFFIX):
-                continue
-            parts = info.path[len(self.base) + 1 :].split("/")
-            if len(parts) != 5 or parts[3] != "data":
-                continue
-            mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
-            if mtime > cutoff:
-                continue
-            inc = parts[2]
-            if inc in live:
-                if inc not in referenced:
-                    referenced[inc] = self.metastore.objects(inc)
-                if info.path in referenced[inc]:
-                    continue
-            doomed.append(info.path)
-        self.blobs.delete(doomed)
-        return len(doomed)
+        return collect_garbage(self.fs, self.base, self.metastore, self.blobs, name, grace)
 
     def close(self) -> None:
         with self._mutex:
@@ -677,26 +519,10 @@ class ObjectTableStore(TableStore):
             self._write_meta.clear()
             self._seqs_seen.clear()
             self.blobs.clear()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+            self.reader.close()
 
     def __enter__(self) -> ObjectTableStore:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _info(f: Frame | None) -> BatchInfo | None:
-    if f is None:
-        return None
-    return BatchInfo(
-        bucket=f.bucket,
-        base_offset=f.base_offset,
-        rows=f.rows,
-        commit_ts=f.commit_us / 1e6,
-        origin_ts=None if f.origin_us is None else f.origin_us / 1e6,
-        writer=f.writer,
-        seq=f.seq,
-    )
