@@ -173,11 +173,8 @@ class Registry:
             try:
                 text = read_text(file)
                 spec = parse_action_text(text, str(file))
-            except TidehouseErrors as exc:
-                errors += exc.errors
-                continue
             except TidehouseError as exc:
-                errors.append(exc)
+                errors += TidehouseErrors.listed(exc)
                 continue
             if spec.name in first_file:
                 errors.append(

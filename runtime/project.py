@@ -415,7 +415,7 @@ class Project:
         project's ``actions/``), in Spark batch and (``stream``) through a streaming flow of a throw-away
         project. Raises the test files' problems (exit 2); returns the results."""
         from materializer.actiontest import run_action_tests
-        from registry.specs.actiontest import load_action_tests
+        from registry.specs.testfiles import load_action_tests
 
         folder = self.actions_dir
         with contextlib.suppress(ValueError):  # shown as the user would write it, from where they are

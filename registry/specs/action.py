@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from registry.specs.base import (
     BAD_VALUE,
@@ -27,10 +27,10 @@ from registry.specs.base import (
     Spec,
     Text,
     custom,
-    unique,
+    ddl_columns,
+    listed_once,
 )
 from registry.specs.values import check_value
-from runtime.core.literals import is_system_column
 from runtime.core.sparktypes import Column as DdlColumn
 from runtime.core.sparktypes import SparkType, SparkTypeError, parse_columns, parse_type
 
@@ -60,15 +60,7 @@ def _output(value: Any) -> str | None:
         raise custom(
             WRONG_TYPE, "expected Spark DDL like 'user_id string, cnt bigint' or a list of column names"
         )
-    try:
-        columns = parse_columns(value, untyped=True)
-    except SparkTypeError as exc:
-        raise custom(BAD_VALUE, f"not a column list: {exc}") from None
-    for column in columns:
-        if is_system_column(column.name):
-            raise custom(
-                BAD_VALUE, f"output column {column.name!r}: columns starting with '__' are system columns"
-            )
+    for column in ddl_columns(value, untyped=True, what="output column", error="not a column list"):
         if not column.nullable:
             raise custom(
                 BAD_VALUE,
@@ -118,7 +110,7 @@ class ActionHeader(Spec):
 
     name: Identifier = Field(description="Name of the action, referred to by flows as `name` or `name@N`.")
     description: Text = Field("", description="What the action does, for the action reference.")
-    inputs: tuple[Identifier, ...] = Field(
+    inputs: Annotated[tuple[Identifier, ...], listed_once("input")] = Field(
         (), description="Names of the relations the SQL reads; a flow binds each one to a source or a table."
     )
     params: dict[Identifier, ParamSpec] = Field(
@@ -132,11 +124,6 @@ class ActionHeader(Spec):
     primary_key: tuple[Column, ...] | None = Field(
         None, description="Suggested primary key of tables produced by the action (documentation only)."
     )
-
-    @field_validator("inputs")
-    @classmethod
-    def _unique_inputs(cls, value: tuple) -> tuple:
-        return unique(value, "input")
 
 
 class ActionSpec(ActionHeader):

@@ -9,15 +9,18 @@ maps those types to :class:`~runtime.core.errors.ErrorCode` values (see :mod:`re
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from runtime.core.durations import parse_duration
 from runtime.core.literals import is_system_column
+from runtime.core.sparktypes import Column as DdlColumn
+from runtime.core.sparktypes import SparkTypeError, parse_columns
 
 IDENTIFIER_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
 COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -113,7 +116,28 @@ def unique(values: tuple, what: str) -> tuple:
     return values
 
 
+def listed_once(what: str) -> AfterValidator:
+    """A list field's validator: no value twice (names compared case-insensitively), the second one named."""
+    return AfterValidator(functools.partial(unique, what=what))
+
+
+def ddl_columns(
+    value: str, *, untyped: bool = False, what: str = "column", error: str = "not a Spark DDL schema"
+) -> list[DdlColumn]:
+    """The columns of a Spark DDL column list; one that does not parse, or a ``__`` (system) column, is a
+    spec error."""
+    try:
+        columns = parse_columns(value, untyped=untyped)
+    except SparkTypeError as exc:
+        raise custom(BAD_VALUE, f"{error}: {exc}") from None
+    for c in columns:
+        if is_system_column(c.name):
+            raise custom(BAD_VALUE, f"{what} {c.name!r}: columns starting with '__' are system columns")
+    return columns
+
+
 Identifier = Annotated[str, BeforeValidator(identifier)]
 Column = Annotated[str, BeforeValidator(column)]
 Duration = Annotated[float, BeforeValidator(duration)]
 Text = Annotated[str, BeforeValidator(strict_text)]
+PrimaryKey = Annotated[tuple[Column, ...], listed_once("primary key column")]

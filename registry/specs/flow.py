@@ -20,10 +20,12 @@ from registry.specs.base import (
     Column,
     Duration,
     Identifier,
+    PrimaryKey,
     Spec,
     Text,
     custom,
-    unique,
+    ddl_columns,
+    listed_once,
 )
 from runtime.core.durations import format_duration
 from runtime.core.errors import Location
@@ -35,11 +37,9 @@ from runtime.core.literals import (
     Aggregation,
     Layer,
     MergeEngine,
-    is_system_column,
 )
 from runtime.core.refs import REF_RE
 from runtime.core.settings import default
-from runtime.core.sparktypes import SparkTypeError, parse_columns
 
 OnViolation = Literal["drop", "quarantine", "fail"]
 _TIERING = format_duration(default("tiering.interval"))  # in descriptions (the docs are generated from them)
@@ -122,15 +122,7 @@ class SourceSpec(Spec):
     @classmethod
     def _schema_parses(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                columns = parse_columns(value)
-            except SparkTypeError as exc:
-                raise custom(BAD_VALUE, f"not a Spark DDL schema: {exc}") from None
-            for column in columns:
-                if is_system_column(column.name):
-                    raise custom(
-                        BAD_VALUE, f"column {column.name!r}: columns starting with '__' are system columns"
-                    )
+            ddl_columns(value)
         return value
 
     @model_validator(mode="after")
@@ -159,7 +151,7 @@ class TableSpec(Spec):
     params: dict[Identifier, Any] = Field(
         default_factory=dict, description="Parameter values of the action, checked against their Spark types."
     )
-    primary_key: tuple[Column, ...] = Field(
+    primary_key: PrimaryKey = Field(
         (),
         description="Primary key columns; makes this a primary-key table "
         "with a changelog (otherwise a log table).",
@@ -179,7 +171,7 @@ class TableSpec(Spec):
     buckets: Annotated[int, Field(strict=True, ge=1, le=1024)] = Field(
         1, description="Number of buckets (>= 1)."
     )
-    bucket_key: tuple[Column, ...] = Field(
+    bucket_key: Annotated[tuple[Column, ...], listed_once("bucket key column")] = Field(
         (), description="Columns that choose a row's bucket; default: the primary key (must be part of it)."
     )
     trigger: Duration | None = Field(
@@ -198,7 +190,7 @@ class TableSpec(Spec):
         "interval.",
     )
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
-    tags: tuple[Identifier, ...] = Field(
+    tags: Annotated[tuple[Identifier, ...], listed_once("tag")] = Field(
         (),
         description="Labels to select the table by (`--select tag:NAME`, see operations.md); they change "
         "nothing the table holds, so editing them never rebuilds it.",
@@ -217,21 +209,6 @@ class TableSpec(Spec):
     @property
     def effective_bucket_key(self) -> tuple[str, ...]:
         return self.bucket_key or self.primary_key
-
-    @field_validator("primary_key")
-    @classmethod
-    def _pk_unique(cls, value: tuple) -> tuple:
-        return unique(value, "primary key column")
-
-    @field_validator("bucket_key")
-    @classmethod
-    def _bk_unique(cls, value: tuple) -> tuple:
-        return unique(value, "bucket key column")
-
-    @field_validator("tags")
-    @classmethod
-    def _tags_unique(cls, value: tuple) -> tuple:
-        return unique(value, "tag")
 
     @field_validator("expect")
     @classmethod

@@ -177,6 +177,11 @@ class TidehouseErrors(TidehouseError):
     def render(self) -> str:  # one line per error
         return "\n".join(e.render() for e in getattr(self, "errors", []))
 
+    @staticmethod
+    def listed(exc: TidehouseError) -> list[TidehouseError]:
+        """The errors ``exc`` reports: each of several, or itself alone."""
+        return list(exc.errors) if isinstance(exc, TidehouseErrors) else [exc]
+
     @classmethod
     def raise_if_any(cls, errors: Iterable[TidehouseError]) -> None:
         errors = list(errors)

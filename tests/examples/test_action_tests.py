@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from registry.specs.actiontest import TEST_SUFFIX, load_action_tests
+from registry.specs.actiontest import TEST_SUFFIX
+from registry.specs.testfiles import load_action_tests
 from tests.examples._library import ACTIONS
 
 ALL = sorted(p.stem for p in ACTIONS.glob("*.sql"))

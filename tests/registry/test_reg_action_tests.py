@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from registry.specs.actiontest import load_action_tests, parse_action_test
 from registry.specs.fixtures import read_csv, text_value, yaml_value
+from registry.specs.testfiles import load_action_tests, parse_action_test
 from runtime.core.errors import ErrorCode as E
 from runtime.core.errors import TidehouseError
 from runtime.core.sparktypes import parse_type
