@@ -38,21 +38,9 @@ import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.settings import default
-from runtime.storage import fastpk
+from runtime.storage import batches, fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import BatchInfo, TableMeta, TableStore, WriteResult
-from runtime.storage.batches import (
-    check_bucket,
-    check_start,
-    one_batch,
-    prepare,
-    read_batches,
-    read_columns,
-    scan_log,
-    split_buckets,
-    table_exists,
-    unknown_table,
-)
 from runtime.storage.frames import NO_ORIGIN
 from runtime.storage.log import BucketLog
 from runtime.storage.pk import Merger, Tablet, from_py, lookup_keys, rows_to_table, to_py
@@ -78,7 +66,7 @@ def _append(
     log: BucketLog, meta: TableMeta, rows: pa.Table, writer: str, seq: int, origin_ts: float | None
 ) -> tuple[int, int]:
     """Append ``rows`` as one frame (Arrow IPC stream) to the bucket's log; its offset range."""
-    batch = one_batch(rows)
+    batch = batches.one_batch(rows)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write_batch(batch)
@@ -161,7 +149,7 @@ class LocalTableStore(TableStore):
                 doc = metamod.read_doc(path)
                 current = metamod.from_json(doc)
                 if not exist_ok:
-                    raise table_exists(wanted.name)
+                    raise batches.table_exists(wanted.name)
                 evolved = metamod.evolve(current, wanted)
                 if evolved is None:
                     return current
@@ -187,7 +175,7 @@ class LocalTableStore(TableStore):
                 if cached is not None:
                     cached.close()
                     del self._tables[name]
-                raise unknown_table(name)
+                raise batches.unknown_table(name)
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             if cached is not None and cached.stat == key:
                 return cached
@@ -251,10 +239,10 @@ class LocalTableStore(TableStore):
     ) -> WriteResult:
         table = self._table(name)
         meta = table.meta
-        prepared, kinds = prepare(meta, data)
+        prepared, kinds = batches.prepare(meta, data)
         if prepared.num_rows == 0:
             return WriteResult({})
-        groups = split_buckets(meta, prepared, kinds)
+        groups = batches.split_buckets(meta, prepared, kinds)
         ranges: dict[int, tuple[int, int]] = {}
         skipped = 0
         for b, (part, part_kinds) in groups.items():
@@ -348,7 +336,7 @@ class LocalTableStore(TableStore):
 
     @staticmethod
     def _bucket_log(table: _Table, bucket: int) -> BucketLog:
-        check_bucket(table.meta, bucket)
+        batches.check_bucket(table.meta, bucket)
         return table.logs[bucket]
 
     def read(
@@ -363,25 +351,25 @@ class LocalTableStore(TableStore):
         table = self._table(name)
         meta = table.meta
         log = self._bucket_log(table, bucket)
-        cols = read_columns(meta, columns)
+        cols = batches.read_columns(meta, columns)
         log.refresh()
         stop = log.end_offset if end is None else end
-        check_start(name, bucket, start, log.first_offset, log.end_offset)
+        batches.check_start(name, bucket, start, log.first_offset, log.end_offset)
         return self._read_iter(meta, log, bucket, start, stop, cols)
 
     def _read_iter(
         self, meta: TableMeta, log: BucketLog, bucket: int, start: int, stop: int, cols: list[str]
     ) -> Iterator[pa.RecordBatch]:
         frames = ((e.base_offset, e.rows, e.commit_ts, batch) for e, batch in log.frames(start, stop))
-        return read_batches(meta, frames, bucket, start, stop, cols)
+        return batches.read_batches(meta, frames, bucket, start, stop, cols)
 
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        cols = read_columns(meta, columns)
+        cols = batches.read_columns(meta, columns)
         if not meta.is_primary_key:
             logs = self._refreshed_logs(name)
-            return scan_log(
+            return batches.scan_log(
                 meta,
                 cols,
                 [(b, log.first_offset, log.end_offset) for b, log in enumerate(logs)],

@@ -14,20 +14,9 @@ import pyarrow.fs as pafs
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.settings import default
+from runtime.storage import batches
 from runtime.storage import meta as metamod
 from runtime.storage.api import BatchInfo, Bootstrap, TableMeta, TableStore, WriteResult
-from runtime.storage.batches import (
-    check_bucket,
-    check_start,
-    one_batch,
-    prepare,
-    read_batches,
-    read_columns,
-    scan_log,
-    split_buckets,
-    table_exists,
-    unknown_table,
-)
 from runtime.storage.objectstore import blobs
 from runtime.storage.objectstore.garbage import collect_garbage
 from runtime.storage.objectstore.metacommit import Fenced, Stale
@@ -116,7 +105,7 @@ class ObjectTableStore(TableStore):
     def _table(self, name: str) -> Table:
         got = self.metastore.table(name) if isinstance(name, str) else None
         if got is None:
-            raise unknown_table(name)
+            raise batches.unknown_table(name)
         inc, version, doc = got
         return Table(metamod.from_json(doc), inc, version)
 
@@ -135,7 +124,7 @@ class ObjectTableStore(TableStore):
                     return created
                 continue  # created by someone else meanwhile: look again
             if not exist_ok:
-                raise table_exists(wanted.name)
+                raise batches.table_exists(wanted.name)
             inc, version, doc = got
             current = metamod.from_json(doc)
             evolved = metamod.evolve(current, wanted)
@@ -164,7 +153,7 @@ class ObjectTableStore(TableStore):
     def drop_table(self, name: str) -> None:
         inc = self.metastore.drop(name)
         if inc is None:
-            raise unknown_table(name)
+            raise batches.unknown_table(name)
         self._forget(inc)
         with contextlib.suppress(TidehouseError):  # leftovers are garbage: collect_garbage deletes them
             self._delete_tree(blobs.object_dir(self.base, name, inc).rsplit("/", 1)[0])
@@ -199,10 +188,10 @@ class ObjectTableStore(TableStore):
         for fresh in (False, True):
             table = self._write_table(name, fresh)
             try:
-                prepared, kinds = prepare(table.meta, data)
+                prepared, kinds = batches.prepare(table.meta, data)
                 if prepared.num_rows == 0:
                     return WriteResult({})
-                groups = split_buckets(table.meta, prepared, kinds)
+                groups = batches.split_buckets(table.meta, prepared, kinds)
                 return self._write_groups(table, groups, writer, seq, origin_ts)
             except TidehouseError as exc:
                 if fresh or exc.code not in (ErrorCode.WRITE_INVALID, ErrorCode.TABLE_UNKNOWN):
@@ -263,7 +252,7 @@ class ObjectTableStore(TableStore):
         todo = {b: g for b, g in groups.items() if b not in done or seq > done[b]}
         if not todo:
             return WriteResult({}, skipped=True)
-        merges, epochs, expected, batches = {}, {}, {}, {}
+        merges, epochs, expected, new_batches = {}, {}, {}, {}
         for b, (part, kinds) in sorted(todo.items()):
             if meta.is_primary_key:
                 state = self._writer_state(table, b)
@@ -271,16 +260,16 @@ class ObjectTableStore(TableStore):
                 merges[b] = merge(meta, state, part, kinds)
                 changelog = merges[b].changelog
                 if changelog.num_rows:
-                    batches[b] = one_batch(changelog)
+                    new_batches[b] = batches.one_batch(changelog)
             else:
-                batches[b] = one_batch(part)
+                new_batches[b] = batches.one_batch(part)
         obj, parts, buf = "", {b: NewFrame(0) for b in todo}, None
-        if batches:
+        if new_batches:
             obj = blobs.new_object_name(self.base, meta.name, inc)
-            order = sorted(batches)
-            buf, placed = blobs.encode([batches[b] for b in order])
+            order = sorted(new_batches)
+            buf, placed = blobs.encode([new_batches[b] for b in order])
             for b, p in zip(order, placed):
-                parts[b] = NewFrame(batches[b].num_rows, p.position, p.length, p.crc)
+                parts[b] = NewFrame(new_batches[b].num_rows, p.position, p.length, p.crc)
                 self.reader.verified.add((obj, p.position))
         put = None
         if buf is not None and self.metastore.row_locks:
@@ -399,7 +388,7 @@ class ObjectTableStore(TableStore):
 
     # -- reads --------------------------------------------------------------------------------------
     def _head(self, table: Table, bucket: int):
-        check_bucket(table.meta, bucket)
+        batches.check_bucket(table.meta, bucket)
         head = self.metastore.head(table.incarnation, bucket)
         if head is None:
             raise TidehouseError(
@@ -425,10 +414,10 @@ class ObjectTableStore(TableStore):
         columns: Sequence[str] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         table = self._table(name)
-        cols = read_columns(table.meta, columns)
+        cols = batches.read_columns(table.meta, columns)
         head = self._head(table, bucket)
         stop = head.end_offset if end is None else end
-        check_start(name, bucket, start, head.start_offset, head.end_offset)
+        batches.check_start(name, bucket, start, head.start_offset, head.end_offset)
         if start < head.start_offset:
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,
@@ -445,15 +434,15 @@ class ObjectTableStore(TableStore):
             (f.base_offset, f.rows, f.commit_us, batch)
             for f, batch in self.reader.frames(table, bucket, start, stop)
         )
-        return read_batches(table.meta, frames, bucket, start, stop, cols)
+        return batches.read_batches(table.meta, frames, bucket, start, stop, cols)
 
     def scan(self, name: str, *, columns: Sequence[str] | None = None) -> pa.Table:
         table = self._table(name)
         meta = table.meta
-        cols = read_columns(meta, columns)
+        cols = batches.read_columns(meta, columns)
         heads = self.metastore.heads(table.incarnation)
         if not meta.is_primary_key:
-            return scan_log(
+            return batches.scan_log(
                 meta,
                 cols,
                 [(h.bucket, h.start_offset, h.end_offset) for h in heads],
