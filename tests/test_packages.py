@@ -52,3 +52,20 @@ def test_tests_import_their_helpers_one_way():
         if any(folder.glob("*.py")) and not (folder / "__init__.py").is_file():
             problems.append(f"{folder.relative_to(REPO)}: not a package (no __init__.py)")
     assert problems == []
+
+
+def test_modules_stay_small():
+    """Small modules (docs/STYLE: a median of 100-300 lines): no module of the product packages is over 600
+    lines, and their median is at most 300. A module that grows past it is a place to split along a seam."""
+    import statistics
+
+    sizes = {
+        path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for package in ("registry", "materializer", "runtime")
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+    too_long = sorted(f"{name} ({lines} lines)" for name, lines in sizes.items() if lines > 600)
+    assert not too_long, f"modules over 600 lines: {', '.join(too_long)}"
+    median = statistics.median(sizes.values())
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+    assert median <= 300, f"the median module has {median} lines (> 300); the largest: {', '.join(largest)}"
