@@ -10,9 +10,10 @@ Spark's AnalysisException is wrapped in ``TidehouseError(ACTION_SQL_INVALID)`` p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -297,11 +298,13 @@ def build_plan(
             node = source_node(ref) if ref in spec.sources and "." not in ref else ref
             kind, ddl, _, pk = known[node]
             inputs.append(Input(relation, node, kind, ddl, pk))
-        df = _analyse(session, action, params, inputs, name, tloc)
-        out_ddl = nullable_ddl(df.schema)
         primary_key = tuple(tspec.primary_key or ())
-        _check_output(name, df, action, primary_key, tspec, tloc, location_of)
-        shape = sql_shape(df)
+        expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
+        with _analysed(session, action, params, inputs, name, tloc) as df:
+            out_ddl = nullable_ddl(df.schema)
+            _check_output(name, df, action, primary_key, tspec, tloc, location_of)
+            shape = sql_shape(df)
+            _check_expectations(name, df, expect, tloc)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
         decision = shape_mod.decide(
@@ -313,8 +316,6 @@ def build_plan(
             location=tloc,
         )
         passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
-        expect = tuple(Expectation(e.name, e.condition, e.on_violation) for e in (tspec.expect or ()))
-        _check_expectations(name, df, expect, tloc)
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
         quarantine = (
             quarantine_name(name)
@@ -427,7 +428,11 @@ def _external(project, table: str, planned: TablePlan | None = None) -> tuple[st
     return kind, ddl, fingerprint({"external": table, "ddl": ddl}), tuple(meta.primary_key)
 
 
-def _analyse(session, action, params, inputs, table: str, tloc):
+@contextlib.contextmanager
+def _analysed(session, action, params, inputs, table: str, tloc) -> Iterator[Any]:
+    """The action's SQL analysed over empty inputs of the input schemas, bound as temporary views for the
+    ``with`` block: over Spark Connect a DataFrame is a plan the server analyses again on every call (its
+    schema, its explain text), so its views must outlive the first analysis."""
     from pyspark.errors import PySparkException
 
     from materializer.checks import action_sql_error, is_query
@@ -444,11 +449,12 @@ def _analyse(session, action, params, inputs, table: str, tloc):
     for inp in inputs:
         session.createDataFrame([], struct_of(inp.ddl)).createOrReplaceTempView(inp.name)
     try:
-        df = session.sql(action.sql, args=args)
-        df.schema  # noqa: B018 - forces analysis
-        return df
-    except PySparkException as exc:
-        raise _sql_error(exc, action, table, tloc) from exc
+        try:
+            df = session.sql(action.sql, args=args)
+            df.schema  # noqa: B018 - forces analysis
+        except PySparkException as exc:
+            raise _sql_error(exc, action, table, tloc) from exc
+        yield df
     finally:
         for inp in inputs:
             session.catalog.dropTempView(inp.name)

@@ -54,6 +54,7 @@ class ProgressListener(StreamingQueryListener):
         self._batches: dict[str, int] = {}
         self._seconds: dict[str, dict[str, float]] = {}
         self._sessions: list = []
+        self._events = 0  # progress events received (over Spark Connect: to see the stream go quiet)
 
     def watch(self, session) -> None:
         """Receive the progress of the queries started in ``session``."""
@@ -78,16 +79,36 @@ class ProgressListener(StreamingQueryListener):
         """Wait until Spark has delivered every event queued so far, then stop listening."""
         if not self._sessions:
             return
-        try:
-            self._sessions[0].sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
-        except Py4JError as exc:  # the JVM may be gone (the process is being killed)
-            log.debug("waiting for streaming progress events: %s", exc)
+        from runtime.spark.session import is_connect
+
+        if is_connect(self._sessions[0]):
+            self._settle()
+        else:
+            try:
+                self._sessions[0].sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+            except Py4JError as exc:  # the JVM may be gone (the process is being killed)
+                log.debug("waiting for streaming progress events: %s", exc)
         for session in self._sessions:
             try:
                 session.streams.removeListener(self)
-            except Py4JError as exc:
+            except Exception as exc:  # noqa: BLE001 - py4j's or Spark Connect's: the session is going anyway
                 log.debug("removing the progress listener: %s", exc)
         self._sessions.clear()
+
+    def _settle(self, quiet: float = 0.5, at_most: float = 5.0) -> None:
+        """Over Spark Connect events stream from the server with no queue to drain: wait until none arrived
+        for ``quiet`` seconds (at most ``at_most``)."""
+        import time
+
+        deadline = time.monotonic() + at_most
+        seen = -1
+        while time.monotonic() < deadline:
+            with self._lock:
+                now = self._events
+            if now == seen:
+                return
+            seen = now
+            time.sleep(quiet)
 
     # -- StreamingQueryListener ------------------------------------------------------------------------
     def onQueryProgress(self, event) -> None:
@@ -97,6 +118,7 @@ class ProgressListener(StreamingQueryListener):
         dropped = sum(int(op.numRowsDroppedByWatermark or 0) for op in progress.stateOperators)
         durations = progress.durationMs or {}
         with self._lock:
+            self._events += 1
             if dropped:
                 self._late[progress.name] = self._late.get(progress.name, 0) + dropped
             self._batches[progress.name] = self._batches.get(progress.name, 0) + 1

@@ -31,15 +31,15 @@ from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recomput
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
+from materializer.remote import RemoteRun, run_folder
 from materializer.rows import CORRUPT
 from materializer.selection import universe
 from materializer.status import RateMeter
-from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, recompute
-from materializer.telemetry import batch_scope
+from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, guarded, recompute
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
 from runtime.spark.options import Place
-from runtime.spark.session import new_session
+from runtime.spark.session import is_connect, new_session, stop_session
 from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,9 @@ class FlowRunner:
         self.state = "starting"
         self._restarts: dict[str, int] = {}
         self.progress = ProgressListener()  # late rows dropped by watermarks, from Spark's query progress
+        self.connect = is_connect(self.spark)  # a Spark Connect client: batch functions run on the server
+        self.remote: RemoteRun | None = None  # the heartbeat and the figures of a run over Spark Connect
+        self._sessions: list = []  # the queries' sessions (one each: their temp views never clash)
 
     # -- preparation ------------------------------------------------------------------------------
     def full_refresh(self, tables: Iterable[str]) -> list[str]:
@@ -213,6 +216,7 @@ class FlowRunner:
 
         ctx = self._context(t)
         session = new_session(self.spark)
+        self._sessions.append(session)
         self.progress.watch(session)
         if t.strategy == "append":
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
@@ -233,8 +237,11 @@ class FlowRunner:
                 first = struct_of(inp.ddl).fields[0].name
                 part = self._tidehouse_stream(session, inp.ref, [first]).select(F.lit(1).alias("changed"))
                 stream = part if stream is None else stream.union(part)
-        functions = EXECUTOR_FUNCTIONS if self.data_path == "executors" else BATCH_FUNCTIONS
-        fn = _guarded(functions[t.strategy](ctx), ctx)
+        if self.remote is not None:  # over Spark Connect: a value the server runs (materializer.remote)
+            fn = self.remote.batch(self.plan, t.name, ctx.place, ctx.spark_partitions)
+        else:
+            functions = EXECUTOR_FUNCTIONS if self.data_path == "executors" else BATCH_FUNCTIONS
+            fn = guarded(functions[t.strategy](ctx), ctx)
         writer = (
             stream.writeStream.queryName(t.name)
             .option("checkpointLocation", t.checkpoint)
@@ -244,8 +251,9 @@ class FlowRunner:
         if t.strategy == "aggregate":
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", t.layer)
+        sc = None if self.connect else self.spark.sparkContext  # Connect: the server schedules its jobs
+        if sc is not None:
+            sc.setLocalProperty("spark.scheduler.pool", t.layer)
         try:
             query = writer.start()
         except PySparkException as exc:  # refused by Spark when it starts (the plan should have known)
@@ -255,11 +263,18 @@ class FlowRunner:
                 hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
             ) from exc
         finally:
-            sc.setLocalProperty("spark.scheduler.pool", None)
+            if sc is not None:
+                sc.setLocalProperty("spark.scheduler.pool", None)
         self.queries[t.name] = query
         return query
 
+    def _pull(self) -> None:
+        """Over Spark Connect: the figures the server-side batches published since the last pull."""
+        if self.remote is not None:
+            self.remote.pull(self.stats)
+
     def _check_failed(self) -> None:
+        self._pull()
         for name, query in list(self.queries.items()):
             if query.isActive:
                 continue
@@ -284,6 +299,7 @@ class FlowRunner:
     def _failure(self, name: str, exc) -> TidehouseError:
         """The error to raise for a failed query: the TidehouseError its batch raised (its code and location
         kept, the table named), else QUERY_FAILED with Spark's first line."""
+        self._pull()
         stats = self.stats[name]
         if stats.failure is not None:
             cause = stats.failure
@@ -304,6 +320,7 @@ class FlowRunner:
     def _restart_if_transient(self, name: str, exc) -> bool:
         """Restart a query that failed for a transient reason (e.g. a Python worker that could not start
         in time on a loaded machine). Safe: it resumes from its checkpoint, writes are idempotent."""
+        self._pull()
         text = f"{exc}\n{self.stats[name].error or ''}"  # a batch function may have met it (toArrow...)
         if not any(marker in text for marker in TRANSIENT) or self.stats[name].failure is not None:
             return False  # a TidehouseError a batch raised on purpose is never retried
@@ -333,9 +350,12 @@ class FlowRunner:
         seq = 1 + max(
             (self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table)
         )
-        if self.data_path == "executors":
-            return recompute_distributed(ctx, session, seq, writer=writer, origin=None)
-        return recompute(ctx, session, seq, writer=writer, origin=None)
+        try:
+            if self.data_path == "executors":
+                return recompute_distributed(ctx, session, seq, writer=writer, origin=None)
+            return recompute(ctx, session, seq, writer=writer, origin=None)
+        finally:
+            stop_session(session)
 
     def _context(self, t: TablePlan) -> QueryContext:
         """The batch functions' context of a table: one per run, shared by its query (restarts included)
@@ -358,7 +378,9 @@ class FlowRunner:
 
     @property
     def spark_target(self) -> str:
-        """Where the queries run: the Spark master URL."""
+        """Where the queries run: the Spark master URL, or the Spark Connect server's."""
+        if self.connect:
+            return self.project.config.get("spark.remote") or "spark connect"
         return self.spark.conf.get("spark.master", "local[*]")
 
     @property
@@ -366,6 +388,8 @@ class FlowRunner:
         """``driver`` or ``executors`` (docs/architecture.md, "Two data paths"): the setting
         ``materializer.data_path``, where ``auto`` is the driver for a ``local[...]`` master."""
         chosen = self.project.config.get("materializer.data_path")
+        if self.connect:  # the driver is the Connect server (data_path: driver is refused with spark.remote)
+            return "executors"
         if chosen != "auto":
             return chosen
         return "driver" if self.spark_target.startswith("local") else "executors"
@@ -377,6 +401,7 @@ class FlowRunner:
     def snapshot(self) -> dict:
         from materializer.status import run_snapshot
 
+        self._pull()
         return run_snapshot(self)
 
     def _status_loop(self) -> None:
@@ -424,6 +449,8 @@ class FlowRunner:
         try:
             if self.data_path == "executors":
                 check_executors(self.spark)
+            if self.connect:
+                self.remote = RemoteRun(run_folder(self.project.config.checkpoint_root, self.plan.flow))
             self.full_refresh(full_refresh)
             self.check_unchanged()
             self.create_tables()
@@ -481,6 +508,11 @@ class FlowRunner:
             if status_thread is not None:
                 status_thread.join(timeout=5)
             self.progress.close()  # every progress event delivered: the last snapshot counts them all
+            if self.remote is not None:
+                self.remote.close(self.stats)
+            for session in self._sessions:  # over Spark Connect: the server releases the queries' sessions
+                stop_session(session)
+            self._sessions.clear()
             self.write_status()
             self.lock.release()
         report = RunReport(
@@ -555,21 +587,3 @@ def _raised_in_spark(text: str) -> tuple[ErrorCode, str] | None:
         return ErrorCode(code), message
     except ValueError:
         return None
-
-
-def _guarded(fn, ctx: QueryContext):
-    """Remember a batch function's error for the status and the final message, then let Spark fail."""
-
-    def run(batch_df, batch_id):
-        try:
-            with batch_scope(ctx, batch_id):  # phase seconds into the stats; a log line naming the batch
-                fn(batch_df, batch_id)
-        except TidehouseError as exc:
-            ctx.stats.error = exc.render()
-            ctx.stats.failure = exc
-            raise
-        except Exception as exc:
-            ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            raise
-
-    return run

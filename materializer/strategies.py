@@ -33,7 +33,7 @@ from materializer.rows import (
     split_expectations,
     split_missing,
 )
-from materializer.telemetry import PhaseClock, timed
+from materializer.telemetry import PhaseClock, batch_scope, timed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import (
     CHANGE,
@@ -45,6 +45,7 @@ from runtime.core.literals import (
 )
 from runtime.lake.history import TableHistory
 from runtime.spark.options import Place
+from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import TableStore
 
@@ -99,6 +100,24 @@ class QueryContext:
         self.args = spark_args(table.params)
         self.seen_violators: set[str] = set()  # recompute: violators this run counted already
         self.clock = PhaseClock()  # seconds per phase of the running micro-batch
+
+
+def guarded(fn, ctx: QueryContext):
+    """Remember a batch function's error for the status and the final message, then let Spark fail."""
+
+    def run(batch_df, batch_id):
+        try:
+            with batch_scope(ctx, batch_id):  # phase seconds into the stats; a log line naming the batch
+                fn(batch_df, batch_id)
+        except TidehouseError as exc:
+            ctx.stats.error = exc.render()
+            ctx.stats.failure = exc
+            raise
+        except Exception as exc:
+            ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
+
+    return run
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -176,7 +195,8 @@ def run_sql(ctx: QueryContext, session) -> pa.Table:
 
 def _begin(ctx: QueryContext, batch_df) -> Any:
     session = batch_df.sparkSession
-    session.sparkContext.setLocalProperty("spark.scheduler.pool", ctx.pool)
+    if not is_connect(session):  # over Spark Connect the server schedules the batch's jobs
+        session.sparkContext.setLocalProperty("spark.scheduler.pool", ctx.pool)
     return session
 
 

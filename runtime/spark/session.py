@@ -12,6 +12,7 @@ wins).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import warnings
+import weakref
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -237,7 +239,35 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
                     "where it starts (start-connect-server.sh --conf ...)",
                 ) from None
         register_source(spark)
+        _remember(spark, {**ours, **{str(k): str(v) for k, v in (conf or {}).items()}})
         return spark
+
+
+# Spark Connect sessions this process opened, stopped at exit: a session left to the garbage collector closes
+# its gRPC channel in ``__del__`` during interpreter shutdown, which can wait forever (the process hangs
+# after its work is done).
+_CONNECT_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _remember(session, conf: dict[str, str]) -> None:
+    session._tidehouse_conf = conf  # what a newSession() must set again: it starts from the server's defaults
+    if not _CONNECT_SESSIONS:
+        atexit.register(_stop_connect_sessions)
+    _CONNECT_SESSIONS.add(session)
+
+
+def stop_session(session) -> None:
+    """Release a Spark Connect session made by :func:`new_session` (the server drops its state); a
+    classic session is left alone (it shares the process's SparkContext)."""
+    if is_connect(session):
+        with contextlib.suppress(Exception):  # best effort: the server may be gone
+            session.stop()
+        _CONNECT_SESSIONS.discard(session)
+
+
+def _stop_connect_sessions() -> None:
+    for session in list(_CONNECT_SESSIONS):
+        stop_session(session)
 
 
 def _register_sources(spark) -> None:
@@ -247,6 +277,11 @@ def _register_sources(spark) -> None:
 def new_session(spark):
     """A session of its own (its temp views never clash with another query's) that knows ``tidehouse``."""
     session = spark.newSession()
+    if is_connect(spark):  # a Connect newSession() starts from the server's defaults, not this session's
+        conf = getattr(spark, "_tidehouse_conf", {})
+        for key, value in conf.items():
+            session.conf.set(key, value)
+        _remember(session, conf)
     register_source(session)
     return session
 
