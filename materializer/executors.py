@@ -39,6 +39,7 @@ from materializer.strategies import (
     _finish,
     _source_of,
     behind_retention,
+    incremental,
     record_violations,
     write_quarantine,
 )
@@ -482,5 +483,8 @@ EXECUTOR_FUNCTIONS = {
     "append": append_batch,
     "aggregate": aggregate_batch,
     "changelog": changelog_batch,
+    # the incremental strategies move O(change) rows: the same function as on the driver path
+    "topn": incremental("topn"),
+    "agg_changelog": incremental("agg_changelog"),
     "recompute": recompute_batch,
 }

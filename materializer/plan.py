@@ -118,6 +118,8 @@ class TablePlan:
     freshness: float | None = None
     # labels to select the table by (`--select tag:NAME`)
     tags: tuple[str, ...] = ()
+    # what the topn / agg_changelog strategies maintain (materializer/incremental/facts.py), else None
+    incremental: Any = None
 
     @property
     def writer_id(self) -> str:
@@ -263,6 +265,7 @@ NOT_FINGERPRINTED: dict[str, str] = {
     "exceptions": "follow from the strategy and the SQL, which are in",
     "freshness": "a target that status and metrics check, not how the table is built",
     "tags": "labels to select tables by, not what the table holds",
+    "incremental": "facts read from the SQL (which is in) for the strategy (which is in)",
 }
 # keys under which fingerprints have always carried these fields (renaming a key changes every fingerprint)
 _FINGERPRINT_KEYS = {"primary_key": "pk", "merge_engine": "merge", "aggregations": "aggs"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from materializer.incremental.facts import aggregate_facts, topn_facts
 from materializer.shape import PASS_THROUGH, SqlShape
 
 ANALYZED = "== Analyzed Logical Plan =="
@@ -166,4 +167,6 @@ def shape_of(explain: str) -> SqlShape:
         _identity(root),
         session_window=session_window,
         watermarks=tuple(sorted(watermarks.items())),
+        topn=topn_facts(root),
+        group_aggregate=aggregate_facts(root),
     )

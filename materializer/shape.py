@@ -20,6 +20,10 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
     a filter deletes the downstream row.
+``topn`` / ``agg_changelog``
+    A global top-N, or a GROUP BY with retractable aggregates and a numeric HAVING, over one primary-key
+    table: kept incrementally with state in the hot store (docs/architecture.md, "Incremental maintenance";
+    :mod:`materializer.incremental`). Recognized from plan facts only; anything else is recomputed.
 ``recompute``
     Anything else into a primary-key table (top-N, joins between primary-key tables, aggregations over a
     changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL
@@ -38,11 +42,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from materializer.incremental.facts import GroupAggregate, TopN
 from materializer.plan import BatchException
 from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
-Strategy = Literal["append", "aggregate", "changelog", "recompute"]
+Strategy = Literal["append", "aggregate", "changelog", "topn", "agg_changelog", "recompute"]
 InputKind = Literal["source", "log", "primary_key"]
 
 APPEND_ONLY: frozenset[str] = frozenset({"source", "log"})
@@ -84,6 +89,9 @@ class SqlShape:
     # why Spark refuses the SQL as a streaming aggregation in update mode ("": it accepts it, or it was not
     # asked because the SQL is no aggregation candidate)
     streaming_refusal: str = ""
+    # shapes kept incrementally over a primary-key input (materializer/incremental/facts.py), else None
+    topn: TopN | None = None
+    group_aggregate: GroupAggregate | None = None
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -181,6 +189,18 @@ def decide(
     if not (stateful - {"Sort"}) and len(lookups) == 1 and not appends and "Join" not in shape.nodes:
         return Decision(
             "changelog", f"follows the changelog of {lookups[0]}: before-images delete, after-images upsert"
+        )
+    if len(lookups) == 1 and not appends and shape.topn is not None:
+        return Decision(
+            "topn",
+            f"{shape.topn.describe()} over the changelog of {lookups[0]}: a buffer of the best rows kept in "
+            "the hot store, the SQL run over it; O(change) per micro-batch",
+        )
+    if len(lookups) == 1 and not appends and shape.group_aggregate is not None:
+        return Decision(
+            "agg_changelog",
+            f"{shape.group_aggregate.describe()} over the changelog of {lookups[0]}: per-group accumulators "
+            "kept in the hot store, updated with each changed key's image; O(change) per micro-batch",
         )
     why = []
     if shape.session_window:

@@ -496,10 +496,23 @@ def _source_of(plan: FlowPlan, inp: Input) -> SourcePlan | None:
     return plan.source(inp.ref.split(":", 1)[1])
 
 
+def incremental(strategy: str) -> Callable:
+    """The batch function of an incremental strategy (materializer/incremental, which imports this module)."""
+
+    def make(ctx: QueryContext) -> Callable:
+        from materializer.incremental import batch_function
+
+        return batch_function(strategy)(ctx)
+
+    return make
+
+
 BATCH_FUNCTIONS = {
     "append": append_batch,
     "aggregate": aggregate_batch,
     "changelog": changelog_batch,
+    "topn": incremental("topn"),
+    "agg_changelog": incremental("agg_changelog"),
     "recompute": recompute_batch,
 }
 

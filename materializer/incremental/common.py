@@ -1,0 +1,148 @@
+"""What both incremental strategies share: the hidden state table, the changed keys' images, the sort order,
+and writing the output's difference."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from materializer.rows import keys_table
+from materializer.strategies import QueryContext, behind_retention, read_batch
+from runtime.core.literals import BUCKET, DELETE, OFFSET, UPDATE_AFTER
+from runtime.lake.apply import collapse_changelog
+from runtime.storage.api import TableMeta
+
+STATE_SUFFIX = "__state"
+OWNER = "tidehouse.state_of"  # table property: the writer id and output incarnation the state belongs to
+
+
+def state_name(table: str) -> str:
+    return f"{table}{STATE_SUFFIX}"
+
+
+class StateTable:
+    """The hidden one-bucket primary-key table ``<table>__state`` that holds a table's incremental state.
+
+    One bucket, so each write of it is atomic. Its owner property names the query's writer id and the
+    output's incarnation: a state left by another plan of the table or by the table's previous life (a
+    ``--full-refresh`` drops the output) is dropped and rebuilt, never reused."""
+
+    def __init__(self, ctx: QueryContext, schema: pa.Schema, primary_key: Sequence[str]) -> None:
+        self.ctx = ctx
+        self.name = state_name(ctx.table.name)
+        self.schema = schema
+        self.primary_key = tuple(primary_key)
+        self.checked = False
+
+    def ensure(self) -> bool:
+        """Create or check the state table; True when it was (re)created empty."""
+        if self.checked:
+            return False
+        store = self.ctx.store
+        owner = f"{self.ctx.table.writer_id}@{store.incarnation(self.ctx.table.name)}"
+        fresh = True
+        if store.has_table(self.name):
+            if store.get_table(self.name).properties.get(OWNER) == owner:
+                fresh = False
+            else:
+                store.drop_table(self.name)
+        meta = TableMeta(
+            self.name, self.schema, "primary_key", self.primary_key, buckets=1, properties={OWNER: owner}
+        )
+        store.create_table(meta, exist_ok=True)
+        self.checked = True
+        # never written: a state created but not yet filled (a crash between create and first write)
+        return fresh or store.last_seq(self.name, self.ctx.table.writer_id) is None
+
+    def reset(self) -> None:
+        """Drop the state (it is rebuilt from the input by the next :meth:`ensure`)."""
+        if self.ctx.store.has_table(self.name):
+            self.ctx.store.drop_table(self.name)
+        self.checked = False
+
+    def write(self, rows: pa.Table, seq: int) -> None:
+        if rows.num_rows:
+            self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
+
+    def upserts(self, rows: pa.Table) -> pa.Table:
+        return keys_table(self.schema, rows, self.primary_key, UPDATE_AFTER)
+
+    def deletes(self, keys: pa.Table) -> pa.Table:
+        return keys_table(self.schema, keys, self.primary_key, DELETE)
+
+
+def changed_images(ctx: QueryContext, batch_id: int) -> tuple[pa.Table, pa.Table] | None:
+    """(the last image of every input key the batch changed, those keys) — a key whose last change is a
+    delete has no image. None when the batch holds no change; raises nothing behind retention (callers ask
+    :func:`behind` first)."""
+    inp = ctx.table.inputs[0]
+    data = read_batch(ctx, inp, batch_id)
+    if data is None or data.num_rows == 0:
+        return None
+    data = data.sort_by([(BUCKET, "ascending"), (OFFSET, "ascending")])
+    images, keys = collapse_changelog(data, inp.primary_key)
+    user = [c for c in data.column_names if not c.startswith("__")]
+    return images.select(user), keys
+
+
+def behind(ctx: QueryContext, batch_id: int) -> bool:
+    return behind_retention(ctx, ctx.table.inputs[0], batch_id)
+
+
+def order_indices(
+    rows: pa.Table, order: Sequence[tuple[str, bool, bool]], tiebreak: Sequence[str]
+) -> pa.Array:
+    """Indices that sort ``rows`` by ``order`` (column, descending, nulls first), then ``tiebreak`` ascending:
+    a total order when ``tiebreak`` is the primary key. Null placement is per column, as in Spark."""
+    helper, keys = {}, []
+    for i, (column, descending, nulls_first) in enumerate(order):
+        values = rows.column(column)
+        helper[f"n{i}"] = pc.is_null(values)
+        keys.append((f"n{i}", "descending" if nulls_first else "ascending"))
+        helper[f"v{i}"] = values
+        keys.append((f"v{i}", "descending" if descending else "ascending"))
+    for i, column in enumerate(tiebreak):
+        helper[f"t{i}"] = rows.column(column)
+        keys.append((f"t{i}", "ascending"))
+    return pc.sort_indices(pa.table(helper), sort_keys=keys)
+
+
+def key_tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
+    return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
+
+
+def difference(ctx: QueryContext, new: pa.Table) -> pa.Table | None:
+    """The writes that turn the output's current rows into ``new`` (deletes first), or None when equal."""
+    import duckdb
+
+    from runtime.spark.writer import prepare
+
+    table = ctx.table
+    meta = ctx.store.get_table(table.name)
+    new = prepare(ctx.store, table.name, new)
+    old = ctx.store.scan(table.name).select(meta.schema.names)
+    key = ", ".join(f'"{k}"' for k in table.primary_key)
+    con = duckdb.connect()
+    try:
+        con.register("new_rows", new)
+        con.register("old_rows", old)
+        upserts = con.sql("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
+        deletes = con.sql(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
+    finally:
+        con.close()
+    parts = []
+    if deletes.num_rows:
+        parts.append(keys_table(meta.schema, deletes, table.primary_key, DELETE))
+    if upserts.num_rows:
+        parts.append(keys_table(meta.schema, upserts, table.primary_key, UPDATE_AFTER))
+    return pa.concat_tables(parts) if parts else None
+
+
+def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin: float | None) -> int:
+    if rows is None or rows.num_rows == 0:
+        return 0
+    with ctx.clock.phase("write"):
+        ctx.store.write(ctx.table.name, rows, writer=ctx.table.writer_id, seq=int(batch_id), origin_ts=origin)
+    return rows.num_rows

@@ -1,0 +1,151 @@
+"""The ``topn`` strategy: a global top-N over one primary-key table, kept with a buffer of its best rows
+(docs/architecture.md, "Incremental maintenance").
+
+The buffer — at most ``capacity`` rows of the input, keyed by the input's primary key, in the hidden state
+table — is always a *prefix* of the input in the order (ORDER BY columns, then the primary key). Per
+micro-batch the changed keys leave it, their new rows enter when they sort before its last remaining row, and
+the action's SQL runs over the buffer whenever the buffer decides the top N; otherwise (too many of the best
+rows left at once, or the input is small) it is refilled from the input's state. The output is diffed with
+the result (ranks that shift are updates) and written before the buffer's own change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from materializer.analyze import struct_of
+from materializer.incremental.common import (
+    StateTable,
+    behind,
+    changed_images,
+    difference,
+    key_tuples,
+    order_indices,
+    write_output,
+)
+from materializer.incremental.facts import TopN
+from materializer.strategies import (
+    QueryContext,
+    _begin,
+    _finish,
+    apply_expectations,
+    conform_to,
+    local_df,
+    run_sql,
+)
+from runtime.spark.types import spark_to_arrow
+from runtime.spark.writer import origin_from_checkpoint
+
+SPARE = 16  # the buffer holds N + max(N, SPARE) rows: that many of the best rows may leave between refills
+
+
+def capacity(facts: TopN) -> int:
+    return facts.limit + max(facts.limit, SPARE)
+
+
+def decided(rows: pa.Table, facts: TopN) -> int | None:
+    """The length of the shortest prefix of sorted ``rows`` that decides the top N (every row that can rank
+    <= N, and one row that cannot), or None when ``rows`` does not decide it (all of them may rank)."""
+    if rows.num_rows <= facts.limit:
+        return None
+    values = key_tuples(rows, [k.column for k in facts.order])
+    groups, group = [0], 0
+    for i in range(1, len(values)):
+        group += values[i] != values[i - 1]
+        groups.append(group)
+    for i in range(facts.limit, len(values)):
+        if facts.function == "dense_rank" and groups[i] >= facts.limit:
+            return i + 1
+        if facts.function != "dense_rank" and groups[i] != groups[facts.limit - 1]:
+            return i + 1
+    return None
+
+
+class Buffer:
+    """The best rows of the input, sorted."""
+
+    def __init__(self, facts: TopN, primary_key: tuple[str, ...]) -> None:
+        self.facts = facts
+        self.primary_key = primary_key
+        self.order = [(k.column, k.descending, k.nulls_first) for k in facts.order]
+
+    def sort(self, rows: pa.Table) -> pa.Table:
+        return rows.take(order_indices(rows, self.order, self.primary_key))
+
+    def cut(self, rows: pa.Table) -> pa.Table:
+        """A sorted prefix of at most ``capacity`` rows, longer only when ties need it."""
+        size = capacity(self.facts)
+        if rows.num_rows <= size:
+            return rows
+        return rows.slice(0, max(size, decided(rows, self.facts) or rows.num_rows))
+
+    def apply(self, buffer: pa.Table, images: pa.Table, keys: pa.Table) -> pa.Table | None:
+        """The buffer after the changed keys' new ``images``, or None when it must be refilled."""
+        changed = set(key_tuples(keys, self.primary_key))
+        kept_mask = [k not in changed for k in key_tuples(buffer, self.primary_key)]
+        rest = buffer.filter(pa.array(kept_mask, pa.bool_())) if buffer.num_rows else buffer
+        if rest.num_rows == 0:
+            return None
+        both = pa.concat_tables([rest, images.select(rest.column_names).cast(rest.schema)])
+        marks = pa.array([True] * rest.num_rows + [False] * images.num_rows, pa.bool_())
+        order = order_indices(both, self.order, self.primary_key)
+        is_rest = marks.take(order).to_pylist()
+        last = max(i for i, r in enumerate(is_rest) if r)  # rows after the last kept row are not known best
+        merged = self.cut(both.take(order).slice(0, last + 1))
+        return merged if decided(merged, self.facts) is not None else None
+
+    def refill(self, state: pa.Table) -> pa.Table:
+        return self.cut(self.sort(state))
+
+
+def topn_batch(ctx: QueryContext) -> Callable:
+    """The micro-batch function of a ``topn`` table (both data paths: it moves O(change) rows)."""
+    table = ctx.table
+    facts: TopN = table.incremental
+    inp = table.inputs[0]
+    schema = spark_to_arrow(struct_of(inp.ddl))
+    state = StateTable(ctx, schema, inp.primary_key)
+    buffer_of = Buffer(facts, tuple(inp.primary_key))
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        fresh = state.ensure()
+        if behind(ctx, batch_id):
+            change, rows_in = None, 0
+        else:
+            change = changed_images(ctx, batch_id)
+            if change is None and not fresh:
+                return
+            rows_in = change[1].num_rows if change is not None else 0
+        with ctx.clock.phase("read"):
+            old = buffer_of.sort(conform_to(ctx.store.scan(state.name), inp.ddl))
+        new = None
+        if change is not None and not fresh:
+            new = buffer_of.apply(old, conform_to(change[0], inp.ddl), change[1])
+        if new is None:  # refill: the input's state, once
+            with ctx.clock.phase("read"):
+                new = buffer_of.refill(conform_to(ctx.store.scan(inp.ref), inp.ddl))
+        local_df(session, new, inp.ddl).createOrReplaceTempView(inp.name)
+        result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
+        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        written = write_output(ctx, difference(ctx, result), batch_id, origin)
+        state.write(_buffer_change(state, old, new, buffer_of.primary_key), batch_id)
+        _finish(ctx, started, rows_in, written, origin)
+
+    return run
+
+
+def _buffer_change(state: StateTable, old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """Deletes of the keys that left the buffer, upserts of its rows (equal rows emit no change)."""
+    now = set(key_tuples(new, key))
+    gone = [k not in now for k in key_tuples(old, key)]
+    parts = []
+    if any(gone):
+        parts.append(state.deletes(old.filter(pa.array(gone, pa.bool_()))))
+    if new.num_rows:
+        parts.append(state.upserts(new))
+    return pa.concat_tables(parts) if parts else state.upserts(new)

@@ -1,0 +1,108 @@
+"""A flow whose ADS tables are kept by the incremental strategies, with rows that leave their input: the
+users of dws.mid_users leave it once they reach 4 events (deletes in its changelog), so rows leave the top-N,
+groups fall under the HAVING threshold and min/max extremes are deleted. The oracle is DuckDB SQL."""
+
+from __future__ import annotations
+
+from tests.materializer._flowkit import ACTIONS, ORACLE
+
+INC_ACTIONS = {
+    **ACTIONS,
+    "t_mid.sql": """/*---
+name: t_mid
+description: users with fewer than 4 events, and their group (they leave as they get more)
+inputs: [activity]
+---*/
+SELECT user_id, events, spend, right(user_id, 1) AS grp FROM activity WHERE events < 4
+""",
+    "t_top_mid.sql": """/*---
+name: t_top_mid
+description: top 3 of the mid users by spend
+inputs: [mid]
+params:
+  n: {type: int, default: 3}
+---*/
+SELECT * FROM (
+  SELECT rank() OVER (ORDER BY spend DESC) AS rank, user_id, events, spend FROM mid
+) WHERE rank <= :n
+""",
+    "t_groups.sql": """/*---
+name: t_groups
+description: per group of mid users, with at least 2 of them
+inputs: [mid]
+params:
+  at_least: {type: bigint, default: 2}
+---*/
+SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, min(events) AS lo,
+       max(spend) AS hi, count(DISTINCT events) AS kinds
+FROM mid
+GROUP BY grp
+HAVING count(*) >= :at_least
+""",
+}
+
+INC_FLOW = """flow: testflow
+description: incremental top-N and aggregates over changelogs with retractions
+trigger: 100ms
+tiering: {interval: 1s}
+sources:
+  clicks:
+    format: json
+    path: data/clicks
+    schema: "user_id string, event_type string, item_id string, price double, ts timestamp"
+layers:
+  ods:
+    clicks: {action: t_ingest, inputs: {raw: clicks}}
+  dwd:
+    clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}}
+  dws:
+    user_activity:
+      action: t_count
+      inputs: {events: dwd.clicks}
+      primary_key: [user_id]
+      buckets: 2
+    mid_users:
+      action: t_mid
+      inputs: {activity: dws.user_activity}
+      primary_key: [user_id]
+      buckets: 2
+  ads:
+    top_users:
+      action: t_top
+      inputs: {activity: dws.user_activity}
+      primary_key: [rank]
+    top_mid:
+      action: t_top_mid
+      inputs: {mid: dws.mid_users}
+      primary_key: [user_id]
+    mid_groups:
+      action: t_groups
+      inputs: {mid: dws.mid_users}
+      primary_key: [grp]
+"""
+
+MID = (
+    f"SELECT user_id, events, spend, right(user_id, 1) AS grp FROM ({ORACLE['dws.user_activity']}) "
+    "WHERE events < 4"
+)
+INC_ORACLE = {
+    "dws.user_activity": ORACLE["dws.user_activity"],
+    "dws.mid_users": MID,
+    "ads.top_users": ORACLE["ads.top_users"],
+    "ads.top_mid": (
+        "SELECT * FROM (SELECT rank() OVER (ORDER BY spend DESC) AS rank, user_id, events, spend "
+        f"FROM ({MID})) WHERE rank <= 3"
+    ),
+    "ads.mid_groups": (
+        "SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, min(events) AS lo, "
+        f"max(spend) AS hi, count(DISTINCT events) AS kinds FROM ({MID}) GROUP BY grp HAVING count(*) >= 2"
+    ),
+}
+STRATEGIES = {"ads.top_users": "topn", "ads.top_mid": "topn", "ads.mid_groups": "agg_changelog"}
+
+
+def inc_oracle(lines: list[str]) -> dict:
+    from tests.materializer._flowkit import canon, oracle_connection
+
+    con = oracle_connection(lines)
+    return {name: canon(con.sql(sql).to_arrow_table()) for name, sql in INC_ORACLE.items()}

@@ -1,0 +1,170 @@
+"""The incremental strategies' state logic without Spark, against brute force over random changes with
+retractions: the top-N buffer (apply / refill, rank and row_number, ties) and the group accumulators
+(count, sum, avg, min/max whose extreme is deleted, count DISTINCT, HAVING)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from fractions import Fraction
+
+import pyarrow as pa
+
+from materializer.incremental.aggregate import Aggregator, Group
+from materializer.incremental.facts import Aggregation, Comparison, GroupAggregate, OrderKey, TopN
+from materializer.incremental.topn import Buffer, decided
+
+SCHEMA = pa.schema([("id", pa.int64()), ("score", pa.int64()), ("grp", pa.string()), ("x", pa.float64())])
+
+
+def _changes(rng: random.Random, state: dict, n: int, keys: int) -> tuple[list[dict], list[int]]:
+    """n random upserts/deletes applied to ``state``; returns (images, changed keys)."""
+    changed = set()
+    for _ in range(n):
+        k = rng.randrange(keys)
+        changed.add(k)
+        if k in state and rng.random() < 0.35:
+            del state[k]
+        else:
+            state[k] = {
+                "id": k,
+                "score": rng.choice([None, *range(12)]) if rng.random() < 0.1 else rng.randrange(12),
+                "grp": rng.choice("abc"),
+                "x": rng.choice([None, round(rng.uniform(-5, 5), 2)]),
+            }
+    return [state[k] for k in sorted(changed) if k in state], sorted(changed)
+
+
+def _topn(rows: list[dict], facts: TopN) -> Counter:
+    """Brute force: rank / row_number over score DESC NULLS LAST, then id, rank <= N (as multisets)."""
+    ordered = sorted(rows, key=lambda r: (r["score"] is None, -(r["score"] or 0), r["id"]))
+    out = Counter()
+    for i, r in enumerate(ordered):
+        rank = i + 1
+        if facts.function == "rank":
+            rank = 1 + sum(1 for o in ordered if o["score"] != r["score"] and _better(o, r))
+        if rank <= facts.limit:
+            out[(rank, r["id"])] += 1
+    return out
+
+
+def _better(a: dict, b: dict) -> bool:
+    if a["score"] is None:
+        return False
+    return b["score"] is None or a["score"] > b["score"]
+
+
+def test_topn_buffer_follows_random_changes(seed):
+    rng = random.Random(seed)
+    for function in ("row_number", "rank"):
+        order = (OrderKey("score", True, False),) + (
+            (OrderKey("id", False, True),) if function == "row_number" else ()
+        )
+        facts = TopN(function, 3, order)
+        buf = Buffer(facts, ("id",))
+        state: dict = {}
+        buffer = SCHEMA.empty_table()
+        refills = applies = 0
+        for _ in range(150):
+            images, changed = _changes(rng, state, rng.randrange(1, 8), 60)
+            new = buf.apply(buffer, pa.Table.from_pylist(images, schema=SCHEMA), pa.table({"id": changed}))
+            if new is None:
+                refills += 1
+                new = buf.refill(pa.Table.from_pylist(list(state.values()), schema=SCHEMA))
+            else:
+                applies += 1
+            buffer = new
+            got = _topn(buffer.to_pylist(), facts)
+            assert got == _topn(list(state.values()), facts), (function, seed)
+        assert applies > refills > 0  # both paths ran
+
+
+def test_decided_needs_a_row_past_the_ties():
+    facts = TopN("rank", 2, (OrderKey("score", True, False),))
+    rows = pa.table({"score": [9, 5, 5, 5]})
+    assert decided(rows, facts) is None  # every row may rank <= 2
+    assert decided(pa.table({"score": [9, 5, 5, 4]}), facts) == 4
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    out = {}
+    for g in sorted({r["grp"] for r in rows}):
+        mine = [r for r in rows if r["grp"] == g]
+        xs = [r["x"] for r in mine if r["x"] is not None]
+        scores = [r["score"] for r in mine if r["score"] is not None]
+        row = {
+            "grp": g,
+            "n": len(mine),
+            "sx": round(float(sum(map(Fraction, xs))), 9) if xs else None,
+            "ax": round(float(sum(map(Fraction, xs)) / len(xs)), 9) if xs else None,
+            "lo": min(scores) if scores else None,
+            "hi": max(xs) if xs else None,
+            "kinds": len(set(scores)),
+        }
+        if row["n"] >= 3:
+            out[g] = row
+    return out
+
+
+def test_accumulators_follow_random_changes(seed, monkeypatch):
+    import materializer.incremental.aggregate as aggregate
+
+    monkeypatch.setattr(aggregate, "BEST", 2)  # min/max pairs run out often: refills happen
+    rng = random.Random(seed)
+    refills = 0
+    facts = GroupAggregate(
+        ("grp",),
+        (
+            Aggregation("count", None, "n"),
+            Aggregation("sum", "x", "sx"),
+            Aggregation("avg", "x", "ax"),
+            Aggregation("min", "score", "lo"),
+            Aggregation("max", "x", "hi"),
+            Aggregation("count_distinct", "score", "kinds"),
+        ),
+        (Comparison("n", ">=", 3),),
+        (
+            ("grp", "grp"),
+            ("n", "n"),
+            ("sx", "sx"),
+            ("ax", "ax"),
+            ("lo", "lo"),
+            ("hi", "hi"),
+            ("kinds", "kinds"),
+        ),
+    )
+    agg = Aggregator(facts, ("id",))
+    state: dict = {}
+    contributions: dict = {}
+    groups: dict = {}
+    distinct: dict = {}
+    for _ in range(200):
+        images, changed = _changes(rng, state, rng.randrange(1, 10), 40)
+        new = agg.contribution(pa.Table.from_pylist(images, schema=SCHEMA))
+        for k in (repr((c,)) for c in changed):
+            if k in contributions:
+                g, values = contributions.pop(k)
+                agg.add(groups[g], k, values, -1, distinct.setdefault(g, {}))
+            if k in new:
+                g, values = new[k]
+                contributions[k] = new[k]
+                agg.add(
+                    groups.setdefault(g, Group(facts.aggregations)), k, values, +1, distinct.setdefault(g, {})
+                )
+        for g, grp in groups.items():  # a refill, as the batch function does, from the contributions
+            for a, acc in zip(facts.aggregations, grp.accs):
+                if a.function in ("min", "max") and acc.count > 0 and not acc.best and not acc.complete:
+                    refills += 1
+                    acc.complete = True
+                    for k, (kg, values) in contributions.items():
+                        if kg == g and values[a.column] is not None:
+                            agg._best(acc, a.function, values[a.column], k, +1)
+        got = {}
+        for g, grp in groups.items():
+            row = agg.output(g, grp, {})
+            if row is not None:
+                got[g[0]] = {k: round(v, 9) if isinstance(v, float) else v for k, v in row.items()} | {
+                    "grp": g[0]
+                }
+        assert got == _aggregate(list(state.values())), seed
+    assert refills > 0
