@@ -5,6 +5,10 @@ flow must rebuild the table (``--full-refresh``). These values were computed by 
 fingerprint was derived from the plan's fields (commit 23ec339); the derivation keeps them. A change to a
 shipped action's SQL or a flow's table changes its fingerprint on purpose: update the pin then, and say so
 in the release notes.
+
+The three tables marked ``recompute -> incremental`` changed on purpose when the strategies topn and
+agg_changelog arrived (the strategy is in the fingerprint: the new strategy keeps state the old checkpoint
+never built): a deployment rebuilds them once with ``--full-refresh``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ PINNED = {
         "dwd.events": "3a617aac4b604d512eb14f49acc92314a80ce138274b7f3c986b7fbe80dff969",
         "dws.user_activity": "46e6d2678403e829579fded561a5814da7549f77eaa50f81cc63123445f17694",
         "ads.conversion": "fa6fbe515925d7a204fb0b58df29d6f9dcff5fe8950c3717d4b477e16dd1bd24",
-        "ads.top_users": "75ea8492731d7996f867b54bb8707377d152bb32c72655ab10d8492ff877a871",
+        # recompute -> incremental
+        "ads.top_users": "56bbc6fd65c29f68068e6dfe9ed663e2cbcf8f3ddbc9a019c55dcdf4f033bafd",
     },
     "order_attribution": {
         "source:orders": "67c7b9cc6f1ffd894300747302e1237656d092409c74647e4e05d019fc430055",
@@ -34,12 +39,14 @@ PINNED = {
         "dwd.orders": "0ca7664f8de2ddfb87a8d52c09a91cbdf4a8570ecde9c656a7a12616d8d9df60",
         "dws.first_touch": "7b17336e3354ee16b5cc8cd7161f3946801c118a45476723f3b96cdcfa491f04",
         "dws.attributed_orders": "ceb4c59fa8cdacb8726e944576e0fd0ec2e7ee469b2b0d54e93b81c3e790e376",
-        "ads.revenue_by_channel": "cca24b4f8c734098f340faee07e3a2e82b08a945dae75ce024a7de590cf4edf3",
+        # recompute -> incremental
+        "ads.revenue_by_channel": "bda08fae72e4a1dc342ea0f1c71adf405b35ea6cf03766d129dee96908c08447",
     },
     "shop_trends": {  # reads dwd.events of ecommerce_activity
         "dws.item_funnel": "659abce0ac2c401c485a5d54723a96e70b8fd791a773b8df196fec32f41b5e7a",
         "dws.events_per_minute": "465a8bf8533e42b3e7597d4279f063dcd4852dea2fc91e8d7056f59cb94604f2",
-        "ads.top_items": "70daee0d820678cf154d8689518fdeb0c09888d69ca0cead21e5637f9a70b93a",
+        # recompute -> incremental
+        "ads.top_items": "014bfef16a281b62bf33b4bebea89f0599111ff5d4687cde31cfa0fda7b987a8",
     },
 }
 

@@ -53,12 +53,20 @@ def session(spark):
     return s
 
 
+def reference_facts(shape):
+    """The facts the reference JVM walk reads (the incremental shapes are read from the text only: their own
+    tests are tests/materializer/test_mat_incremental*.py)."""
+    from dataclasses import replace
+
+    return replace(shape, topn=None, group_aggregate=None)
+
+
 @pytest.mark.parametrize("sql", QUERIES)
 def test_explain_text_reads_what_the_jvm_plan_holds(session, sql):
     from materializer.analyze import sql_shape
 
     df = session.sql(sql)
-    assert sql_shape(df) == jvm_shape(df)
+    assert reference_facts(sql_shape(df)) == jvm_shape(df)
 
 
 def test_every_shipped_flow_table_reads_the_same_from_text_and_jvm(spark, project_dir, monkeypatch):
@@ -70,7 +78,7 @@ def test_every_shipped_flow_table_reads_the_same_from_text_and_jvm(spark, projec
 
     def both(df):
         text = real(df)
-        assert text == jvm_shape(df), analyze.explain_text(df)
+        assert reference_facts(text) == jvm_shape(df), analyze.explain_text(df)
         seen.append(text.top)
         return text
 
