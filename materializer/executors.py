@@ -37,7 +37,7 @@ from materializer.strategies import (
     QueryContext,
     _begin,
     _finish,
-    _source_of,
+    append_inputs,
     behind_retention,
     incremental,
     record_violations,
@@ -258,9 +258,7 @@ def _lookups(ctx: QueryContext, session, inputs) -> None:
 def append_batch(ctx: QueryContext) -> Callable:
     """Stateless SQL over one append-only input (+ lookups), in Spark; rows written by tasks."""
     table = ctx.table
-    stream_input = next(i for i in table.inputs if i.kind in ("source", "log"))
-    lookups = [i for i in table.inputs if i is not stream_input]
-    source = _source_of(ctx.flow, stream_input)
+    stream_input, lookups, source = append_inputs(ctx)
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()

@@ -145,6 +145,9 @@ class RemoteRun:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         (folder / HEARTBEAT).touch()
+        for other in folder.parent.iterdir():  # runs of clients that were killed: their queries have stopped
+            if other != folder and _silent(other, 2 * CLIENT_TIMEOUT_S):
+                shutil.rmtree(other, ignore_errors=True)
         self._seen: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -181,6 +184,15 @@ class RemoteRun:
         self._beat.join(timeout=HEARTBEAT_EVERY_S + 1)
         self.pull(stats)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _silent(folder: Path, seconds: float) -> bool:
+    """Whether a run folder's heartbeat (or the folder, when it has none) is older than ``seconds``."""
+    try:
+        beat = folder / HEARTBEAT
+        return time.time() - (beat if beat.exists() else folder).stat().st_mtime > seconds
+    except OSError:
+        return False
 
 
 def _merge(stats: TableStats, old: dict, new: dict) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from materializer.analyze import struct_of
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
+from materializer.failures import TRANSIENT, query_failure
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
 from materializer.progress import ProgressListener
@@ -39,19 +39,13 @@ from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, g
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
 from runtime.spark.options import Place
-from runtime.spark.session import is_connect, new_session, stop_session
+from runtime.spark.session import is_connect, lost_server_error, new_session, server_lost, stop_session
 from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0
 MAX_RESTARTS = 8  # with back-off 1, 2, 4, 8, 15, 15... s
 MAX_IDLE_PASSES = 20
-# failures that say nothing about the flow, only about the machine: the query is restarted
-TRANSIENT = (
-    "Python worker failed to connect back",
-    "Python worker exited unexpectedly",
-    "CANNOT_OPEN_SOCKET",
-)
 
 
 @dataclass
@@ -123,6 +117,7 @@ class FlowRunner:
         self.connect = is_connect(self.spark)  # a Spark Connect client: batch functions run on the server
         self.remote: RemoteRun | None = None  # the heartbeat and the figures of a run over Spark Connect
         self._sessions: list = []  # the queries' sessions (one each: their temp views never clash)
+        self.server_lost = False  # the Spark Connect server stopped answering during the run
 
     # -- preparation ------------------------------------------------------------------------------
     def full_refresh(self, tables: Iterable[str]) -> list[str]:
@@ -255,13 +250,25 @@ class FlowRunner:
         if sc is not None:
             sc.setLocalProperty("spark.scheduler.pool", t.layer)
         try:
-            query = writer.start()
-        except PySparkException as exc:  # refused by Spark when it starts (the plan should have known)
-            raise TidehouseError(
-                ErrorCode.QUERY_FAILED,
-                f"the query of table {t.name} could not start: {str(exc).splitlines()[0]}",
-                hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
-            ) from exc
+            for attempt in range(1, MAX_RESTARTS + 2):
+                try:
+                    query = writer.start()
+                    break
+                except (
+                    PySparkException
+                ) as exc:  # refused by Spark when it starts (the plan should have known)
+                    first = str(exc).splitlines()[0]
+                    if attempt <= MAX_RESTARTS and any(marker in str(exc) for marker in TRANSIENT):
+                        log.warning("starting the query of %s again after: %s", t.name, first)
+                        time.sleep(
+                            min(2 ** (attempt - 1), 15)
+                        )  # over Connect a start starts a Python process
+                        continue
+                    raise TidehouseError(
+                        ErrorCode.QUERY_FAILED,
+                        f"the query of table {t.name} could not start: {first}",
+                        hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
+                    ) from exc
         finally:
             if sc is not None:
                 sc.setLocalProperty("spark.scheduler.pool", None)
@@ -300,22 +307,7 @@ class FlowRunner:
         """The error to raise for a failed query: the TidehouseError its batch raised (its code and location
         kept, the table named), else QUERY_FAILED with Spark's first line."""
         self._pull()
-        stats = self.stats[name]
-        if stats.failure is not None:
-            cause = stats.failure
-            return TidehouseError(
-                cause.code,
-                f"the query of table {name} failed: {cause.message}",
-                location=cause.location,
-                hint=cause.hint,
-                params=cause.params,
-            )
-        raised = _raised_in_spark(str(exc))  # e.g. by the tidehouse source in a Python worker
-        if raised is not None:
-            code, message = raised
-            return TidehouseError(code, f"the query of table {name} failed: {message}")
-        detail = stats.error or str(exc).split("\n")[0]
-        return TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
+        return query_failure(name, self.stats[name], exc)
 
     def _restart_if_transient(self, name: str, exc) -> bool:
         """Restart a query that failed for a transient reason (e.g. a Python worker that could not start
@@ -499,18 +491,27 @@ class FlowRunner:
                         break
                     stop_event.wait(min(0.5, left) if left is not None else 0.5)
             self.state = "stopped"
-        except BaseException:
+        except BaseException as exc:
             self.state = "failed"
+            lost = self._lost_server(exc)
+            if lost is not None:
+                raise lost from None
             raise
         finally:
-            self._stop_all()
+            if self.server_lost:  # nothing to stop or ask there: its queries died with it
+                server_lost()
+                if self.tiering is not None:
+                    self.tiering.stop(wait=True)
+            else:
+                self._stop_all()
             self._status_stop.set()
             if status_thread is not None:
                 status_thread.join(timeout=5)
-            self.progress.close()  # every progress event delivered: the last snapshot counts them all
+            if not self.server_lost:
+                self.progress.close()  # every progress event delivered: the last snapshot counts them all
             if self.remote is not None:
                 self.remote.close(self.stats)
-            for session in self._sessions:  # over Spark Connect: the server releases the queries' sessions
+            for session in [] if self.server_lost else self._sessions:  # Connect: release them on the server
                 stop_session(session)
             self._sessions.clear()
             self.write_status()
@@ -562,6 +563,12 @@ class FlowRunner:
             extra={"flow": self.plan.flow},
         )
 
+    def _lost_server(self, exc: BaseException) -> TidehouseError | None:
+        """The error for a run whose Spark Connect server stopped answering, or None for any other."""
+        error = lost_server_error(exc) if self.connect else None
+        self.server_lost = error is not None
+        return error
+
     def _stop_all(self) -> None:
         for name in reversed(list(self.queries)):
             try:
@@ -572,18 +579,3 @@ class FlowRunner:
                 )
         if self.tiering is not None:
             self.tiering.stop(wait=True)
-
-
-_RAISED = re.compile(r"TidehouseError: (?:[\w.]+: )?(.+?) \[(TH\d{3})\]")
-
-
-def _raised_in_spark(text: str) -> tuple[ErrorCode, str] | None:
-    """(code, message) of a TidehouseError a Python worker raised, as Spark's error text carries it."""
-    matches = _RAISED.findall(text)
-    if not matches:
-        return None
-    message, code = matches[-1]
-    try:
-        return ErrorCode(code), message
-    except ValueError:
-        return None

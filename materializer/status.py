@@ -145,7 +145,9 @@ def run_snapshot(runner) -> dict[str, Any]:
         query = runner.queries.get(t.name)
         stats = runner.stats[t.name]
         state = "not started"
-        if query is not None:
+        if query is not None and getattr(runner, "server_lost", False):
+            state = "unknown"  # its Spark Connect server is gone: asking would wait out the retries
+        elif query is not None:
             try:
                 state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
             except Exception:  # noqa: BLE001 - the JVM may be shutting down: say so, do not guess

@@ -321,13 +321,19 @@ def _quarantine_source(ctx: QueryContext, source: SourcePlan, data: pa.Table, ba
     return data
 
 
+def append_inputs(ctx: QueryContext) -> tuple[Input, list[Input], SourcePlan | None]:
+    """An append table's inputs: the one it streams (a source or a log table), its lookups, and the
+    streamed source's plan (None for a log table)."""
+    stream_input = next(i for i in ctx.table.inputs if i.kind in ("source", "log"))
+    lookups = [i for i in ctx.table.inputs if i is not stream_input]
+    return stream_input, lookups, _source_of(ctx.flow, stream_input)
+
+
 # -- strategies -------------------------------------------------------------------------------------
 def append_batch(ctx: QueryContext) -> Callable:
     """Stateless SQL over one append-only input (+ lookups): run it over the micro-batch's rows."""
     table = ctx.table
-    stream_input = next(i for i in table.inputs if i.kind in ("source", "log"))
-    lookups = [i for i in table.inputs if i is not stream_input]
-    source = _source_of(ctx.flow, stream_input)
+    stream_input, lookups, source = append_inputs(ctx)
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()

@@ -217,18 +217,28 @@ class ConnectServer:
         self.url = f"sc://127.0.0.1:{port}"
 
     @classmethod
-    def start(cls, workdir: Path, *, master: str = "local[2]", timeout: float = 180.0) -> ConnectServer:
+    def start(
+        cls,
+        workdir: Path,
+        *,
+        master: str = "local[2]",
+        conf: dict[str, str] | None = None,
+        port: int | None = None,
+        timeout: float = 180.0,
+    ) -> ConnectServer:
+        """A server on ``port`` (a free one when None) whose Spark runs on ``master`` with ``conf``."""
         from runtime.spark.session import session_conf
 
         workdir.mkdir(parents=True, exist_ok=True)
-        port = free_ports(1)[0]
+        port = port or free_ports(1)[0]
         env = server_env(workdir)
-        conf = session_conf(master, {"spark.connect.grpc.binding.port": str(port)}, workdir / "logs")
+        extra = {**(conf or {}), "spark.connect.grpc.binding.port": str(port)}
+        conf = session_conf(master, extra, workdir / "logs")
         conf["spark.connect.grpc.binding.address"] = "127.0.0.1"
         cmd = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--master", master]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
-        proc = _spawn(cmd, workdir / "connect.log", env)
+        proc = _spawn(cmd, workdir / "connect.log", env)  # appends: a restarted server's log follows
         server = cls(workdir, port, proc)
         try:
             server._wait_ready(timeout)
@@ -256,6 +266,11 @@ class ConnectServer:
 
     def stop(self) -> None:
         _stop_group(self.proc)
+
+    def kill(self) -> None:
+        """``kill -9`` of the server (its JVM is the flow's Spark driver) and its Python workers."""
+        _kill_group(self.proc, signal.SIGKILL)
+        self.proc.wait(timeout=60)
 
     @classmethod
     @contextlib.contextmanager

@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - any other error is internal: one line, trace with --debug
         if debug:
             _print_trace(exc)
+        lost = _lost_server(exc)
+        if lost is not None:  # e.g. while a flow was being planned: the same error as in a running flow
+            click.echo(f"error: {redact(lost.render())}", err=True)
+            return lost.exit_code
         click.echo(
             redact(
                 f"internal error: {type(exc).__name__}: {exc} [{ErrorCode.INTERNAL.value}] "
@@ -137,6 +141,15 @@ def main(argv: list[str] | None = None) -> int:
             err=True,
         )
         return 1
+
+
+def _lost_server(exc: BaseException) -> TidehouseError | None:
+    """The error of a Spark Connect server that stopped answering; its sessions close without it."""
+    if "pyspark" not in sys.modules:
+        return None
+    from runtime.project import lost_spark_server
+
+    return lost_spark_server(exc)
 
 
 def _print_trace(exc: BaseException) -> None:

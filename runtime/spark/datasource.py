@@ -360,7 +360,7 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"{self.table} was rebuilt (e.g. by --full-refresh) since this stream last read it: its "
                 "offsets name rows that no longer exist",
                 location=Location(path=self.table),
-                hint="rebuild what reads it too (tidehouse flow trigger FLOW --full-refresh TABLE), or "
+                hint="rebuild what reads it too (tidehouse flow trigger FLOW --full-refresh TABLE+), or "
                 "restart the stream with a new checkpoint",
             )
         return current

@@ -16,9 +16,11 @@ import atexit
 import contextlib
 import functools
 import os
+import re
 import sys
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 import zipfile
@@ -210,6 +212,9 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
     server must accept: one it refuses (a static or unknown-to-the-server setting) is ``CONFIG_INVALID``."""
     with _LOCK:
         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+        # a lost server is one TidehouseError (materializer.remote.lost_server_error), not these warnings
+        warnings.filterwarnings("ignore", message=r".*\[RETRIES_EXCEEDED\].*")
+        warnings.filterwarnings("ignore", message=".*StreamingQueryListenerBus Handler thread.*")
         try:
             from pyspark.sql import SparkSession
 
@@ -239,6 +244,7 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
                     "where it starts (start-connect-server.sh --conf ...)",
                 ) from None
         register_source(spark)
+        _CONNECT_URLS.add(url)
         _remember(spark, {**ours, **{str(k): str(v) for k, v in (conf or {}).items()}})
         return spark
 
@@ -247,10 +253,19 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
 # its gRPC channel in ``__del__`` during interpreter shutdown, which can wait forever (the process hangs
 # after its work is done).
 _CONNECT_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+_CONNECT_URLS: set[str] = set()  # the servers this process is a client of
+
+
+# How many times a Spark Connect call is retried on an unreachable server: 6 backoffs of 50 ms x4 each, about
+# 70 s in all (Spark's default, 15, waits 10 minutes before a run learns its server is gone).
+CONNECT_RETRIES = 6
 
 
 def _remember(session, conf: dict[str, str]) -> None:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
     session._tidehouse_conf = conf  # what a newSession() must set again: it starts from the server's defaults
+    session.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES)])
     if not _CONNECT_SESSIONS:
         atexit.register(_stop_connect_sessions)
     _CONNECT_SESSIONS.add(session)
@@ -260,14 +275,47 @@ def stop_session(session) -> None:
     """Release a Spark Connect session made by :func:`new_session` (the server drops its state); a
     classic session is left alone (it shares the process's SparkContext)."""
     if is_connect(session):
-        with contextlib.suppress(Exception):  # best effort: the server may be gone
-            session.stop()
+        if not session.is_stopped:  # a second close would wait again for calls in flight
+            with contextlib.suppress(Exception):  # best effort: the server may be gone
+                session.stop()
         _CONNECT_SESSIONS.discard(session)
 
 
+def lost_server_error(exc: BaseException) -> TidehouseError | None:
+    """The error for a call whose Spark Connect server stopped answering (the client's retries, about
+    70 s, ran out), or None when ``exc`` is something else or this process is no Connect client."""
+    text = str(exc)
+    if not _CONNECT_URLS or not any(mark in text for mark in ("UNAVAILABLE", "Connection refused")):
+        return None
+    detail = re.search(r'details = "([^"]*)"', text)
+    return TidehouseError(
+        ErrorCode.SPARK_START,
+        f"lost the Spark Connect server {', '.join(sorted(_CONNECT_URLS))}: "
+        + (detail.group(1) if detail else text.splitlines()[0]),
+        hint="start the server again; the next `tidehouse flow trigger` resumes every query from its "
+        "checkpoint (a batch the server was writing is written once)",
+    )
+
+
+def server_lost() -> None:
+    """The Spark Connect server is gone: this process's sessions close without asking it to release them
+    (each request would wait out its retries), all at once (a close may wait 10 s for calls in flight)."""
+    sessions = list(_CONNECT_SESSIONS)
+    for session in sessions:
+        session.release_session_on_close = False
+    _stop_connect_sessions()
+
+
 def _stop_connect_sessions() -> None:
-    for session in list(_CONNECT_SESSIONS):
-        stop_session(session)
+    threads = [
+        threading.Thread(target=stop_session, args=(session,), daemon=True)
+        for session in list(_CONNECT_SESSIONS)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 15
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _register_sources(spark) -> None:

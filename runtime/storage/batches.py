@@ -179,13 +179,21 @@ def check_bucket(meta: TableMeta, bucket: int) -> None:
         )
 
 
-def check_start(name: str, bucket: int, start: int, first: int, end: int) -> None:
-    """A read of a bucket whose offsets are ``[first, end)`` may start from 0 to ``end``."""
+def check_start(name: str, bucket: int, start: int, first: int, end: int, stop: int | None = None) -> None:
+    """A read of a bucket whose offsets are ``[first, end)`` may start from 0 to ``end`` and stop at most at
+    ``end``: a read asked to go past what is committed would silently return fewer rows."""
     if start < 0 or start > end:
         raise TidehouseError(
             ErrorCode.STORAGE_RANGE,
             f"{name} bucket {bucket}: start offset {start} is outside [{first}, {end}]",
             location=Location(path=name),
+        )
+    if stop is not None and stop > end:
+        raise TidehouseError(
+            ErrorCode.STORAGE_RANGE,
+            f"{name} bucket {bucket}: a read up to offset {stop}, but only {end} are committed",
+            location=Location(path=name),
+            hint="a reader ahead of what this process sees of the writer; a retry reads it again",
         )
 
 

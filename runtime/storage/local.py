@@ -354,7 +354,7 @@ class LocalTableStore(TableStore):
         cols = batches.read_columns(meta, columns)
         log.refresh()
         stop = log.end_offset if end is None else end
-        batches.check_start(name, bucket, start, log.first_offset, log.end_offset)
+        batches.check_start(name, bucket, start, log.first_offset, log.end_offset, stop)
         return self._read_iter(meta, log, bucket, start, stop, cols)
 
     def _read_iter(

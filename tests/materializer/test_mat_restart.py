@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
+from tests.materializer._flowkit import ACTIONS, canon, make_events, oracle, write_batch, write_project
 
 pytestmark = pytest.mark.spark
 
@@ -21,7 +21,9 @@ def test_a_query_restarted_after_a_transient_failure_resumes_after_a_reconcile(
     from runtime.project import Project
 
     rng = random.Random(seed)
-    path = write_project(project_dir)
+    # a top-N with a second condition is no shape the incremental strategies keep: recomputed, so reconciled
+    top = ACTIONS["t_top.sql"].replace("WHERE rank <= :n", "WHERE rank <= :n AND events >= 1")
+    path = write_project(project_dir, actions={**ACTIONS, "t_top.sql": top})
     lines = make_events(rng, 40)
     write_batch(project_dir, "part-0", lines)
     reconcile = runner_mod.FlowRunner.reconcile
@@ -107,3 +109,44 @@ def test_only_transient_failures_restart_a_query(monkeypatch, spark_text, batch_
     assert started == (["dwd.t"] if restarted else [])
     if restarted:
         assert runner.stats["dwd.t"].error is None  # the status no longer shows the healed failure
+
+
+def test_a_query_whose_start_meets_a_transient_failure_is_started_again(
+    spark, project_dir, seed, monkeypatch
+):
+    """Starting a query can meet the same transient failure (over Spark Connect a start launches the
+    server-side Python process of its batch function): it is started again after a back-off, and the run
+    ends exact; any other failure to start is an error naming the table."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    from materializer import runner as runner_mod
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    path = write_project(project_dir)
+    lines = make_events(rng, 30)
+    write_batch(project_dir, "part-0", lines)
+    start = DataStreamWriter.start
+    refused: list[int] = []
+
+    def start_once_refused(self, *args, **kwargs):
+        if len(refused) < 2:  # the first query's first two starts
+            refused.append(1)
+            raise PySparkException(
+                message="[STREAMING_PYTHON_RUNNER_INITIALIZATION_FAILURE] Python worker "
+                "failed to connect back."
+            )
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataStreamWriter, "start", start_once_refused)
+    monkeypatch.setattr(runner_mod.time, "sleep", lambda _s: None)  # the back-off
+    project = Project.open()
+    try:
+        project.trigger(path, until_idle=True, spark=spark)
+        assert len(refused) == 2
+        expected = oracle(lines)
+        for table in ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.top_users"):
+            assert canon(project.store.scan(table)) == expected[table], table
+    finally:
+        project.close()

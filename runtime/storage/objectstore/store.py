@@ -417,7 +417,7 @@ class ObjectTableStore(TableStore):
         cols = batches.read_columns(table.meta, columns)
         head = self._head(table, bucket)
         stop = head.end_offset if end is None else end
-        batches.check_start(name, bucket, start, head.start_offset, head.end_offset)
+        batches.check_start(name, bucket, start, head.start_offset, head.end_offset, stop)
         if start < head.start_offset:
             raise TidehouseError(
                 ErrorCode.STORAGE_RANGE,

@@ -76,6 +76,9 @@ def test_append_assigns_dense_offsets_and_reads_any_range(backend):
         with pytest.raises(TidehouseError) as err:
             list(other.read("ods.events", *bad))
         assert err.value.code is ErrorCode.STORAGE_RANGE
+    with pytest.raises(TidehouseError) as err:  # past what is committed: an error, never fewer rows
+        list(other.read("ods.events", 0, 0, ends[0] + 1))
+    assert err.value.code is ErrorCode.STORAGE_RANGE and "only" in err.value.message
     info = other.batch_info("ods.events", 0)
     assert info.writer == "w" and info.base_offset + info.rows == ends[0]
     assert other.offset_times("ods.events", 0, 0).seq <= info.seq

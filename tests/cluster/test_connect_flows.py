@@ -1,0 +1,163 @@
+"""Flows over Spark Connect: ``spark.remote: sc://…`` in the project file, ``tidehouse flow trigger`` as the
+client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pyspark install) as the driver.
+
+* the 4-layer test flow, with the Connect server's Spark on the standalone cluster (master + 2 workers):
+  ``kill -9`` of a worker mid-run, then of the client, then of the Connect server (the driver: restarted);
+  a resumed ``--until-idle`` leaves every table, hot and lake, equal to the batch oracle;
+* the shipped flows run to the batch oracle, hot and lake, over a Connect server on ``local[2]``
+  (``TIDEHOUSE_SCALE=full``; the cluster test covers the same data path in CI).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests._support import scale
+from tests.cluster._clusterkit import cli, kill_9, set_spark, start_trigger, wait_for
+from tests.cluster.test_cluster_flows import CLUSTER_CONF, _assert_oracle
+from tests.examples._library import FLOW_ORDER, batch_results, rows_bag
+from tests.materializer._flowkit import make_events, oracle, write_batch, write_project
+from tests.spark_services import ConnectServer
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+
+
+def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and_the_server(
+    spark_cluster, project_dir, home, seed, tmp_path
+):
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    workdir = tmp_path / "connect"
+    server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CLUSTER_CONF)
+    set_spark(project_dir, {"remote": server.url})
+    write_project(project_dir)
+    lines = make_events(rng, 150, users=20)
+    write_batch(project_dir, "part-0", lines)
+    project = Project.open()  # a reader in the test process: offsets and, at the end, the oracle
+    store = project.store
+
+    def ends(table: str) -> int:
+        return sum(store.end_offsets(table)) if store.has_table(table) else 0
+
+    victim = rng.randrange(2)
+    proc = None
+    try:
+        log = tmp_path / "trigger-1.log"
+        proc = start_trigger(project_dir, home, "flows/testflow.yaml", log)
+        wait_for(lambda: ends("ads.top_users") > 0, 600, "the first batches of every layer", proc, log)
+        more = make_events(rng, 120, users=20)
+        lines += more
+        write_batch(project_dir, "part-1", more)
+        dws_before = ends("dws.user_activity")
+        time.sleep(rng.uniform(0.0, 2.0))
+        spark_cluster.kill_worker(victim)  # mid-run: the server's Spark goes on with the other worker
+        print(f"[connect] killed worker {victim}")
+        expected_ods = sum(oracle(lines)["ods.clicks"].values())
+        wait_for(
+            lambda: ends("ods.clicks") >= expected_ods and ends("dws.user_activity") > dws_before,
+            600,
+            "the flow to take the new input on one worker",
+            proc,
+            log,
+        )
+        more = make_events(rng, 80, users=20)
+        lines += more
+        write_batch(project_dir, "part-2", more)
+        time.sleep(rng.uniform(0.5, 4.0))  # somewhere in its next micro-batches
+        kill_9(proc)  # the client: its queries go on on the server until the next client replaces them
+        print("[connect] killed the client")
+        spark_cluster.restart_worker(victim)
+
+        log = tmp_path / "trigger-2.log"
+        proc = start_trigger(project_dir, home, "flows/testflow.yaml", log)
+        more = make_events(rng, 80, users=20)
+        lines += more
+        write_batch(project_dir, "part-3", more)
+        before = ends("ods.clicks")
+        wait_for(  # its own queries run (the first client's may still be running on the server)
+            lambda: "ads:" in log.read_text(errors="replace") and ends("ods.clicks") > before,
+            600,
+            "the second client's queries to run",
+            proc,
+            log,
+        )
+        time.sleep(rng.uniform(0.0, 3.0))
+        server.kill()  # the driver
+        print("[connect] killed the Connect server")
+        # the client sees its server gone (its calls retry for ~70 s): one clear error, no hang
+        proc.wait(timeout=300)
+        output = log.read_text(errors="replace")
+        assert proc.returncode not in (0, None), output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        assert "Spark Connect" in output, output[-3000:]
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill_9(proc)
+        if spark_cluster.alive_workers() < 2:
+            spark_cluster.restart_worker(victim)
+    server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CLUSTER_CONF, port=server.port)
+    try:
+        project.close()
+        done = cli(project_dir, home, "flow", "trigger", "testflow", "--until-idle")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert f"on {server.url} (data path: executors)" in done.stdout
+        project = Project.open()
+        try:
+            _assert_oracle(project, lines, "after kill -9 of a worker, the client and the Connect server")
+        finally:
+            project.close()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def shop_over_connect(connect_server, tmp_path_factory):
+    """``tidehouse init`` (a small sample), registered and run to idle over Spark Connect, flow by flow."""
+    base = tmp_path_factory.mktemp("shop-connect")
+    home = base / "home"
+    made = cli(base, home, "init", "shop", "--events", "800")
+    assert made.returncode == 0, made.stderr
+    project_dir = base / "shop"
+    set_spark(project_dir, {"remote": connect_server.url})
+    outputs = {}
+    for flow in FLOW_ORDER:
+        done = cli(project_dir, home, "flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
+        assert done.returncode == 0, f"{flow}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs[flow] = done.stdout
+    return project_dir, home, outputs
+
+
+@pytest.fixture(scope="module")
+def expected_shop(spark, shop_over_connect):
+    """table -> its action's SQL in Spark batch over the complete input (local Spark), per flow."""
+    from runtime.project import Project
+
+    project_dir, home, _ = shop_over_connect
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        return batch_results(spark, project, FLOW_ORDER)
+    finally:
+        project.close()
+
+
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: the shipped flows over Spark Connect")
+@pytest.mark.parametrize("flow_name", FLOW_ORDER)
+def test_shipped_flows_equal_the_batch_oracle_over_connect(shop_over_connect, expected_shop, flow_name):
+    from runtime.project import Project
+
+    project_dir, home, outputs = shop_over_connect
+    assert "(data path: executors)" in outputs[flow_name] and " on sc://" in outputs[flow_name]
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        for table, want in expected_shop[flow_name].items():
+            columns = want.column_names
+            assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
+            assert rows_bag(project.store.scan(table), columns) == rows_bag(want, columns), f"hot {table}"
+            lake = project.lake.load(table).scan().to_arrow()
+            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table}"
+    finally:
+        project.close()
