@@ -147,7 +147,11 @@ def _mapping(value: Any) -> dict:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
-        "spark.master", "local[*]", "Spark master URL (local[*], spark://host:7077, yarn, k8s://...).", _str
+        "spark.master",
+        "local[*]",
+        "Spark master URL: local[*] or a standalone cluster's spark://host:7077 (both tested; other "
+        "masters such as yarn take the same settings but are not tested).",
+        _str,
     ),
     Setting(
         "spark.remote",
