@@ -215,6 +215,7 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
         # a lost server is one TidehouseError (materializer.remote.lost_server_error), not these warnings
         warnings.filterwarnings("ignore", message=r".*\[RETRIES_EXCEEDED\].*")
         warnings.filterwarnings("ignore", message=".*StreamingQueryListenerBus Handler thread.*")
+        warnings.filterwarnings("ignore", message=".*Failed to (add|remove) the listener.*")
         try:
             from pyspark.sql import SparkSession
 
@@ -284,7 +285,11 @@ def stop_session(session) -> None:
 def lost_server_error(exc: BaseException) -> TidehouseError | None:
     """The error for a call whose Spark Connect server stopped answering (the client's retries, about
     70 s, ran out), or None when ``exc`` is something else or this process is no Connect client."""
-    text = str(exc)
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:  # the cause of e.g. a query that could not start
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    text = "\n".join(str(e) for e in chain)
     if not _CONNECT_URLS or not any(mark in text for mark in ("UNAVAILABLE", "Connection refused")):
         return None
     detail = re.search(r'details = "([^"]*)"', text)
