@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from materializer.incremental.facts import aggregate_facts, topn_facts
+from materializer.incremental.facts import aggregate_facts, split_top, topn_facts
 from materializer.shape import PASS_THROUGH, SqlShape
 
 ANALYZED = "== Analyzed Logical Plan =="
@@ -95,33 +95,16 @@ def _bracket(text: str, start: int) -> str:
     return text[start + 1 :]
 
 
-def _split_top(items: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in items:
-        if ch in "[(<":
-            depth += 1
-        elif ch in "])>":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur).strip())
-    return out
-
-
 def _output(node: Node) -> list[str] | None:
     """The output attributes (``name#id``) of a projection chain's node, or None when not a plain list."""
     if node.name == "Project":
-        items = _split_top(_bracket(node.text, node.text.index("[")))
+        items = split_top(_bracket(node.text, node.text.index("[")), angles=True)
         return [item if _ATTR.fullmatch(item) else "?" for item in items]
     if node.name == "SubqueryAlias" and len(node.children) == 1:
         return _output(node.children[0])
     if node.name == "View":
         start = node.text.find("[")
-        return _split_top(_bracket(node.text, start)) if start >= 0 else None
+        return split_top(_bracket(node.text, start), angles=True) if start >= 0 else None
     return None
 
 

@@ -455,23 +455,39 @@ def recompute_batch(ctx: QueryContext) -> Callable:
 
 def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origin: float | None) -> int:
     """One recomputation: returns the number of changed rows written (0 when already equal)."""
-    import duckdb
-
     table = ctx.table
     bind_lookups(ctx, session, list(table.inputs))
     result = run_sql(ctx, session)
     kept, _ = apply_expectations(ctx, session, result, seq, writer=writer, whole_result=True)
+    out = output_difference(ctx, kept, unique=True)
+    if out is None:
+        return 0
+    with ctx.clock.phase("write"):
+        ctx.store.write(table.name, out, writer=writer or table.writer_id, seq=int(seq), origin_ts=origin)
+    return out.num_rows
+
+
+def output_difference(ctx: QueryContext, new: pa.Table, *, unique: bool = False) -> pa.Table | None:
+    """The writes that turn the table's current rows into ``new`` (deletes first), or None when equal.
+    ``unique``: first check that ``new`` holds one row per primary key (an action's SQL may yield several)."""
+    import duckdb
+
+    table = ctx.table
     meta = ctx.store.get_table(table.name)
-    new = prepare(ctx.store, table.name, kept)
+    new = prepare(ctx.store, table.name, new)
     old = ctx.store.scan(table.name).select(meta.schema.names)
     key = ", ".join(f'"{k}"' for k in table.primary_key)
     con = duckdb.connect()
     try:
         con.register("new_rows", new)
         con.register("old_rows", old)
-        dup = con.execute(
-            f"SELECT {key}, count(*) FROM new_rows GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
-        ).fetchall()
+        dup = (
+            con.execute(
+                f"SELECT {key}, count(*) FROM new_rows GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
+            ).fetchall()
+            if unique
+            else None
+        )
         if dup:
             raise TidehouseError(
                 ErrorCode.PRIMARY_KEY_INVALID,
@@ -488,12 +504,7 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
         parts.append(keys_table(meta.schema, deletes, table.primary_key, DELETE))
     if upserts.num_rows:
         parts.append(keys_table(meta.schema, upserts, table.primary_key, UPDATE_AFTER))
-    if not parts:
-        return 0
-    out = pa.concat_tables(parts)
-    with ctx.clock.phase("write"):
-        ctx.store.write(table.name, out, writer=writer or table.writer_id, seq=int(seq), origin_ts=origin)
-    return out.num_rows
+    return pa.concat_tables(parts) if parts else None
 
 
 def _source_of(plan: FlowPlan, inp: Input) -> SourcePlan | None:

@@ -14,13 +14,12 @@ from materializer.incremental.common import (
     StateTable,
     behind,
     changed_images,
-    difference,
     key_tuples,
     write_output,
 )
 from materializer.incremental.facts import GroupAggregate
 from materializer.rows import keys_table
-from materializer.strategies import QueryContext, _begin, _finish
+from materializer.strategies import QueryContext, _begin, _finish, output_difference
 from runtime.core.literals import DELETE, UPDATE_AFTER
 from runtime.spark.types import spark_to_arrow
 from runtime.spark.writer import origin_from_checkpoint
@@ -85,7 +84,7 @@ def aggregate_batch(ctx: QueryContext) -> Callable:
         meta = ctx.store.get_table(table.name)
         if fresh:
             result = pa.Table.from_pylist([r for r in after.values() if r is not None], schema=out_schema)
-            writes = difference(ctx, result)
+            writes = output_difference(ctx, result)
         else:
             writes = _changes(meta, table.primary_key, before, after, out_schema)
         written = write_output(ctx, writes, batch_id, origin)

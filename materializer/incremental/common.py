@@ -1,5 +1,6 @@
 """What both incremental strategies share: the hidden state table, the changed keys' images, the sort order,
-and writing the output's difference."""
+and writing the output's difference (computed by :func:`materializer.strategies.output_difference`, as for
+``recompute``)."""
 
 from __future__ import annotations
 
@@ -111,33 +112,6 @@ def order_indices(
 
 def key_tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
     return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
-
-
-def difference(ctx: QueryContext, new: pa.Table) -> pa.Table | None:
-    """The writes that turn the output's current rows into ``new`` (deletes first), or None when equal."""
-    import duckdb
-
-    from runtime.spark.writer import prepare
-
-    table = ctx.table
-    meta = ctx.store.get_table(table.name)
-    new = prepare(ctx.store, table.name, new)
-    old = ctx.store.scan(table.name).select(meta.schema.names)
-    key = ", ".join(f'"{k}"' for k in table.primary_key)
-    con = duckdb.connect()
-    try:
-        con.register("new_rows", new)
-        con.register("old_rows", old)
-        upserts = con.sql("SELECT * FROM new_rows EXCEPT SELECT * FROM old_rows").to_arrow_table()
-        deletes = con.sql(f"SELECT {key} FROM old_rows EXCEPT SELECT {key} FROM new_rows").to_arrow_table()
-    finally:
-        con.close()
-    parts = []
-    if deletes.num_rows:
-        parts.append(keys_table(meta.schema, deletes, table.primary_key, DELETE))
-    if upserts.num_rows:
-        parts.append(keys_table(meta.schema, upserts, table.primary_key, UPDATE_AFTER))
-    return pa.concat_tables(parts) if parts else None
 
 
 def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin: float | None) -> int:

@@ -98,12 +98,15 @@ def _brackets(text: str) -> list[str]:
     return out
 
 
-def _split(items: str) -> list[str]:
+def split_top(items: str, *, angles: bool = False) -> list[str]:
+    """The comma-separated items of a list, split at depth 0 only (brackets and parentheses nest; with
+    ``angles`` also ``<...>``, as in type names), stripped; a blank tail is no item."""
+    opening, closing = ("[(<", "])>") if angles else ("[(", "])")
     out, depth, cur = [], 0, []
     for ch in items:
-        if ch in "[(":
+        if ch in opening:
             depth += 1
-        elif ch in "])":
+        elif ch in closing:
             depth -= 1
         if ch == "," and depth == 0:
             out.append("".join(cur).strip())
@@ -154,7 +157,7 @@ def _view_columns(node: Node) -> dict[str, str] | None:
     if not groups:
         return None
     out = {}
-    for item in _split(groups[0]):
+    for item in split_top(groups[0]):
         m = _ATTR_ONLY.match(item)
         if m is None:
             return None
@@ -172,7 +175,7 @@ def topn_facts(root: Node) -> TopN | None:
     if limit is None or window.name != "Window" or len(window.children) != 1 or window.inner:
         return None
     groups = _brackets(window.text)
-    exprs = _split(groups[0]) if groups else []
+    exprs = split_top(groups[0]) if groups else []
     if len(groups) != 2 or len(exprs) != 1:  # a PARTITION BY prints a third group
         return None
     fn = _RANK_FN.match(exprs[0])
@@ -182,7 +185,7 @@ def topn_facts(root: Node) -> TopN | None:
     if columns is None:
         return None
     order = []
-    for item in _split(groups[1]):
+    for item in split_top(groups[1]):
         m = _ORDER.match(item)
         if m is None or columns.get(m.group(2)) != m.group(1):
             return None
@@ -203,7 +206,7 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
     output: list[tuple[str, str]] | None = None
     if top.name == "Project" and len(top.children) == 1 and not top.inner:
         output = []
-        for item in _split(_brackets(top.text)[0]):
+        for item in split_top(_brackets(top.text)[0]):
             m, a = _ATTR_ONLY.match(item), _ALIAS.match(item)
             if m is not None:
                 output.append((m.group(1), m.group(1)))
@@ -230,13 +233,13 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
     if columns is None or len(groups) != 2:
         return None
     group = []
-    for item in _split(groups[0]):
+    for item in split_top(groups[0]):
         m = _ATTR_ONLY.match(item)
         if m is None or columns.get(m.group(2)) != m.group(1):
             return None
         group.append(m.group(1))
     aggs, names = [], []
-    for item in _split(groups[1]):
+    for item in split_top(groups[1]):
         m, a = _ATTR_ONLY.match(item), _AGG.match(item)
         if m is not None and m.group(1) in group:
             names.append(m.group(1))

@@ -21,7 +21,6 @@ from materializer.incremental.common import (
     StateTable,
     behind,
     changed_images,
-    difference,
     key_tuples,
     order_indices,
     write_output,
@@ -34,6 +33,7 @@ from materializer.strategies import (
     apply_expectations,
     conform_to,
     local_df,
+    output_difference,
     run_sql,
 )
 from runtime.spark.types import spark_to_arrow
@@ -132,7 +132,7 @@ def topn_batch(ctx: QueryContext) -> Callable:
         local_df(session, new, inp.ddl).createOrReplaceTempView(inp.name)
         result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        written = write_output(ctx, difference(ctx, result), batch_id, origin)
+        written = write_output(ctx, output_difference(ctx, result), batch_id, origin)
         state.write(_buffer_change(state, old, new, buffer_of.primary_key), batch_id)
         _finish(ctx, started, rows_in, written, origin)
 
