@@ -44,6 +44,7 @@ from materializer.strategies import (
     write_quarantine,
 )
 from runtime.spark.options import Place
+from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import BUCKET, CHANGE, DELETE, INSERT, OFFSET, UPDATE_AFTER, UPDATE_BEFORE, bucket_of
 
@@ -356,6 +357,8 @@ def changelog_batch(ctx: QueryContext) -> Callable:
             _view(session, _user(before, upstream.ddl), upstream.name)
             gone = session.sql(table.sql, args=ctx.args).select(*[f"`{k}`" for k in table.primary_key])
             gone = gone.selectExpr("*", f"'{DELETE}' AS `{CHANGE}`", f"0 AS `{ORDER}`")
+            if is_connect(session):  # a Connect plan names the view, resolved when it runs: after the next
+                gone = gone.localCheckpoint()  # line rebinds it to the after-images (no deletes at all)
             last = Window.partitionBy(*[f"`{k}`" for k in key]).orderBy(
                 F.col(BUCKET).desc(), F.col(OFFSET).desc()
             )
