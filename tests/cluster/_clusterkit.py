@@ -15,6 +15,22 @@ import yaml
 
 from tests._support import REPO
 
+TABLES = ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users")  # the test flow
+CLUSTER_CONF = {"spark.executor.memory": "1g", "spark.task.maxFailures": "4"}
+
+
+def assert_oracle(project, lines: list[str], when: str) -> None:
+    """Every table of the 4-layer test flow, hot and lake, and its quarantine equal the batch oracle."""
+    from tests.materializer._flowkit import canon, oracle
+
+    expected = oracle(lines)
+    for table in TABLES:
+        assert canon(project.store.scan(table)) == expected[table], f"{when}: hot {table}"
+        lake = project.lake.load(table).scan().to_arrow()
+        assert canon(lake) == expected[table], f"{when}: lake {table}"
+    quarantined = sum(project.store.end_offsets("ods.clicks__quarantine"))
+    assert quarantined == expected["ods.clicks__quarantine"], f"{when}: quarantine"
+
 
 def set_spark(project_dir: Path, spark: dict) -> None:
     """Merge ``spark`` settings (master, remote, conf) into the project file."""
@@ -82,3 +98,51 @@ def _tail(log: Path | None, n: int = 4000) -> str:
     if log is None or not log.is_file():
         return ""
     return log.read_text(errors="replace")[-n:]
+
+
+# -- the shipped flows, run the way a cluster user runs them ------------------------------------------------
+def run_shop(base: Path, spark: dict) -> tuple[Path, Path, dict[str, str]]:
+    """``tidehouse init`` (a small sample) with ``spark`` settings, each shipped flow run to idle through the
+    CLI: (project folder, home, each flow's output)."""
+    from tests.examples._library import FLOW_ORDER
+
+    home = base / "home"
+    made = cli(base, home, "init", "shop", "--events", "800")
+    assert made.returncode == 0, made.stderr
+    project_dir = base / "shop"
+    set_spark(project_dir, spark)
+    outputs = {}
+    for flow in FLOW_ORDER:
+        done = cli(project_dir, home, "flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
+        assert done.returncode == 0, f"{flow}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs[flow] = done.stdout
+    return project_dir, home, outputs
+
+
+def shop_oracle(spark, project_dir: Path, home: Path) -> dict:
+    """table -> its action's SQL in Spark batch over the complete input (the test's local Spark), per flow."""
+    from runtime.project import Project
+    from tests.examples._library import FLOW_ORDER, batch_results
+
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        return batch_results(spark, project, FLOW_ORDER)
+    finally:
+        project.close()
+
+
+def assert_shop_flow(project_dir: Path, home: Path, expected: dict) -> None:
+    """Every table of one flow, hot and lake, equals its batch result (multisets)."""
+    from runtime.project import Project
+    from tests.examples._library import rows_bag
+
+    project = Project.open(project_dir=project_dir, home=home)
+    try:
+        for table, want in expected.items():
+            columns = want.column_names
+            assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
+            assert rows_bag(project.store.scan(table), columns) == rows_bag(want, columns), f"hot {table}"
+            lake = project.lake.load(table).scan().to_arrow()
+            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table}"
+    finally:
+        project.close()

@@ -20,25 +20,23 @@ import time
 import pytest
 
 from tests._support import scale
-from tests.cluster._clusterkit import cli, kill_9, set_spark, start_trigger, wait_for
-from tests.examples._library import FLOW_ORDER, batch_results, rows_bag
-from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
+from tests.cluster._clusterkit import (
+    CLUSTER_CONF,
+    assert_oracle,
+    assert_shop_flow,
+    cli,
+    kill_9,
+    run_shop,
+    set_spark,
+    shop_oracle,
+    start_trigger,
+    wait_for,
+)
+from tests.examples._library import FLOW_ORDER
+from tests.materializer._flowkit import make_events, oracle, write_batch, write_project
 from tests.services import shared_settings, write_project_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
-
-TABLES = ("ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users")
-CLUSTER_CONF = {"spark.executor.memory": "1g", "spark.task.maxFailures": "4"}
-
-
-def _assert_oracle(project, lines: list[str], when: str) -> None:
-    expected = oracle(lines)
-    for table in TABLES:
-        assert canon(project.store.scan(table)) == expected[table], f"{when}: hot {table}"
-        lake = project.lake.load(table).scan().to_arrow()
-        assert canon(lake) == expected[table], f"{when}: lake {table}"
-    quarantined = sum(project.store.end_offsets("ods.clicks__quarantine"))
-    assert quarantined == expected["ods.clicks__quarantine"], f"{when}: quarantine"
 
 
 @pytest.mark.parametrize(
@@ -106,55 +104,25 @@ def test_four_layer_flow_survives_kill_9_of_a_worker_and_of_the_driver(
     assert f"on {spark_cluster.url} (data path: executors)" in done.stdout
     project = Project.open()
     try:
-        _assert_oracle(project, lines, f"after kill -9 of worker {victim} and of the driver")
+        assert_oracle(project, lines, f"after kill -9 of worker {victim} and of the driver")
     finally:
         project.close()
 
 
 @pytest.fixture(scope="module")
 def shop_on_cluster(spark_cluster, tmp_path_factory):
-    """``tidehouse init`` (a small sample), registered and run to idle on the cluster, flow by flow."""
-    base = tmp_path_factory.mktemp("shop")
-    home = base / "home"
-    made = cli(base, home, "init", "shop", "--events", "800")
-    assert made.returncode == 0, made.stderr
-    project_dir = base / "shop"
-    set_spark(project_dir, {"master": spark_cluster.url, "conf": CLUSTER_CONF})
-    outputs = {}
-    for flow in FLOW_ORDER:
-        done = cli(project_dir, home, "flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
-        assert done.returncode == 0, f"{flow}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs[flow] = done.stdout
-    return project_dir, home, outputs
+    """The shipped flows run to idle on the cluster, flow by flow."""
+    return run_shop(tmp_path_factory.mktemp("shop"), {"master": spark_cluster.url, "conf": CLUSTER_CONF})
 
 
 @pytest.fixture(scope="module")
 def expected_shop(spark, shop_on_cluster):
-    """table -> its action's SQL in Spark batch over the complete input (local Spark), per flow."""
-    from runtime.project import Project
-
-    project_dir, home, _ = shop_on_cluster
-    project = Project.open(project_dir=project_dir, home=home)
-    try:
-        return batch_results(spark, project, FLOW_ORDER)
-    finally:
-        project.close()
+    return shop_oracle(spark, *shop_on_cluster[:2])
 
 
 @pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: the shipped flows on the cluster")
 @pytest.mark.parametrize("flow_name", FLOW_ORDER)
 def test_shipped_flows_equal_the_batch_oracle_on_the_cluster(shop_on_cluster, expected_shop, flow_name):
-    from runtime.project import Project
-
     project_dir, home, outputs = shop_on_cluster
     assert "(data path: executors)" in outputs[flow_name]
-    project = Project.open(project_dir=project_dir, home=home)
-    try:
-        for table, want in expected_shop[flow_name].items():
-            columns = want.column_names
-            assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
-            assert rows_bag(project.store.scan(table), columns) == rows_bag(want, columns), f"hot {table}"
-            lake = project.lake.load(table).scan().to_arrow()
-            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table}"
-    finally:
-        project.close()
+    assert_shop_flow(project_dir, home, expected_shop[flow_name])

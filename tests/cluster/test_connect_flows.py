@@ -16,9 +16,19 @@ import time
 import pytest
 
 from tests._support import scale
-from tests.cluster._clusterkit import cli, kill_9, set_spark, start_trigger, wait_for
-from tests.cluster.test_cluster_flows import CLUSTER_CONF, _assert_oracle
-from tests.examples._library import FLOW_ORDER, batch_results, rows_bag
+from tests.cluster._clusterkit import (
+    CLUSTER_CONF,
+    assert_oracle,
+    assert_shop_flow,
+    cli,
+    kill_9,
+    run_shop,
+    set_spark,
+    shop_oracle,
+    start_trigger,
+    wait_for,
+)
+from tests.examples._library import FLOW_ORDER
 from tests.materializer._flowkit import make_events, oracle, write_batch, write_project
 from tests.spark_services import ConnectServer
 
@@ -107,7 +117,7 @@ def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and
         assert f"on {server.url} (data path: executors)" in done.stdout
         project = Project.open()
         try:
-            _assert_oracle(project, lines, "after kill -9 of a worker, the client and the Connect server")
+            assert_oracle(project, lines, "after kill -9 of a worker, the client and the Connect server")
         finally:
             project.close()
     finally:
@@ -116,48 +126,18 @@ def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and
 
 @pytest.fixture(scope="module")
 def shop_over_connect(connect_server, tmp_path_factory):
-    """``tidehouse init`` (a small sample), registered and run to idle over Spark Connect, flow by flow."""
-    base = tmp_path_factory.mktemp("shop-connect")
-    home = base / "home"
-    made = cli(base, home, "init", "shop", "--events", "800")
-    assert made.returncode == 0, made.stderr
-    project_dir = base / "shop"
-    set_spark(project_dir, {"remote": connect_server.url})
-    outputs = {}
-    for flow in FLOW_ORDER:
-        done = cli(project_dir, home, "flow", "trigger", f"flows/{flow}.yaml", "--until-idle")
-        assert done.returncode == 0, f"{flow}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs[flow] = done.stdout
-    return project_dir, home, outputs
+    """The shipped flows run to idle over Spark Connect, flow by flow."""
+    return run_shop(tmp_path_factory.mktemp("shop-connect"), {"remote": connect_server.url})
 
 
 @pytest.fixture(scope="module")
 def expected_shop(spark, shop_over_connect):
-    """table -> its action's SQL in Spark batch over the complete input (local Spark), per flow."""
-    from runtime.project import Project
-
-    project_dir, home, _ = shop_over_connect
-    project = Project.open(project_dir=project_dir, home=home)
-    try:
-        return batch_results(spark, project, FLOW_ORDER)
-    finally:
-        project.close()
+    return shop_oracle(spark, *shop_over_connect[:2])
 
 
 @pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: the shipped flows over Spark Connect")
 @pytest.mark.parametrize("flow_name", FLOW_ORDER)
 def test_shipped_flows_equal_the_batch_oracle_over_connect(shop_over_connect, expected_shop, flow_name):
-    from runtime.project import Project
-
     project_dir, home, outputs = shop_over_connect
     assert "(data path: executors)" in outputs[flow_name] and " on sc://" in outputs[flow_name]
-    project = Project.open(project_dir=project_dir, home=home)
-    try:
-        for table, want in expected_shop[flow_name].items():
-            columns = want.column_names
-            assert want.num_rows > 0, f"{table}: the sample data must exercise every table"
-            assert rows_bag(project.store.scan(table), columns) == rows_bag(want, columns), f"hot {table}"
-            lake = project.lake.load(table).scan().to_arrow()
-            assert rows_bag(lake, columns) == rows_bag(want, columns), f"lake {table}"
-    finally:
-        project.close()
+    assert_shop_flow(project_dir, home, expected_shop[flow_name])
