@@ -206,7 +206,6 @@ class FlowRunner:
         return reader.load()
 
     def start_query(self, t: TablePlan):
-        from pyspark.errors import PySparkException
         from pyspark.sql import functions as F
 
         ctx = self._context(t)
@@ -250,30 +249,33 @@ class FlowRunner:
         if sc is not None:
             sc.setLocalProperty("spark.scheduler.pool", t.layer)
         try:
-            for attempt in range(1, MAX_RESTARTS + 2):
-                try:
-                    query = writer.start()
-                    break
-                except (
-                    PySparkException
-                ) as exc:  # refused by Spark when it starts (the plan should have known)
-                    first = str(exc).splitlines()[0]
-                    if attempt <= MAX_RESTARTS and any(marker in str(exc) for marker in TRANSIENT):
-                        log.warning("starting the query of %s again after: %s", t.name, first)
-                        time.sleep(
-                            min(2 ** (attempt - 1), 15)
-                        )  # over Connect a start starts a Python process
-                        continue
-                    raise TidehouseError(
-                        ErrorCode.QUERY_FAILED,
-                        f"the query of table {t.name} could not start: {first}",
-                        hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
-                    ) from exc
+            query = self._start(writer, t.name)
         finally:
             if sc is not None:
                 sc.setLocalProperty("spark.scheduler.pool", None)
         self.queries[t.name] = query
         return query
+
+    def _start(self, writer, name: str):
+        """Start a query; a start that meets a transient failure (over Spark Connect a start launches the
+        server's Python process of the batch function) is tried again with the restarts' back-off."""
+        from pyspark.errors import PySparkException
+
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return writer.start()
+            except PySparkException as exc:  # refused by Spark when it starts (the plan should have known)
+                first = str(exc).splitlines()[0]
+                if attempt > MAX_RESTARTS or not any(marker in str(exc) for marker in TRANSIENT):
+                    raise TidehouseError(
+                        ErrorCode.QUERY_FAILED,
+                        f"the query of table {name} could not start: {first}",
+                        hint="report this: `tidehouse flow plan` accepted a table Spark refuses to run",
+                    ) from exc
+                log.warning("starting the query of %s again after: %s", name, first)
+                time.sleep(min(2 ** (attempt - 1), 15))
 
     def _pull(self) -> None:
         """Over Spark Connect: the figures the server-side batches published since the last pull."""
