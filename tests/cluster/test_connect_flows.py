@@ -107,6 +107,7 @@ def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and
     finally:
         if proc is not None and proc.poll() is None:
             kill_9(proc)
+        server.stop()  # killed already, unless the test failed before: never leave a server behind
         if spark_cluster.alive_workers() < 2:
             spark_cluster.restart_worker(victim)
     server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CLUSTER_CONF, port=server.port)
