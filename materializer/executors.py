@@ -358,7 +358,9 @@ def changelog_batch(ctx: QueryContext) -> Callable:
             gone = session.sql(table.sql, args=ctx.args).select(*[f"`{k}`" for k in table.primary_key])
             gone = gone.selectExpr("*", f"'{DELETE}' AS `{CHANGE}`", f"0 AS `{ORDER}`")
             if is_connect(session):  # a Connect plan names the view, resolved when it runs: after the next
-                gone = gone.localCheckpoint()  # line rebinds it to the after-images (no deletes at all)
+                # line rebinds it to the after-images (no deletes at all). So the keys to delete (O(change))
+                # come here first; a localCheckpoint would lose them with an executor.
+                gone = session.createDataFrame(gone.toArrow())
             last = Window.partitionBy(*[f"`{k}`" for k in key]).orderBy(
                 F.col(BUCKET).desc(), F.col(OFFSET).desc()
             )

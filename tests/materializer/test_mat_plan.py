@@ -31,7 +31,7 @@ def test_plan_strategies_and_deterministic_json(spark, project_dir):
         "dwd.clicks": "append",
         "dws.user_activity": "aggregate",
         "ads.low_users": "changelog",
-        "ads.top_users": "recompute",
+        "ads.top_users": "topn",  # a global top-N over a primary-key table: kept incrementally
     }
     assert plan.generations == (
         ("ods.clicks",),
@@ -125,10 +125,10 @@ def test_cli_plan_json_and_text(spark, project_dir, run_cli):
         "append",
         "aggregate",
         "changelog",
-        "recompute",
+        "topn",
     ]
     code, out, _ = run_cli("flow", "plan", "flows/testflow.yaml")
-    assert code == 0 and "strategy recompute" in out and "generation 3 (ads)" in out
+    assert code == 0 and "strategy topn" in out and "generation 3 (ads)" in out
     code, _, err = run_cli("flow", "plan", "flows/nope.yaml")
     assert code == 2 and "nope.yaml" in err
 
