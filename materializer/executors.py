@@ -360,7 +360,8 @@ def changelog_batch(ctx: QueryContext) -> Callable:
             if is_connect(session):  # a Connect plan names the view, resolved when it runs: after the next
                 # line rebinds it to the after-images (no deletes at all). So the keys to delete (O(change))
                 # come here first; a localCheckpoint would lose them with an executor.
-                gone = session.createDataFrame(gone.toArrow())
+                keys = gone.toArrow()
+                gone = session.createDataFrame(keys) if keys.num_rows else gone.limit(0)  # no rows either way
             last = Window.partitionBy(*[f"`{k}`" for k in key]).orderBy(
                 F.col(BUCKET).desc(), F.col(OFFSET).desc()
             )

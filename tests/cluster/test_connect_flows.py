@@ -1,11 +1,13 @@
 """Flows over Spark Connect: ``spark.remote: sc://…`` in the project file, ``tidehouse flow trigger`` as the
 client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pyspark install) as the driver.
 
+* the 4-layer test flow over a Connect server on ``local[2]``, run after run, equals the batch oracle (CI);
 * the 4-layer test flow, with the Connect server's Spark on the standalone cluster (master + 2 workers):
   ``kill -9`` of a worker mid-run, then of the client, then of the Connect server (the driver: restarted);
-  a resumed ``--until-idle`` leaves every table, hot and lake, equal to the batch oracle;
+  a resumed ``--until-idle`` leaves every table, hot and lake, equal to the batch oracle
+  (``TIDEHOUSE_SCALE=full``: about 5 minutes);
 * the shipped flows run to the batch oracle, hot and lake, over a Connect server on ``local[2]``
-  (``TIDEHOUSE_SCALE=full``; the cluster test covers the same data path in CI).
+  (``TIDEHOUSE_SCALE=full``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,32 @@ from tests.spark_services import ConnectServer
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 
 
+def test_four_layer_flow_over_connect_equals_the_oracle_run_after_run(
+    connect_server, project_dir, home, seed
+):
+    """Two ``--until-idle`` runs over a Connect server on ``local[2]``: rows that the first run put into a
+    filtered table leave it in the second (the changelog strategy's deletes, over Connect)."""
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    set_spark(project_dir, {"remote": connect_server.url})
+    write_project(project_dir)
+    lines = make_events(rng, 60, users=20)
+    for part, more in enumerate((lines, make_events(rng, 150, users=20))):
+        if part:
+            lines = lines + more
+        write_batch(project_dir, f"part-{part}", more)
+        done = cli(project_dir, home, "flow", "trigger", "flows/testflow.yaml", "--until-idle")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert f"on {connect_server.url} (data path: executors)" in done.stdout
+        project = Project.open()
+        try:
+            assert_oracle(project, lines, f"after run {part + 1}")
+        finally:
+            project.close()
+
+
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: kill -9 of worker, client and server")
 def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and_the_server(
     spark_cluster, project_dir, home, seed, tmp_path
 ):
