@@ -99,7 +99,6 @@ class FlowRunner:
         self.store = project.store
         self.history = TableHistory(self.store, project.lake)  # lake + hot tail: reads behind retention
         self.root = project.config.storage_root
-        self.max_rows_per_batch = project.config.get("materializer.max_rows_per_batch")
         self.on_status = on_status
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
@@ -216,7 +215,7 @@ class FlowRunner:
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
             if stream_input.kind == "source":
                 stream = self._source_stream(session, stream_input.ref.split(":", 1)[1])
-            else:  # read in the driver (strategies.read_batch): bound the batch
+            else:  # bound the batch: a cap per data path (max_rows_per_batch)
                 stream = self._tidehouse_stream(session, stream_input.ref, max_rows=self.max_rows_per_batch)
         elif t.strategy == "aggregate":
             inp = t.inputs[0]
@@ -376,6 +375,13 @@ class FlowRunner:
         if self.connect:
             return self.project.config.get("spark.remote") or "spark connect"
         return self.spark.conf.get("spark.master", "local[*]")
+
+    @property
+    def max_rows_per_batch(self) -> int:
+        """The rows one micro-batch of an append or changelog query takes from a hot input: a cap per data
+        path (the driver holds its batch; on the executors each task holds one bucket's range)."""
+        key = "executor_rows_per_batch" if self.data_path == "executors" else "max_rows_per_batch"
+        return self.project.config.get(f"materializer.{key}")
 
     @property
     def data_path(self) -> str:

@@ -253,9 +253,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "materializer.max_rows_per_batch",
         200_000,
-        "At most this many rows of a hot input per micro-batch "
+        "On the driver data path: at most this many rows of a hot input per micro-batch "
         "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
         "several batches, so driver memory stays bounded.",
+        _int,
+    ),
+    Setting(
+        "materializer.executor_rows_per_batch",
+        2_000_000,
+        "On the executor data path: at most this many rows of a hot input per micro-batch of an append or "
+        "changelog query, over all its tasks (each task reads one bucket's range). Larger than the driver "
+        "path's cap because the driver never holds the rows, and each micro-batch costs the driver a fixed "
+        "~0.4 CPU s of planning and commit (docs/benchmarks.md, Scale-out).",
         _int,
     ),
     Setting(

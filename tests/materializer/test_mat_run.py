@@ -51,17 +51,23 @@ def test_until_idle_equals_oracle_and_resumes(spark, project_dir, data_path, tes
 
 
 def test_a_backlog_bigger_than_the_batch_cap_is_worked_off_in_several_batches(
-    spark, project_dir, test_flow, seed
+    spark, project_dir, data_path, test_flow, seed
 ):
-    """append and changelog queries read each micro-batch in the driver; materializer.max_rows_per_batch
-    bounds it, and the result is the same as in one batch."""
+    """append and changelog queries bound each micro-batch by the cap of their data path —
+    materializer.max_rows_per_batch on the driver path, materializer.executor_rows_per_batch on the
+    executor path (the other cap is set far away to show it does not apply) — and the result is the same
+    as in one batch."""
     from runtime.project import Project
 
-    (project_dir / "tidehouse.yaml").write_text("materializer:\n  max_rows_per_batch: 7\n")
+    caps = {"driver": (7, 100_000), "executors": (100_000, 7)}[data_path]
+    (project_dir / "tidehouse.yaml").write_text(
+        f"materializer:\n  data_path: {data_path}\n  max_rows_per_batch: {caps[0]}\n"
+        f"  executor_rows_per_batch: {caps[1]}\n"
+    )
     lines = make_events(random.Random(seed), 60)
     write_batch(project_dir, "part-0", lines)
     project = Project.open()
-    assert project.config.get("materializer.max_rows_per_batch") == 7
+    assert project.config.get("materializer.max_rows_per_batch") == caps[0]
     report = project.trigger(test_flow, until_idle=True, spark=spark)
     ods_rows = project.store.scan("ods.clicks").num_rows
     assert report.tables["ods.clicks"]["batches"] == 1  # a file source: not capped by this setting
