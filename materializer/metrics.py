@@ -77,7 +77,8 @@ TABLE_METRICS: tuple[Metric, ...] = (
         "table_batch_seconds",
         "counter",
         "Seconds of the table's micro-batches in this run, by phase: plan, "
-        "commit and total from Spark's progress; read, sql and write measured in the batch function.",
+        "commit and total from Spark's progress; read, sql and write measured in the batch function; wait "
+        "from the upstream commit of a batch's oldest hot row to the batch function's start.",
         lambda row: row.get("batch_seconds") or {},
         labels=("phase",),
     ),

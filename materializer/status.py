@@ -10,7 +10,9 @@ long ago that batch was committed.
 
 Where the run's time went: ``batch_seconds`` per phase, summed over the run — ``read``, ``sql`` and
 ``write`` measured in the batch functions (:mod:`materializer.telemetry`), ``plan``, ``commit`` and ``total``
-from Spark's progress events (:mod:`materializer.progress`; ``spark_batches`` counts them). ``tiering`` holds
+from Spark's progress events (:mod:`materializer.progress`; ``spark_batches`` counts them), and ``wait``: per
+batch, from the upstream commit of the oldest hot row it reads to the start of its function (Spark's
+``plan`` is inside it). ``tiering`` holds
 each tiered table's cycles, commits, failures and cycle seconds.
 
 Freshness: a table with a target (``freshness:`` in the flow) is ``fresh`` while neither its hot delay nor its
@@ -104,8 +106,8 @@ def freshness(row: dict[str, Any], target: float | None) -> dict[str, Any]:
 
 
 def batch_seconds(stats, spark_seconds: dict[str, float]) -> dict[str, float]:
-    """Seconds per phase over the run: Spark's (plan, commit, total) and the batch functions' (read, sql,
-    write)."""
+    """Seconds per phase over the run: Spark's (plan, commit, total), the batch functions' (read, sql,
+    write), and the batches' wait for their trigger (materializer.telemetry: it contains plan)."""
     with stats.lock:
         ours = dict(stats.phase_seconds)
     return {
@@ -115,6 +117,7 @@ def batch_seconds(stats, spark_seconds: dict[str, float]) -> dict[str, float]:
         "write": round(ours.get("write", 0.0), 6),
         "commit": spark_seconds.get("commit", 0.0),
         "total": spark_seconds.get("total", 0.0),
+        "wait": round(ours.get("wait", 0.0), 6),
     }
 
 

@@ -5,7 +5,11 @@
 * ``read``  — reading the batch's input: Spark evaluating the source or the streaming aggregation
   (``toArrow``), the driver's read of a hot offset range, scans of lookup and recomputed inputs;
 * ``sql``   — the action's SQL and the expectation checks;
-* ``write`` — writes to the hot table and its quarantine table.
+* ``write`` — writes to the hot table and its quarantine table;
+* ``wait``  — before the batch function: from the upstream commit of the oldest row the batch reads from a
+  hot table to the function's start — the trigger interval, a previous batch of the query still running,
+  the scheduler, and Spark deciding and planning the batch (its ``plan`` seconds and the offset log's write
+  are inside it). Not measured for a batch that reads no hot rows (a file source).
 
 A phase entered inside another pauses the outer one (a quarantine write during the expectation checks counts
 as ``write``, not ``sql``). The batch functions of :mod:`materializer.strategies` mark their phases with
@@ -31,6 +35,7 @@ from typing import Any
 log = logging.getLogger("materializer.batch")
 
 PHASES = ("read", "sql", "write")  # measured in the batch functions
+WAIT = "wait"  # measured by batch_scope before the batch function starts
 
 
 class PhaseClock:
@@ -101,6 +106,7 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
     """One call of a table's batch function: its phases go into the table's stats, and it is logged."""
     stats = ctx.stats
     ctx.clock.take()  # whatever an interrupted call left behind is not this batch's
+    waited = _waited(ctx, batch_id)
     with stats.lock:
         before = (stats.rows_in, stats.rows_out, stats.quarantined)
     began = time.perf_counter()
@@ -113,6 +119,8 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
     finally:
         seconds = time.perf_counter() - began
         phases = ctx.clock.take()
+        if waited is not None:
+            phases[WAIT] = waited
         with stats.lock:
             for name, value in phases.items():
                 stats.phase_seconds[name] = stats.phase_seconds.get(name, 0.0) + value
@@ -140,7 +148,7 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
                 rows_out=rows_out,
                 quarantined=quarantined,
                 seconds=round(seconds, 6),
-                **{f"{name}_s": round(phases.get(name, 0.0), 6) for name in PHASES},
+                **{f"{name}_s": round(phases.get(name, 0.0), 6) for name in (*PHASES, WAIT)},
             )
             log.debug(
                 "batch %d of %s: %d rows in, %d out, %d quarantined in %.3fs (read %.3fs, sql %.3fs, "
@@ -156,3 +164,15 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
                 phases.get("write", 0.0),
                 extra=fields,
             )
+
+
+def _waited(ctx, batch_id: int) -> float | None:
+    """Seconds from the upstream commit of the oldest hot row the batch reads to now; None when it reads
+    none (a file source, or a batch with no offset-log entry)."""
+    from runtime.spark.writer import input_times
+
+    checkpoint = getattr(ctx.table, "checkpoint", None)
+    if not checkpoint:
+        return None
+    _, committed = input_times(ctx.store, checkpoint, int(batch_id))
+    return None if committed is None else max(0.0, time.time() - committed)

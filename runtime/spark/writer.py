@@ -166,7 +166,15 @@ def read_offset_log(checkpoint: str | os.PathLike, batch_id: int) -> list[dict]:
 
 def origin_ts_of(store: TableStore, table: str, starts: dict[str, int], ends: dict[str, int]) -> float | None:
     """The oldest origin time among rows ``[starts, ends)`` of ``table`` (None when the range is empty)."""
-    best = None
+    return _oldest_times(store, table, starts, ends)[0]
+
+
+def _oldest_times(
+    store: TableStore, table: str, starts: dict[str, int], ends: dict[str, int]
+) -> tuple[float | None, float | None]:
+    """(oldest origin time, oldest commit time) of rows ``[starts, ends)`` of ``table``, per bucket the
+    batch at its start offset (Nones when the range is empty)."""
+    origin = commit = None
     for bucket, end in ends.items():
         start = int(starts.get(bucket, 0))
         if int(end) <= start:
@@ -174,9 +182,10 @@ def origin_ts_of(store: TableStore, table: str, starts: dict[str, int], ends: di
         info = store.offset_times(table, int(bucket), start)
         if info is None:
             continue
-        origin = info.origin_ts if info.origin_ts is not None else info.commit_ts
-        best = origin if best is None else min(best, origin)
-    return best
+        o = info.origin_ts if info.origin_ts is not None else info.commit_ts
+        origin = o if origin is None else min(origin, o)
+        commit = info.commit_ts if commit is None else min(commit, info.commit_ts)
+    return origin, commit
 
 
 def batch_ranges(
@@ -202,11 +211,22 @@ def origin_from_checkpoint(store: TableStore, checkpoint: str | os.PathLike, bat
     Batch 0 has no previous entry: its start offsets are unknown, so the newest input row's origin is used
     (the figure for the very first batch is a lower bound).
     """
-    best = None
+    return input_times(store, checkpoint, batch_id)[0]
+
+
+def input_times(
+    store: TableStore, checkpoint: str | os.PathLike, batch_id: int
+) -> tuple[float | None, float | None]:
+    """(oldest origin time, oldest upstream commit time) of the rows a micro-batch reads from its
+    ``tidehouse`` sources; Nones when it reads none (a file source, an empty batch). Batch 0 of a new
+    checkpoint uses each bucket's newest row, as :func:`origin_from_checkpoint`."""
+    origin = commit = None
     for table, (start, end) in batch_ranges(checkpoint, batch_id).items():
         if not start:
             start = {b: max(0, int(e) - 1) for b, e in end.items()}
-        origin = origin_ts_of(store, table, start, end)
-        if origin is not None:
-            best = origin if best is None else min(best, origin)
-    return best
+        o, c = _oldest_times(store, table, start, end)
+        if o is not None:
+            origin = o if origin is None else min(origin, o)
+        if c is not None:
+            commit = c if commit is None else min(commit, c)
+    return origin, commit

@@ -365,3 +365,31 @@ def test_a_batch_adds_its_phases_to_the_stats_and_logs_its_flow_table_and_id(cap
         8,
     ) and "ValueError: bad row" in failed.getMessage()
     assert ctx.stats.phase_seconds["sql"] >= 0.04 and ctx.stats.last_batch_id == 8
+    assert "wait" not in ctx.stats.phase_seconds  # a table with no checkpoint of hot inputs: not measured
+
+
+def test_a_batch_waited_from_the_upstream_commit_of_its_oldest_row_to_its_start(tmp_path, monkeypatch):
+    """The ``wait`` phase: now minus the oldest upstream commit of the rows the batch reads (per batch,
+    summed), and nothing for a batch that reads no hot rows."""
+    from types import SimpleNamespace
+
+    import runtime.spark.writer as writer
+    from materializer.strategies import TableStats
+    from materializer.telemetry import batch_scope
+
+    now = time.time()
+    times = {3: (now - 9.0, now - 2.0), 4: (None, None)}
+    monkeypatch.setattr(writer, "input_times", lambda store, checkpoint, batch_id: times[batch_id])
+    ctx = SimpleNamespace(
+        flow=SimpleNamespace(flow="f"),
+        table=SimpleNamespace(name="dwd.b", checkpoint=str(tmp_path)),
+        store=None,
+        stats=TableStats(),
+        clock=PhaseClock(),
+    )
+    with batch_scope(ctx, 3):
+        pass
+    assert 2.0 <= ctx.stats.phase_seconds["wait"] < 3.0
+    with batch_scope(ctx, 4):
+        pass
+    assert 2.0 <= ctx.stats.phase_seconds["wait"] < 3.0  # batch 4 read no hot rows: nothing added

@@ -272,6 +272,17 @@ def test_origin_is_the_oldest_input_row_origin(tmp_path):
     assert origin_from_checkpoint(_Times(), tmp_path, 0) == 1002.0
 
 
+def test_input_times_are_the_oldest_origin_and_the_oldest_upstream_commit(tmp_path):
+    from runtime.spark.writer import input_times
+
+    _offset_file(tmp_path, 4, make_offset("ods.a", [30, 50]), make_offset("ods.b", [7]))
+    _offset_file(tmp_path, 5, make_offset("ods.a", [45, 50]), make_offset("ods.b", [27]))
+    # ods.a bucket 0 from offset 30 (k=3: origin 1003, commit 2003); ods.b bucket 0 from 7 (k=0: 1000, 2000)
+    assert input_times(_Times(), tmp_path, 5) == (1000.0, 2000.0)
+    _offset_file(tmp_path, 6, make_offset("ods.a", [45, 50]), make_offset("ods.b", [27]))
+    assert input_times(_Times(), tmp_path, 6) == (None, None)  # nothing new: no times
+
+
 def test_batch_ranges_start_where_the_previous_batch_ended(tmp_path):
     """The driver-side read of a micro-batch: a replayed batch id reads the same range again."""
     from runtime.spark.writer import batch_ranges
