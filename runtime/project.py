@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.core.config import Config, load_config, mask_catalog, redact
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.literals import is_internal_table
 from runtime.core.refs import FlowRef, Ref
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -344,7 +345,7 @@ class Project:
                 name: iv for name, iv in wanted.items() if store.has_table(name)
             }  # never triggered: none
         else:
-            wanted = {name: default for name in store.list_tables()}
+            wanted = {name: default for name in store.list_tables() if not is_internal_table(name)}
         if table:
             if table not in wanted:
                 raise TidehouseError(

@@ -33,6 +33,17 @@ IMPLICIT_AGGREGATION = "last"
 StoredAggregation = Literal["sum", "min", "max", "count", "last_non_null", "last"]  # Aggregation + "last"
 STORED_AGGREGATIONS: tuple[str, ...] = (*AGGREGATIONS, IMPLICIT_AGGREGATION)
 
+# A table's incremental state (materializer/incremental): a hidden hot table ``<table>__state``, private to
+# the table's query — never tiered, listed, queried or selected; its changelog is trimmed by retention
+# without a lake copy (the state is rebuilt from the table's inputs when lost).
+STATE_SUFFIX = "__state"
+
+
+def is_internal_table(name: str) -> bool:
+    """Whether hot table ``name`` is a query's private state (see :data:`STATE_SUFFIX`)."""
+    return name.endswith(STATE_SUFFIX)
+
+
 # -- system columns -------------------------------------------------------------------------------------
 SYSTEM_PREFIX = "__"  # user columns (and names in specs) may not start with it
 OFFSET = "__offset"  # int64: the row's offset in its bucket's log

@@ -31,6 +31,7 @@ import duckdb
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import is_internal_table
 from runtime.lake.catalog import Lake
 from runtime.lake.history import TableHistory
 from runtime.lake.tiering import read_range
@@ -119,7 +120,7 @@ class UnionReader:
     def __init__(self, store: TableStore, lake: Lake) -> None:
         self.store = store
         self.lake = lake
-        self._hot = set(store.list_tables())
+        self._hot = {t for t in store.list_tables() if not is_internal_table(t)}  # private query state
         self._lake = set(lake.list_tables())
         self.history = TableHistory(store, lake)
 

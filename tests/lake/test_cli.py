@@ -55,6 +55,31 @@ def test_query_errors_exit_2(run_cli, home):
     assert code == 2 and "TH300" in err
 
 
+def test_a_querys_private_state_table_is_never_tiered_nor_queried(run_cli, home):
+    """``<table>__state`` (an incremental strategy's state) is private to the table's query: tier run
+    skips it, names it unknown when asked for it, and a query cannot read it."""
+    _seed_hot(3)
+    project = Project.open()
+    state = TableMeta(
+        "ads.top__state",
+        pa.schema([("key", pa.string()), ("value", pa.binary())]),
+        kind="primary_key",
+        primary_key=("key",),
+        buckets=1,
+    )
+    project.store.create_table(state)
+    project.store.write("ads.top__state", pa.table({"key": ["k"], "value": [b"v"]}), writer="q", seq=0)
+    assert project.tier_tables() == {"ods.clicks": project.config.get("tiering.interval")}
+    project.close()
+    code, out, err = run_cli("tier", "run", "--format", "json")
+    assert code == 0, err
+    assert set(json.loads(out)["tables"]) == {"ods.clicks"}
+    code, _, err = run_cli("tier", "run", "--table", "ads.top__state")
+    assert code == 2 and "TH300" in err
+    code, _, err = run_cli("query", "SELECT * FROM ads.top__state")
+    assert code == 2 and "TH510" in err
+
+
 def test_tier_schedule_runs_for_a_duration(run_cli, home):
     _seed_hot(5)
     code, out, err = run_cli("tier", "schedule", "--duration", "1.5")
