@@ -353,7 +353,11 @@ def build_plan(
             ),
             freshness=spec.freshness_of(name),
             tags=tuple(tspec.tags),
-            incremental={"topn": shape.topn, "agg_changelog": shape.group_aggregate}.get(decision.strategy),
+            incremental={
+                "topn": shape.topn,
+                "agg_changelog": shape.group_aggregate,
+                "join_changelog": shape.join,
+            }.get(decision.strategy),
         )
         fp = table_fingerprint(plan, {i.ref: known[i.ref][2] for i in inputs})
         plan = replace(plan, fingerprint=fp, checkpoint=str(Path(ckpt_root) / spec.flow / name / fp[:12]))

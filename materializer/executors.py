@@ -490,5 +490,6 @@ EXECUTOR_FUNCTIONS = {
     # the incremental strategies move O(change) rows: the same function as on the driver path
     "topn": incremental("topn"),
     "agg_changelog": incremental("agg_changelog"),
+    "join_changelog": incremental("join_changelog"),
     "recompute": recompute_batch,
 }

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from materializer.incremental.facts import aggregate_facts, split_top, topn_facts
+from materializer.incremental.joinfacts import join_facts
 from materializer.shape import PASS_THROUGH, SqlShape
 
 ANALYZED = "== Analyzed Logical Plan =="
@@ -140,6 +141,7 @@ def shape_of(explain: str) -> SqlShape:
     while top.name in PASS_THROUGH and len(top.children) == 1:
         top = top.children[0]
     found = NONDETERMINISTIC.search(section)
+    join, join_refusal = join_facts(root)
     return SqlShape(
         names,
         top.name,
@@ -152,4 +154,6 @@ def shape_of(explain: str) -> SqlShape:
         watermarks=tuple(sorted(watermarks.items())),
         topn=topn_facts(root),
         group_aggregate=aggregate_facts(root),
+        join=join,
+        join_refusal=join_refusal,
     )

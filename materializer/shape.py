@@ -20,10 +20,11 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
     a filter deletes the downstream row.
-``topn`` / ``agg_changelog``
+``topn`` / ``agg_changelog`` / ``join_changelog``
     A global top-N, or a GROUP BY with retractable aggregates and a numeric HAVING, over one primary-key
-    table: kept incrementally with state in the hot store (docs/architecture.md, "Incremental maintenance";
-    :mod:`materializer.incremental`). Recognized from plan facts only; anything else is recomputed.
+    table, or an equi-join of two primary-key tables: kept incrementally with state in the hot store
+    (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`). Recognized from
+    plan facts only; anything else is recomputed.
 ``recompute``
     Anything else into a primary-key table (top-N, joins between primary-key tables, aggregations over a
     changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL
@@ -43,11 +44,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from materializer.incremental.facts import GroupAggregate, TopN
+from materializer.incremental.joinfacts import EquiJoin
 from materializer.plan import BatchException
 from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
-Strategy = Literal["append", "aggregate", "changelog", "topn", "agg_changelog", "recompute"]
+Strategy = Literal["append", "aggregate", "changelog", "topn", "agg_changelog", "join_changelog", "recompute"]
 InputKind = Literal["source", "log", "primary_key"]
 
 APPEND_ONLY: frozenset[str] = frozenset({"source", "log"})
@@ -92,6 +94,8 @@ class SqlShape:
     # shapes kept incrementally over a primary-key input (materializer/incremental/facts.py), else None
     topn: TopN | None = None
     group_aggregate: GroupAggregate | None = None
+    join: EquiJoin | None = None
+    join_refusal: str = ""  # why a join near the top is not kept incrementally ("": no such join)
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -202,6 +206,18 @@ def decide(
             f"{shape.group_aggregate.describe()} over the changelog of {lookups[0]}: per-group accumulators "
             "kept in the hot store, updated with each changed key's image; O(change) per micro-batch",
         )
+    if (
+        len(lookups) == 2
+        and not appends
+        and shape.join is not None
+        and {shape.join.left, shape.join.right} == set(lookups)
+    ):
+        return Decision(
+            "join_changelog",
+            f"{shape.join.describe()}, following both changelogs: per join key, the rows of each side kept "
+            "in the hot store; the SQL run over the changed keys' rows before and after; O(change) per "
+            "micro-batch",
+        )
     why = []
     if shape.session_window:
         why.append(
@@ -217,7 +233,7 @@ def decide(
         ("Window", "window function"),
         ("GlobalLimit", "LIMIT / top-N"),
         ("Distinct", "DISTINCT"),
-        ("Join", "join"),
+        ("Join", f"join ({shape.join_refusal})" if shape.join_refusal else "join"),
     ):
         if node in shape.nodes:
             why.append(label)

@@ -1,7 +1,7 @@
-"""Incremental maintenance of the shapes users write most over a primary-key input (docs/architecture.md,
-"Incremental maintenance"): ``facts`` recognizes them in the analysed plan, ``state`` keeps their state in
-the hot store, ``topn`` and ``aggregate`` are their micro-batch functions. Imports nothing of the strategies
-at package level (``shape`` imports ``facts``)."""
+"""Incremental maintenance of the shapes users write most over primary-key inputs (docs/architecture.md,
+"Incremental maintenance"): ``facts`` and ``joinfacts`` recognize them in the analysed plan, ``common`` keeps
+their state in the hot store, ``topn``, ``aggbatch`` and ``joinbatch`` are their micro-batch functions.
+Imports nothing of the strategies at package level (``shape`` imports ``facts`` and ``joinfacts``)."""
 
 
 def batch_function(strategy: str):
@@ -11,6 +11,10 @@ def batch_function(strategy: str):
         from materializer.incremental.topn import topn_batch
 
         return topn_batch
+    if strategy == "join_changelog":
+        from materializer.incremental.joinbatch import join_batch
+
+        return join_batch
     from materializer.incremental.aggbatch import aggregate_batch
 
     return aggregate_batch

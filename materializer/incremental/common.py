@@ -4,11 +4,13 @@ and writing the output's difference (computed by :func:`materializer.strategies.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from materializer.plan import Input
 from materializer.rows import keys_table
 from materializer.strategies import QueryContext, behind_retention, read_batch
 from runtime.core.literals import BUCKET, DELETE, OFFSET, UPDATE_AFTER
@@ -64,8 +66,14 @@ class StateTable:
         self.checked = False
 
     def write(self, rows: pa.Table, seq: int) -> None:
-        if rows.num_rows:
-            self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
+        if not rows.num_rows:
+            return
+        result = self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
+        lake = self.ctx.history.lake
+        if lake is not None and result.ranges:  # no lake copy: retention trims the changelog by age alone
+            self.ctx.store.delete_before(
+                self.name, 0, result.ranges[0][1], older_than=time.time() - lake.retention_s
+            )
 
     def upserts(self, rows: pa.Table) -> pa.Table:
         return keys_table(self.schema, rows, self.primary_key, UPDATE_AFTER)
@@ -74,11 +82,13 @@ class StateTable:
         return keys_table(self.schema, keys, self.primary_key, DELETE)
 
 
-def changed_images(ctx: QueryContext, batch_id: int) -> tuple[pa.Table, pa.Table] | None:
-    """(the last image of every input key the batch changed, those keys) — a key whose last change is a
-    delete has no image. None when the batch holds no change; raises nothing behind retention (callers ask
-    :func:`behind` first)."""
-    inp = ctx.table.inputs[0]
+def changed_images(
+    ctx: QueryContext, batch_id: int, inp: Input | None = None
+) -> tuple[pa.Table, pa.Table] | None:
+    """(the last image of every key of ``inp`` (default: the first input) the batch changed, those keys) — a
+    key whose last change is a delete has no image. Each input has its own range in the batch. None when the
+    batch holds no change of ``inp``; raises nothing behind retention (callers ask :func:`behind` first)."""
+    inp = inp or ctx.table.inputs[0]
     data = read_batch(ctx, inp, batch_id)
     if data is None or data.num_rows == 0:
         return None
@@ -89,7 +99,8 @@ def changed_images(ctx: QueryContext, batch_id: int) -> tuple[pa.Table, pa.Table
 
 
 def behind(ctx: QueryContext, batch_id: int) -> bool:
-    return behind_retention(ctx, ctx.table.inputs[0], batch_id)
+    """Whether the batch starts below the hot log of any input (its changelog there is gone)."""
+    return any(behind_retention(ctx, inp, batch_id) for inp in ctx.table.inputs)
 
 
 def order_indices(

@@ -8,7 +8,9 @@ in the release notes.
 
 The three tables marked ``recompute -> incremental`` changed on purpose when the strategies topn and
 agg_changelog arrived (the strategy is in the fingerprint: the new strategy keeps state the old checkpoint
-never built): a deployment rebuilds them once with ``--full-refresh``.
+never built): a deployment rebuilds them once with ``--full-refresh``. So did dws.attributed_orders when
+join_changelog arrived, and with it ads.revenue_by_channel, which reads it (an upstream fingerprint is in
+a table's own).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ PINNED = {
         "ods.touches": "204f45479e068af9fc49087cf3bb955b23a03120b3f2e17d26f31e587701bcb0",
         "dwd.orders": "0ca7664f8de2ddfb87a8d52c09a91cbdf4a8570ecde9c656a7a12616d8d9df60",
         "dws.first_touch": "7b17336e3354ee16b5cc8cd7161f3946801c118a45476723f3b96cdcfa491f04",
-        "dws.attributed_orders": "ceb4c59fa8cdacb8726e944576e0fd0ec2e7ee469b2b0d54e93b81c3e790e376",
-        # recompute -> incremental
-        "ads.revenue_by_channel": "bda08fae72e4a1dc342ea0f1c71adf405b35ea6cf03766d129dee96908c08447",
+        # recompute -> join_changelog (an equi-join of two primary-key tables)
+        "dws.attributed_orders": "0c4a9f2cebbc6b09ac3f60d245efe3a00e508a6e5afb72c4a6558d5305ae282a",
+        # recompute -> incremental; and its input dws.attributed_orders changed fingerprint
+        "ads.revenue_by_channel": "e2486b1888c97ef7953dfc2da5e9b123f7be616c17bfbe01bc72438e3d4f8886",
     },
     "shop_trends": {  # reads dwd.events of ecommerce_activity
         "dws.item_funnel": "659abce0ac2c401c485a5d54723a96e70b8fd791a773b8df196fec32f41b5e7a",

@@ -1,0 +1,178 @@
+"""The micro-batch function of a ``join_changelog`` table (the partitions: :mod:`.join`).
+
+Per micro-batch: the last images of the changed keys of both inputs (each has its own range in the batch);
+the partitions (join key values) they leave or enter, both sides, loaded from the state; the action's SQL run
+over those partitions' rows before and after the images (small local relations); the output rows that differ
+written (deletes of the output keys the partitions no longer produce, upserts of new or changed rows), then
+the state. Behind retention, or with a new state, everything is rebuilt from both inputs' current state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from materializer.analyze import struct_of
+from materializer.incremental.common import StateTable, behind, changed_images, key_tuples, write_output
+from materializer.incremental.join import (
+    SCHEMA,
+    SIDES,
+    Partitioner,
+    Step,
+    decode,
+    difference,
+    state_entries,
+)
+from materializer.incremental.joinfacts import EquiJoin
+from materializer.rows import keys_table
+from materializer.strategies import (
+    QueryContext,
+    _begin,
+    _finish,
+    apply_expectations,
+    conform_to,
+    local_df,
+    output_difference,
+    run_sql,
+)
+from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.literals import DELETE, UPDATE_AFTER
+from runtime.spark.types import spark_to_arrow
+from runtime.spark.writer import origin_from_checkpoint, prepare
+
+# which sides an empty relation makes the result empty: inner needs both, an outer join its preserved side(s)
+NEEDS = {"inner": ("any", SIDES), "left": ("any", ("l",)), "right": ("any", ("r",)), "full": ("all", SIDES)}
+
+
+def join_batch(ctx: QueryContext) -> Callable:
+    table = ctx.table
+    facts: EquiJoin = table.incremental
+    by_name = {i.name: i for i in table.inputs}
+    inputs = {"l": by_name[facts.left], "r": by_name[facts.right]}
+    schemas = {s: spark_to_arrow(struct_of(inp.ddl)) for s, inp in inputs.items()}
+    parts = Partitioner(facts, {s: tuple(inp.primary_key) for s, inp in inputs.items()})
+    state = StateTable(ctx, SCHEMA, ("key",))
+
+    def load(keys: list[str]) -> dict[str, object]:
+        if not keys:
+            return {}
+        found = ctx.store.lookup(state.name, pa.table({"key": pa.array(keys, pa.string())}))
+        return decode(found.column("key").to_pylist(), found.column("value").to_pylist())
+
+    def evaluate(session, step: Step, which: str) -> pa.Table | None:
+        """The SQL over the step's partitions (None: empty without running it)."""
+        rows = {s: step.rows(which, s) for s in SIDES}
+        mode, sides = NEEDS[facts.kind]
+        empty = [not rows[s] for s in sides]
+        if (mode == "any" and any(empty)) or (mode == "all" and all(empty)):
+            return None
+        for s, inp in inputs.items():
+            data = pa.Table.from_pylist(rows[s], schema=schemas[s])
+            local_df(session, data, inp.ddl).createOrReplaceTempView(inp.name)
+        return run_sql(ctx, session)
+
+    def run(batch_df, batch_id: int) -> None:
+        started = time.time()
+        session = _begin(ctx, batch_df)
+        if behind(ctx, batch_id):  # a changelog is gone: rebuild from both inputs' state
+            state.reset()
+        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
+        if state.ensure():
+            with ctx.clock.phase("read"):
+                current = {s: conform_to(ctx.store.scan(inp.ref), inp.ddl) for s, inp in inputs.items()}
+            ups, step = parts.rebuild(current)
+            for s, inp in inputs.items():
+                local_df(session, current[s], inp.ddl).createOrReplaceTempView(inp.name)
+            result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
+            written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
+            state.write(_state_rows(state, ups, []), batch_id)
+            _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
+            return
+        changes = {}
+        for s, inp in inputs.items():
+            change = changed_images(ctx, batch_id, inp)
+            if change is not None:
+                changes[s] = parts.change(s, conform_to(change[0], inp.ddl), change[1])
+        if not changes:
+            return
+        with ctx.clock.phase("read"):
+            step = parts.step(changes, load)
+        before, after = evaluate(session, step, "before"), evaluate(session, step, "after")
+        writes = _difference(ctx, session, before, after, batch_id)
+        written = write_output(ctx, writes, batch_id, origin)
+        state.write(_state_rows(state, *state_entries(step)), batch_id)
+        _finish(ctx, started, sum(len(c.keys) for c in changes.values()), written, origin)
+
+    return run
+
+
+def _difference(ctx: QueryContext, session, before, after, batch_id: int) -> pa.Table | None:
+    """The output writes that replace the rows of ``before`` (the touched partitions' result as the output
+    holds it) with those of ``after``: deletes of the keys only ``before`` has (and of new violators of an
+    expectation), upserts of the rows ``after`` has new or changed."""
+    table = ctx.table
+    key = table.primary_key
+    old_keys = key_tuples(before, key) if before is not None else []
+    new_keys = key_tuples(after, key) if after is not None else []
+    if len(set(new_keys)) != len(new_keys):
+        dup = next(k for k in new_keys if new_keys.count(k) > 1)
+        raise TidehouseError(
+            ErrorCode.PRIMARY_KEY_INVALID,
+            f"table {table.name}: the SQL of {table.action} yields several rows for primary key {dup}",
+            hint="make the primary key the columns that identify one output row",
+        )
+    gone, changed = difference(
+        old_keys,
+        before.to_pylist() if before is not None else [],
+        new_keys,
+        after.to_pylist() if after is not None else [],
+    )
+    meta = ctx.store.get_table(table.name)
+    _check_unique(ctx, after, [c and k not in set(old_keys) for k, c in zip(new_keys, changed)])
+    parts = []
+    if any(gone):
+        parts.append(keys_table(meta.schema, before.filter(pa.array(gone, pa.bool_())), key, DELETE))
+    if any(changed):
+        kept, violators = apply_expectations(ctx, session, after.filter(pa.array(changed)), batch_id)
+        if violators.num_rows:
+            parts.append(keys_table(meta.schema, violators, key, DELETE))
+        if kept.num_rows:
+            parts.append(keys_table(meta.schema, kept, key, UPDATE_AFTER))
+    return pa.concat_tables(parts) if parts else None
+
+
+def _check_unique(ctx: QueryContext, after, entering: list[bool]) -> None:
+    """An output key the touched partitions did not produce before but the output holds with other values
+    comes from a partition this batch did not touch: the SQL yields it for two join keys (a replayed batch's
+    own earlier write holds the same values)."""
+    if not any(entering):
+        return
+    table = ctx.table
+    rows = prepare(ctx.store, table.name, after.filter(pa.array(entering)))
+    found = ctx.store.lookup(table.name, rows.select(list(table.primary_key)))
+    if found.num_rows == 0:
+        return
+    names = rows.column_names
+    mine = dict(zip(key_tuples(rows, table.primary_key), rows.to_pylist()))
+    for k, row in zip(key_tuples(found, table.primary_key), found.select(names).to_pylist()):
+        if repr(mine.get(k)) != repr(row):  # NaN equals itself here
+            raise TidehouseError(
+                ErrorCode.PRIMARY_KEY_INVALID,
+                f"table {table.name}: the SQL of {table.action} yields rows with primary key {k} for two "
+                "join key values",
+                hint="make the primary key the columns that identify one output row (e.g. include a key of "
+                "each joined input)",
+            )
+
+
+def _state_rows(state: StateTable, ups: dict[str, bytes], downs: list[str]) -> pa.Table:
+    parts = []
+    if downs:
+        parts.append(state.deletes(pa.table({"key": pa.array(downs, pa.string())})))
+    if ups:
+        parts.append(
+            state.upserts(pa.table({"key": list(ups), "value": pa.array(list(ups.values()), pa.binary())}))
+        )
+    return pa.concat_tables(parts) if parts else state.upserts(SCHEMA.empty_table())
