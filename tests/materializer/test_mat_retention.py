@@ -2,7 +2,8 @@
 row.
 
 The scenario of the no-silent-failures issue: ``storage.retention`` of a second, tiny segments, a primary-key
-table kept by ``recompute`` over a log input, three ``--until-idle`` runs with more input each. Every hot and
+table kept by ``recompute`` over a log input, three ``--until-idle`` runs with more input each (and a top-N
+over it, whose private state table is trimmed too). Every hot and
 lake table must equal the batch oracle: the recompute reads the lake below the hot log's first offsets.
 """
 
@@ -25,6 +26,16 @@ inputs: [events]
 SELECT item_id AS item, count(DISTINCT user_id) AS users, count(*) AS n FROM events GROUP BY item_id
 """
 
+TOP_ITEMS = """/*---
+name: t_top_items
+description: the 3 items with the most users, kept incrementally (topn)
+inputs: [items]
+---*/
+SELECT rk, item, users FROM (
+  SELECT item, users, ROW_NUMBER() OVER (ORDER BY users DESC, item) AS rk FROM items
+) WHERE rk <= 3
+"""
+
 FLOW = """flow: retained
 trigger: 100ms
 sources:
@@ -40,12 +51,20 @@ layers:
       action: t_item_users
       inputs: {events: ods.clicks}
       primary_key: [item]
+  ads:
+    top_items:
+      action: t_top_items
+      inputs: {items: dws.item_users}
+      primary_key: [rk]
 """
 
 ORACLE = {
     "ods.clicks": "SELECT user_id, event_type, item_id, price, ts FROM raw",
     "dws.item_users": "SELECT item_id AS item, count(DISTINCT user_id) AS users, count(*) AS n FROM raw "
     "GROUP BY item_id",
+    "ads.top_items": "SELECT rk, item, users FROM (SELECT item, users, ROW_NUMBER() OVER (ORDER BY users "
+    "DESC, item) AS rk FROM (SELECT item_id AS item, count(DISTINCT user_id) AS users FROM raw GROUP BY "
+    "item_id)) WHERE rk <= 3",
 }
 
 
@@ -56,6 +75,7 @@ def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row(spark, proje
         settings.write("storage:\n  retention: 1s\n  segment_bytes: 2048\n")
     (project_dir / "actions" / "t_ingest.sql").write_text(ACTIONS["t_ingest.sql"])
     (project_dir / "actions" / "t_item_users.sql").write_text(DISTINCT_USERS)
+    (project_dir / "actions" / "t_top_items.sql").write_text(TOP_ITEMS)
     path = project_dir / "flows" / "retained.yaml"
     path.write_text(FLOW)
     (project_dir / "data" / "clicks").mkdir(parents=True)
@@ -76,4 +96,7 @@ def test_a_recompute_over_a_log_trimmed_by_retention_sees_every_row(spark, proje
     assert sum(project.store.end_offsets("ods.clicks")) == len(lines)
     trimmed = project.store.get_table("ods.clicks")  # the scenario really trimmed the log
     assert any(log.first_offset > 0 for log in project.store._table(trimmed.name).logs)
+    # the top-N's private state has no lake copy: retention trims its changelog by age alone
+    assert project.plan("retained", spark=spark).table("ads.top_items").strategy == "topn"
+    assert project.store._table("ads.top_items__state").logs[0].first_offset > 0
     project.close()
