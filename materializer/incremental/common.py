@@ -13,11 +13,10 @@ import pyarrow.compute as pc
 from materializer.plan import Input
 from materializer.rows import keys_table
 from materializer.strategies import QueryContext, behind_retention, read_batch
-from runtime.core.literals import BUCKET, DELETE, OFFSET, UPDATE_AFTER
+from runtime.core.literals import BUCKET, DELETE, OFFSET, STATE_SUFFIX, UPDATE_AFTER
 from runtime.lake.apply import collapse_changelog
 from runtime.storage.api import TableMeta
 
-STATE_SUFFIX = "__state"
 OWNER = "tidehouse.state_of"  # table property: the writer id and output incarnation the state belongs to
 
 
