@@ -26,7 +26,7 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`). Recognized from
     plan facts only; anything else is recomputed.
 ``recompute``
-    Anything else into a primary-key table (top-N, joins between primary-key tables, aggregations over a
+    Anything else into a primary-key table (top-N, other joins of primary-key tables, aggregations over a
     changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL
     over the current state of every input and writes the difference. Always correct; costs O(input) per
     micro-batch — fine for serving tables.
