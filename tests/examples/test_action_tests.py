@@ -16,7 +16,7 @@ import pytest
 from registry.specs.actiontest import TEST_SUFFIX
 from registry.specs.testfiles import load_action_tests
 from tests.examples._library import ACTIONS
-from tests.examples.conftest import ACTION_TESTS
+from tests.examples._tour import ACTION_TESTS
 
 ALL = sorted(p.stem for p in ACTIONS.glob("*.sql"))
 
