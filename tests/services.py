@@ -85,6 +85,21 @@ def _stop(proc: subprocess.Popen, sig: int, timeout: float = 20.0) -> None:
             proc.wait(10)
 
 
+def _remove_in_background(folder: Path) -> None:
+    """Remove a stopped server's folder without waiting for it: a session's PostgreSQL data folder holds one
+    database per test that asked for one (about 8 s of ``rmtree`` at the end of the fast suite, for a folder
+    nobody reads again). ``sh`` starts ``rm -rf`` in the background and exits at once."""
+    try:
+        subprocess.run(
+            ["sh", "-c", 'rm -rf -- "$1" >/dev/null 2>&1 &', "sh", str(folder)],
+            stdin=subprocess.DEVNULL,
+            check=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _tail(path: Path, n: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
@@ -505,7 +520,7 @@ class Postgres:
 
             dispose_engines()
         _stop(self.proc, signal.SIGINT)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        _remove_in_background(self.workdir)
 
     @classmethod
     @contextlib.contextmanager
