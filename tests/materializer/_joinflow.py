@@ -1,7 +1,8 @@
 """A flow whose ADS tables join two primary-key tables (join_changelog), with changes on both sides: users of
 dws.mid_users change their event count (a join key: they move between partitions) and leave the table at 4
 events (deletes); dws.grp_stats and dws.per_events, the other sides, are aggregates whose rows change and
-disappear (a dimension change revises joined rows already written). The oracle is DuckDB SQL."""
+disappear (a dimension change revises joined rows already written); dws.nullable_grp has NULL join keys (a
+full outer join keeps them unmatched). The oracle is DuckDB SQL."""
 
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ inputs: [mid, counts]
 ---*/
 SELECT m.user_id, m.events, coalesce(c.users, -1) AS same_count, m.grp
 FROM mid m LEFT JOIN counts c ON m.events = c.events
+""",
+    "t_nullable.sql": """/*---
+name: t_nullable
+description: mid users whose group is unknown (NULL) while they have 2 events
+inputs: [mid]
+---*/
+SELECT user_id, IF(events = 2, NULL, grp) AS grp, spend FROM mid
+""",
+    "t_full.sql": """/*---
+name: t_full
+description: users and groups side by side (full outer join; NULL keys never match)
+inputs: [nullable, groups]
+---*/
+SELECT coalesce(m.user_id, concat('g', g.grp)) AS id, m.spend, g.users
+FROM nullable m FULL OUTER JOIN groups g ON m.grp = g.grp
 """,
     "t_group_events.sql": """/*---
 name: t_group_events
@@ -84,6 +100,10 @@ layers:
       action: t_per_events
       inputs: {activity: dws.user_activity}
       primary_key: [events]
+    nullable_grp:
+      action: t_nullable
+      inputs: {mid: dws.mid_users}
+      primary_key: [user_id]
   ads:
     with_group:
       action: t_with_group
@@ -98,11 +118,16 @@ layers:
       action: t_group_events
       inputs: {counts: dws.per_events, groups: dws.grp_stats}
       primary_key: [grp]
+    full_groups:
+      action: t_full
+      inputs: {nullable: dws.nullable_grp, groups: dws.grp_stats}
+      primary_key: [id]
 """
 
 ACT = ORACLE["dws.user_activity"]
 GRP = f"SELECT grp, count(*) AS users, max(spend) AS hi FROM ({MID}) GROUP BY grp HAVING count(*) >= 2"
 PER = f"SELECT events, count(*) AS users FROM ({ACT}) GROUP BY events"
+NUL = f"SELECT user_id, CASE WHEN events = 2 THEN NULL ELSE grp END AS grp, spend FROM ({MID})"
 JOIN_ORACLE = {
     "dws.mid_users": MID,
     "dws.grp_stats": GRP,
@@ -119,6 +144,10 @@ JOIN_ORACLE = {
         f"SELECT g.grp, g.users, c.users AS with_that_count FROM ({PER}) c "
         f"RIGHT JOIN (SELECT * FROM ({GRP}) WHERE hi > 0) g ON c.events = g.users"
     ),
+    "ads.full_groups": (
+        f"SELECT coalesce(m.user_id, concat('g', g.grp)) AS id, m.spend, g.users FROM ({NUL}) m "
+        f"FULL OUTER JOIN ({GRP}) g ON m.grp = g.grp"
+    ),
 }
 STRATEGIES = {
     "dws.grp_stats": "agg_changelog",
@@ -126,6 +155,7 @@ STRATEGIES = {
     "ads.with_group": "join_changelog",
     "ads.by_events": "join_changelog",
     "ads.group_events": "join_changelog",
+    "ads.full_groups": "join_changelog",
 }
 
 

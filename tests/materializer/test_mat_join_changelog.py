@@ -1,6 +1,7 @@
 """join_changelog: joins of two primary-key tables equal the batch oracle, hot and lake, over several
---until-idle runs with updates and deletes on both sides, rows that change join key, inner, left and right
-joins, on both data paths; and what `flow plan` says about joins it keeps and joins it does not."""
+--until-idle runs with updates and deletes on both sides, rows that change join key, inner, left, right and
+full outer joins, NULL join keys, on both data paths; and what `flow plan` says about joins it keeps and
+joins it does not."""
 
 from __future__ import annotations
 

@@ -19,6 +19,15 @@ from tests.materializer._joinflow import JOIN_ACTIONS, JOIN_FLOW, join_oracle
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
 
+JOINS = ("ads.by_events", "ads.with_group", "ads.group_events")
+
+
+def _state_seq(store, table: str) -> int:
+    """The batch id of the last state write of a join table (-1: none yet)."""
+    info = store.batch_info(f"{table}__state", 0)
+    return -1 if info is None else info.seq
+
+
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -50,15 +59,18 @@ def test_kill_9_mid_join_run_then_until_idle_is_exact(spark, project_dir, data_p
     try:
         store = open_store(str(home / "hot"))
         _wait(
-            lambda: store.has_table("ads.by_events__state") and store.has_table("ads.with_group__state"),
-            420,
-            "the join tables' first batches",
+            lambda: all(store.has_table(f"{t}__state") for t in JOINS), 420, "the join tables' first batches"
         )
-        for part in (1, 2):  # changes arrive while the incremental queries run
+        more = make_events(rng, 60, users=30, bad=0)
+        write_batch(project_dir, "part-1", more)
+        lines += more
+        # the join tables' states written by a batch after their first (the rebuild): they follow changes
+        _wait(lambda: all(_state_seq(store, t) >= 1 for t in JOINS), 300, "incremental join batches")
+        for part in (2, 3):  # changes arrive while the incremental queries run
             more = make_events(rng, 60, users=30, bad=0)
             write_batch(project_dir, f"part-{part}", more)
             lines += more
-            time.sleep(rng.uniform(0.5, 2.5))
+            time.sleep(rng.uniform(0.3, 2.0))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -67,7 +79,7 @@ def test_kill_9_mid_join_run_then_until_idle_is_exact(spark, project_dir, data_p
             proc.wait(timeout=30)
         print(log_path.read_text(errors="replace")[-3000:])
     last = make_events(rng, 70, users=30, bad=0)
-    write_batch(project_dir, "part-3", last)
+    write_batch(project_dir, "part-4", last)
     lines += last
     project = Project.open()
     try:
