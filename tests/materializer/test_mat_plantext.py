@@ -55,10 +55,10 @@ def session(spark):
 
 def reference_facts(shape):
     """The facts the reference JVM walk reads (the incremental shapes are read from the text only: their own
-    tests are tests/materializer/test_mat_incremental*.py)."""
+    tests are tests/materializer/test_mat_incremental*.py and test_mat_join_changelog*.py)."""
     from dataclasses import replace
 
-    return replace(shape, topn=None, group_aggregate=None)
+    return replace(shape, topn=None, group_aggregate=None, join=None, join_refusal="")
 
 
 @pytest.mark.parametrize("sql", QUERIES)
