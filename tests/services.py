@@ -226,7 +226,9 @@ class SeaweedFS:
         )
 
     def stop(self) -> None:
-        _stop(self.proc, signal.SIGTERM)
+        # its data is thrown away: a few seconds of grace, not the 10 s its filer and volume server can wait
+        # for open client connections at the end of a test session (SIGKILL after that)
+        _stop(self.proc, signal.SIGTERM, timeout=3.0)
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
 
     @classmethod
