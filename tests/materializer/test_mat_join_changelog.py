@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
@@ -147,5 +148,74 @@ SELECT m.grp, c.users FROM mid m JOIN counts c ON m.events = c.events
             project.trigger("testflow", until_idle=True, spark=spark)
         assert err.value.code is ErrorCode.PRIMARY_KEY_INVALID, err.value.render()
         assert "ads.by_grp" in err.value.message and "two join key values" in err.value.message
+    finally:
+        project.close()
+
+
+def test_behind_retention_the_state_is_rebuilt_from_both_inputs(spark, project_dir, monkeypatch, seed):
+    """The join reads dws tables of another flow that runs on while the join does not: retention trims their
+    changelogs under the join's next batch, which rebuilds its state from both inputs (then follows the
+    changelogs again), equal to the oracle each time."""
+    from materializer.incremental import join
+    from runtime.project import Project
+    from tests.materializer._flowkit import oracle_connection
+    from tests.materializer._joinflow import JOIN_ORACLE
+
+    calls = {"rebuild": 0, "step": 0}
+    for name in calls:
+        real = getattr(join.Partitioner, name)
+
+        def counted(self, *args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(join.Partitioner, name, counted)
+    (project_dir / "tidehouse.yaml").write_text("storage:\n  retention: 1s\n  segment_bytes: 2048\n")
+    producer = JOIN_FLOW.split("    grp_stats:\n")[0] + (
+        "    per_events:\n"
+        "      action: t_per_events\n"
+        "      inputs: {activity: dws.user_activity}\n"
+        "      primary_key: [events]\n"
+    )
+    path = write_project(project_dir, producer, JOIN_ACTIONS)
+    joiner = project_dir / "flows" / "joiner.yaml"
+    joiner.write_text(
+        "flow: joiner\ntrigger: 100ms\ntiering: {interval: 1s}\nlayers:\n  ads:\n    by_events:\n"
+        "      action: t_by_events\n      inputs: {mid: dws.mid_users, counts: dws.per_events}\n"
+        "      primary_key: [user_id]\n"
+    )
+    rng = random.Random(seed)
+    lines: list[str] = []
+    project = Project.open()
+
+    def produce(part: int) -> None:
+        more = make_events(rng, 60, users=30, bad=0)
+        write_batch(project_dir, f"part-{part}", more)
+        lines.extend(more)
+        project.trigger(path if part == 0 else "testflow", until_idle=True, spark=spark)
+
+    def check(run: str) -> None:
+        want = canon(oracle_connection(lines).sql(JOIN_ORACLE["ads.by_events"]).to_arrow_table())
+        assert canon(project.store.scan("ads.by_events")) == want, run
+
+    try:
+        produce(0)
+        project.trigger(joiner, until_idle=True, spark=spark)
+        assert project.plan("joiner", spark=spark).table("ads.by_events").strategy == "join_changelog"
+        check("first")
+        assert calls["rebuild"] == 1
+        for part in (1, 2):
+            produce(part)
+            time.sleep(1.5)  # older than storage.retention: the next final tiering cycle may trim them
+        logs = [log for t in ("dws.mid_users", "dws.per_events") for log in project.store._table(t).logs]
+        assert any(log.first_offset > 0 for log in logs), "retention trimmed the inputs' changelogs"
+        project.trigger("joiner", until_idle=True, spark=spark)
+        check("behind retention")
+        assert calls["rebuild"] == 2
+        steps = calls["step"]
+        produce(3)
+        project.trigger("joiner", until_idle=True, spark=spark)
+        check("following again")
+        assert calls["rebuild"] == 2 and calls["step"] > steps
     finally:
         project.close()
