@@ -368,15 +368,18 @@ def _runnable_as(bindir: Path, uid: int | None, gid: int | None) -> Path:
     world-readable copy of the installation in the temp folder, made once per version."""
     if uid is None:
         return bindir
-    probe = subprocess.run(
-        [str(bindir / "postgres"), "--version"],
-        check=False,
-        capture_output=True,
-        text=True,
-        preexec_fn=_death_signal(signal.SIGKILL, uid, gid),
-    )
-    if probe.returncode == 0:
-        return bindir
+    try:
+        probe = subprocess.run(
+            [str(bindir / "postgres"), "--version"],
+            check=False,
+            capture_output=True,
+            text=True,
+            preexec_fn=_death_signal(signal.SIGKILL, uid, gid),
+        )
+        if probe.returncode == 0:
+            return bindir
+    except PermissionError:  # the exec itself failed: a folder on the way is private (mktemp -d is 0700)
+        pass
     version = subprocess.run(
         [str(bindir / "postgres"), "--version"], check=True, capture_output=True, text=True
     ).stdout.split()[-1]
