@@ -376,10 +376,11 @@ def _runnable_as(bindir: Path, uid: int | None, gid: int | None) -> Path:
             text=True,
             preexec_fn=_death_signal(signal.SIGKILL, uid, gid),
         )
-        if probe.returncode == 0:
-            return bindir
+        runnable = probe.returncode == 0
     except PermissionError:  # the exec itself failed: a folder on the way is private (mktemp -d is 0700)
-        pass
+        runnable = False
+    if runnable:
+        return bindir
     version = subprocess.run(
         [str(bindir / "postgres"), "--version"], check=True, capture_output=True, text=True
     ).stdout.split()[-1]
