@@ -72,9 +72,7 @@ FROM events e JOIN activity a ON e.user_id = a.user_id
 """,
 }
 
-FLOW = """flow: testflow
-description: four layers, log + pk + aggregation + deletes
-trigger: 100ms
+_HEAD = """trigger: 100ms
 tiering: {interval: 1s}
 sources:
   clicks:
@@ -92,7 +90,18 @@ layers:
       inputs: {events: dwd.clicks}
       primary_key: [user_id]
       buckets: 2
-  ads:
+"""
+
+
+def flow_head(description: str) -> str:
+    """The test flow's source and first layers (ods.clicks, dwd.clicks, dws.user_activity), which the flows of
+    the materializer tests build on."""
+    return f"flow: testflow\ndescription: {description}\n" + _HEAD
+
+
+FLOW = (
+    flow_head("four layers, log + pk + aggregation + deletes")
+    + """  ads:
     low_users:
       action: t_small
       inputs: {activity: dws.user_activity}
@@ -102,6 +111,7 @@ layers:
       inputs: {activity: dws.user_activity}
       primary_key: [rank]
 """
+)
 
 ORACLE = {
     "ods.clicks": "SELECT user_id, event_type, item_id, price, ts FROM raw",

@@ -4,7 +4,7 @@ groups fall under the HAVING threshold and min/max extremes are deleted. The ora
 
 from __future__ import annotations
 
-from tests.materializer._flowkit import ACTIONS, ORACLE
+from tests.materializer._flowkit import ACTIONS, ORACLE, flow_head
 
 INC_ACTIONS = {
     **ACTIONS,
@@ -41,27 +41,9 @@ HAVING count(*) >= :at_least
 """,
 }
 
-INC_FLOW = """flow: testflow
-description: incremental top-N and aggregates over changelogs with retractions
-trigger: 100ms
-tiering: {interval: 1s}
-sources:
-  clicks:
-    format: json
-    path: data/clicks
-    schema: "user_id string, event_type string, item_id string, price double, ts timestamp"
-layers:
-  ods:
-    clicks: {action: t_ingest, inputs: {raw: clicks}}
-  dwd:
-    clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}}
-  dws:
-    user_activity:
-      action: t_count
-      inputs: {events: dwd.clicks}
-      primary_key: [user_id]
-      buckets: 2
-    mid_users:
+INC_FLOW = (
+    flow_head("incremental top-N and aggregates over changelogs with retractions")
+    + """    mid_users:
       action: t_mid
       inputs: {activity: dws.user_activity}
       primary_key: [user_id]
@@ -80,6 +62,7 @@ layers:
       inputs: {mid: dws.mid_users}
       primary_key: [grp]
 """
+)
 
 MID = (
     f"SELECT user_id, events, spend, right(user_id, 1) AS grp FROM ({ORACLE['dws.user_activity']}) "

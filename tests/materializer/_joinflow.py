@@ -6,7 +6,7 @@ full outer join keeps them unmatched). The oracle is DuckDB SQL."""
 
 from __future__ import annotations
 
-from tests.materializer._flowkit import ORACLE
+from tests.materializer._flowkit import ORACLE, flow_head
 from tests.materializer._incflow import INC_ACTIONS, MID
 
 JOIN_ACTIONS = {
@@ -67,27 +67,9 @@ FROM counts c RIGHT JOIN (SELECT * FROM groups WHERE hi > 0) g ON c.events = g.u
 """,
 }
 
-JOIN_FLOW = """flow: testflow
-description: joins of primary-key tables kept with join_changelog
-trigger: 100ms
-tiering: {interval: 1s}
-sources:
-  clicks:
-    format: json
-    path: data/clicks
-    schema: "user_id string, event_type string, item_id string, price double, ts timestamp"
-layers:
-  ods:
-    clicks: {action: t_ingest, inputs: {raw: clicks}}
-  dwd:
-    clicks: {action: t_clean, inputs: {events: ods.clicks}, params: {min_price: 1.0}}
-  dws:
-    user_activity:
-      action: t_count
-      inputs: {events: dwd.clicks}
-      primary_key: [user_id]
-      buckets: 2
-    mid_users:
+JOIN_FLOW = (
+    flow_head("joins of primary-key tables kept with join_changelog")
+    + """    mid_users:
       action: t_mid
       inputs: {activity: dws.user_activity}
       primary_key: [user_id]
@@ -123,6 +105,7 @@ layers:
       inputs: {nullable: dws.nullable_grp, groups: dws.grp_stats}
       primary_key: [id]
 """
+)
 
 ACT = ORACLE["dws.user_activity"]
 GRP = f"SELECT grp, count(*) AS users, max(spend) AS hi FROM ({MID}) GROUP BY grp HAVING count(*) >= 2"

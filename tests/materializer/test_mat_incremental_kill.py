@@ -3,11 +3,7 @@ state tables mid-update), then `--until-idle` with more input: every table equal
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,17 +11,9 @@ import pytest
 from tests._support import scale
 from tests.materializer._flowkit import canon, make_events, write_batch, write_project
 from tests.materializer._incflow import INC_ACTIONS, INC_FLOW, inc_oracle
+from tests.materializer._killkit import kill_9, trigger_process, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, home, seed):
@@ -40,20 +28,9 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
     write_project(project_dir, INC_FLOW, INC_ACTIONS)
     lines = make_events(rng, 80, users=30, bad=0)
     write_batch(project_dir, "part-0", lines)
-    log_path = project_dir.parent / "trigger.log"
-    with open(log_path, "wb") as log_file:  # a file, not a pipe: a full pipe would block the child
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from runtime.cli import run; run()"]
-            + ["flow", "trigger", "flows/testflow.yaml", "--duration", "300"],
-            cwd=project_dir,
-            env=dict(os.environ, TIDEHOUSE_HOME=str(home)),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with trigger_process(project_dir, home) as proc:
         store = open_store(str(home / "hot"))
-        _wait(
+        wait_for(
             lambda: store.has_table("ads.mid_groups__state") and store.has_table("ads.top_mid__state"),
             420,
             "the incremental tables' first batches",
@@ -63,13 +40,7 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
             write_batch(project_dir, f"part-{part}", more)
             lines += more
             time.sleep(rng.uniform(0.5, 2.5))
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        print(log_path.read_text(errors="replace")[-3000:])
+        kill_9(proc)
     last = make_events(rng, 70, users=30, bad=0)
     write_batch(project_dir, "part-3", last)
     lines += last

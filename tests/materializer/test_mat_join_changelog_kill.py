@@ -4,11 +4,7 @@ every table equals the oracle, hot and lake."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,6 +12,7 @@ import pytest
 from tests._support import scale
 from tests.materializer._flowkit import canon, make_events, write_batch, write_project
 from tests.materializer._joinflow import JOIN_ACTIONS, JOIN_FLOW, join_oracle
+from tests.materializer._killkit import kill_9, trigger_process, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
@@ -29,15 +26,6 @@ def _state_seq(store, table: str) -> int:
     return -1 if info is None else info.seq
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_kill_9_mid_join_run_then_until_idle_is_exact(spark, project_dir, data_path, home, seed):
     if data_path == "executors" and not scale(0, 1):
         pytest.skip("the executor path runs the same join batch function: TIDEHOUSE_SCALE=full kills it too")
@@ -48,39 +36,22 @@ def test_kill_9_mid_join_run_then_until_idle_is_exact(spark, project_dir, data_p
     write_project(project_dir, JOIN_FLOW, JOIN_ACTIONS)
     lines = make_events(rng, 80, users=30, bad=0)
     write_batch(project_dir, "part-0", lines)
-    log_path = project_dir.parent / "trigger.log"
-    with open(log_path, "wb") as log_file:  # a file, not a pipe: a full pipe would block the child
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from runtime.cli import run; run()"]
-            + ["flow", "trigger", "flows/testflow.yaml", "--duration", "300"],
-            cwd=project_dir,
-            env=dict(os.environ, TIDEHOUSE_HOME=str(home)),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with trigger_process(project_dir, home) as proc:
         store = open_store(str(home / "hot"))
-        _wait(
+        wait_for(
             lambda: all(store.has_table(f"{t}__state") for t in JOINS), 420, "the join tables' first batches"
         )
         more = make_events(rng, 60, users=30, bad=0)
         write_batch(project_dir, "part-1", more)
         lines += more
         # the join tables' states written by a batch after their first (the rebuild): they follow changes
-        _wait(lambda: all(_state_seq(store, t) >= 1 for t in JOINS), 300, "incremental join batches")
+        wait_for(lambda: all(_state_seq(store, t) >= 1 for t in JOINS), 300, "incremental join batches")
         for part in (2, 3):  # changes arrive while the incremental queries run
             more = make_events(rng, 60, users=30, bad=0)
             write_batch(project_dir, f"part-{part}", more)
             lines += more
             time.sleep(rng.uniform(0.3, 2.0))
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        print(log_path.read_text(errors="replace")[-3000:])
+        kill_9(proc)
     last = make_events(rng, 70, users=30, bad=0)
     write_batch(project_dir, "part-4", last)
     lines += last

@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests._support import scale
 from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
+from tests.materializer._killkit import kill_9, trigger_process, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
 TABLES = ["ods.clicks", "dwd.clicks", "dws.user_activity", "ads.low_users", "ads.top_users"]
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, home, run_cli, seed):
@@ -42,30 +30,9 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
     write_project(project_dir)
     lines = make_events(rng, 50)
     write_batch(project_dir, "part-0", lines)
-    env = dict(os.environ, TIDEHOUSE_HOME=str(home))
-    log_path = project_dir.parent / "trigger.log"
-    # a file, not a pipe: a full pipe would block the child (which keeps the file open once ours is closed)
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from runtime.cli import run; run()",
-                "flow",
-                "trigger",
-                "flows/testflow.yaml",
-                "--duration",
-                "300",
-            ],
-            cwd=project_dir,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    with trigger_process(project_dir, home) as proc:
         store = open_store(str(home / "hot"))
-        _wait(
+        wait_for(
             lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
             420,
             "the first aggregation batch",
@@ -75,20 +42,14 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
         lines += more
         # while it runs: status reports it, and a second trigger is refused
         status_file = home / "run" / "testflow.status.json"
-        _wait(status_file.is_file, 30, "the status snapshot")
+        wait_for(status_file.is_file, 30, "the status snapshot")
         code, out, err = run_cli("flow", "status", "testflow", "--json")
         assert code == 0, err
         assert json.loads(out)["running"] is True
         code, _, err = run_cli("flow", "trigger", "testflow", "--until-idle")
         assert code == 2 and "already running" in err
         time.sleep(rng.uniform(0.0, 3.0))
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        print(log_path.read_text(errors="replace")[-3000:])
+        kill_9(proc)
     last = make_events(rng, 30, bad=1)
     write_batch(project_dir, "part-2", last)
     lines += last
