@@ -4,7 +4,6 @@ and writing the output's difference (computed by :func:`materializer.strategies.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -65,14 +64,8 @@ class StateTable:
         self.checked = False
 
     def write(self, rows: pa.Table, seq: int) -> None:
-        if not rows.num_rows:
-            return
-        result = self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
-        lake = self.ctx.history.lake
-        if lake is not None and result.ranges:  # no lake copy: retention trims the changelog by age alone
-            self.ctx.store.delete_before(
-                self.name, 0, result.ranges[0][1], older_than=time.time() - lake.retention_s
-            )
+        if rows.num_rows:
+            self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
 
     def upserts(self, rows: pa.Table) -> pa.Table:
         return keys_table(self.schema, rows, self.primary_key, UPDATE_AFTER)
