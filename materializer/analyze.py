@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from materializer import shape as shape_mod
+from materializer.incremental.logfacts import log_aggregate_refusal
 from materializer.plan import (
     QUARANTINE_DDL,
     Expectation,
@@ -27,6 +28,7 @@ from materializer.plan import (
     Param,
     SourcePlan,
     TablePlan,
+    data_path_of,
     fingerprint,
     quarantine_name,
     table_fingerprint,
@@ -284,6 +286,7 @@ def build_plan(
             known[node] = _external(project, node, (upstream or {}).get(node))
     ckpt_root = project.config.checkpoint_root
     flow_trigger = float(getattr(spec, "trigger", 1.0) or 0.0)
+    data_path = planned_data_path(project, spark)
     default_tiering = float(project.config.get("tiering.interval"))
 
     tables: list[TablePlan] = []
@@ -307,6 +310,10 @@ def build_plan(
             _check_expectations(name, df, expect, tloc)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
+            if shape.group_aggregate is not None and not log_aggregate_refusal(
+                shape.group_aggregate, struct_of(inputs[0].ddl), primary_key, bool(expect)
+            ):
+                shape = replace(shape, log_aggregate=shape.group_aggregate)
         decision = shape_mod.decide(
             name,
             shape,
@@ -314,6 +321,7 @@ def build_plan(
             primary_key=primary_key,
             merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE,
             location=tloc,
+            data_path=data_path,
         )
         passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)
@@ -356,6 +364,7 @@ def build_plan(
             incremental={
                 "topn": shape.topn,
                 "agg_changelog": shape.group_aggregate,
+                "agg_log": shape.log_aggregate,
                 "join_changelog": shape.join,
             }.get(decision.strategy),
         )
@@ -367,6 +376,15 @@ def build_plan(
     return FlowPlan(
         spec.flow, resolved.version, tuple(sources.values()), tuple(tables), generations, tuple(graph.edges())
     )
+
+
+def planned_data_path(project, spark) -> str:
+    """The data path the flow's queries will run on with this session (the runner's choice)."""
+    from runtime.spark.session import is_connect
+
+    connect = is_connect(spark)
+    master = "" if connect else spark.conf.get("spark.master", "local[*]")
+    return data_path_of(project.config.get("materializer.data_path"), master, connect)
 
 
 def _aggregate_candidate(shape: shape_mod.SqlShape, inputs, primary_key) -> bool:

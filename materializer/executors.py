@@ -490,6 +490,7 @@ EXECUTOR_FUNCTIONS = {
     # the incremental strategies move O(change) rows: the same function as on the driver path
     "topn": incremental("topn"),
     "agg_changelog": incremental("agg_changelog"),
+    "agg_log": incremental("agg_log"),  # planned for the driver path only: it reads the batch's rows here
     "join_changelog": incremental("join_changelog"),
     "recompute": recompute_batch,
 }

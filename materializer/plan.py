@@ -118,7 +118,8 @@ class TablePlan:
     freshness: float | None = None
     # labels to select the table by (`--select tag:NAME`)
     tags: tuple[str, ...] = ()
-    # what the topn / agg_changelog strategies maintain (materializer/incremental/facts.py), else None
+    # what the topn / agg_changelog / agg_log / join_changelog strategies maintain
+    # (materializer/incremental/facts.py), else None
     incremental: Any = None
 
     @property
@@ -297,6 +298,18 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def data_path_of(setting: str, master: str, connect: bool) -> str:
+    """Where micro-batches move their rows, ``driver`` or ``executors`` (docs/architecture.md, "Two data
+    paths"): the setting ``materializer.data_path``, where ``auto`` is the driver for a ``local[...]``
+    master; always the executors over Spark Connect (the driver is the Connect server). The plan depends on
+    it: a GROUP BY over a log table is ``agg_log`` on the driver path, Spark's ``aggregate`` on the other."""
+    if connect:
+        return "executors"
+    if setting != "auto":
+        return setting
+    return "driver" if master.startswith("local") else "executors"
 
 
 def quarantine_name(table: str) -> str:

@@ -29,7 +29,7 @@ from materializer.analyze import struct_of
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
 from materializer.lock import RunLock
-from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan
+from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
 from materializer.remote import RemoteRun, run_folder
 from materializer.rows import CORRUPT
@@ -222,7 +222,7 @@ class FlowRunner:
             users = [f"`{f.name}`" for f in struct_of(inp.ddl).fields]
             self._tidehouse_stream(session, inp.ref).select(*users).createOrReplaceTempView(inp.name)
             stream = session.sql(t.sql, args=ctx.args)
-        elif t.strategy == "changelog":
+        elif t.strategy in ("changelog", "agg_log"):
             stream = self._tidehouse_stream(session, t.inputs[0].ref, max_rows=self.max_rows_per_batch)
         else:  # recompute: any change of any input triggers a micro-batch
             stream = None
@@ -387,12 +387,9 @@ class FlowRunner:
     def data_path(self) -> str:
         """``driver`` or ``executors`` (docs/architecture.md, "Two data paths"): the setting
         ``materializer.data_path``, where ``auto`` is the driver for a ``local[...]`` master."""
-        chosen = self.project.config.get("materializer.data_path")
-        if self.connect:  # the driver is the Connect server (data_path: driver is refused with spark.remote)
-            return "executors"
-        if chosen != "auto":
-            return chosen
-        return "driver" if self.spark_target.startswith("local") else "executors"
+        return data_path_of(
+            self.project.config.get("materializer.data_path"), self.spark_target, self.connect
+        )
 
     def _ends(self) -> dict[str, list[int]]:
         return {t.name: self.store.end_offsets(t.name) for t in self.plan.tables}

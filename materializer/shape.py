@@ -16,6 +16,12 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     aggregation (output mode ``update``) whose changed groups are upserted per micro-batch. Only when Spark
     accepts the SQL as such (``SqlShape.streaming_refusal`` is Spark's own check, run at plan time): session
     windows, for one, cannot be updated in place, so they are recomputed.
+``agg_log``
+    On the driver data path, the same SQL when it is a GROUP BY of plain input columns with ``count``,
+    ``sum``, ``avg``, ``min``, ``max`` of plain input columns and a numeric HAVING
+    (:mod:`materializer.incremental.logfacts` says which types): each micro-batch is pre-aggregated with
+    Arrow in the driver and added to per-group partials in the hot store, without a Spark job. On the
+    executor path it stays ``aggregate`` (the state in Spark's state store, the rows in the executors).
 ``changelog``
     Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
@@ -49,7 +55,9 @@ from materializer.plan import BatchException
 from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
-Strategy = Literal["append", "aggregate", "changelog", "topn", "agg_changelog", "join_changelog", "recompute"]
+Strategy = Literal[
+    "append", "aggregate", "agg_log", "changelog", "topn", "agg_changelog", "join_changelog", "recompute"
+]
 InputKind = Literal["source", "log", "primary_key"]
 
 APPEND_ONLY: frozenset[str] = frozenset({"source", "log"})
@@ -94,6 +102,9 @@ class SqlShape:
     # shapes kept incrementally over a primary-key input (materializer/incremental/facts.py), else None
     topn: TopN | None = None
     group_aggregate: GroupAggregate | None = None
+    # group_aggregate when it reads one log table whose column types, and the table's primary key and
+    # expectations, let ``agg_log`` keep it (materializer/incremental/logfacts.py), else None
+    log_aggregate: GroupAggregate | None = None
     join: EquiJoin | None = None
     join_refusal: str = ""  # why a join near the top is not kept incrementally ("": no such join)
 
@@ -127,8 +138,10 @@ def decide(
     primary_key: Sequence[str] = (),
     merge_engine: str = "last_row",
     location: Location | None = None,
+    data_path: str = "driver",
 ) -> Decision:
-    """Pick the strategy for ``table`` or raise ``TidehouseError(SHAPE_UNSUPPORTED)``."""
+    """Pick the strategy for ``table`` or raise ``TidehouseError(SHAPE_UNSUPPORTED)``. ``data_path``
+    (:func:`materializer.plan.data_path_of`): where micro-batches will move their rows."""
     if not shape.deterministic:
         raise _refuse(
             table,
@@ -175,6 +188,13 @@ def decide(
         if lookups:
             how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
         return Decision("append", how)
+    if data_path == "driver" and shape.log_aggregate is not None and len(appends) == 1 and not lookups:
+        return Decision(
+            "agg_log",
+            f"{shape.log_aggregate.describe()} over {appends[0]}: each micro-batch's rows pre-aggregated "
+            "with Arrow in the driver and added to per-group partials kept in the hot store; no Spark job "
+            "per micro-batch (driver data path)",
+        )
     if (
         shape.top == "Aggregate"
         and len(appends) == 1

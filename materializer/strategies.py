@@ -530,6 +530,7 @@ BATCH_FUNCTIONS = {
     "changelog": changelog_batch,
     "topn": incremental("topn"),
     "agg_changelog": incremental("agg_changelog"),
+    "agg_log": incremental("agg_log"),
     "join_changelog": incremental("join_changelog"),
     "recompute": recompute_batch,
 }

@@ -1,6 +1,7 @@
-"""Incremental maintenance of the shapes users write most over primary-key inputs (docs/architecture.md,
-"Incremental maintenance"): ``facts`` and ``joinfacts`` recognize them in the analysed plan, ``common`` keeps
-their state in the hot store, ``topn``, ``aggbatch`` and ``joinbatch`` are their micro-batch functions.
+"""Incremental maintenance of the shapes users write most (docs/architecture.md, "Incremental maintenance"):
+``facts`` and ``joinfacts`` recognize them in the analysed plan (``logfacts`` checks a GROUP BY over a log
+table), ``common`` keeps their state in the hot store, ``topn``, ``aggbatch``, ``logagg`` and ``joinbatch``
+are their micro-batch functions.
 Imports nothing of the strategies at package level (``shape`` imports ``facts`` and ``joinfacts``)."""
 
 
@@ -11,6 +12,10 @@ def batch_function(strategy: str):
         from materializer.incremental.topn import topn_batch
 
         return topn_batch
+    if strategy == "agg_log":
+        from materializer.incremental.logagg import log_aggregate_batch
+
+        return log_aggregate_batch
     if strategy == "join_changelog":
         from materializer.incremental.joinbatch import join_batch
 

@@ -4,7 +4,7 @@ and writing the output's difference (computed by :func:`materializer.strategies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,11 +30,20 @@ class StateTable:
     output's incarnation: a state left by another plan of the table or by the table's previous life (a
     ``--full-refresh`` drops the output) is dropped and rebuilt, never reused."""
 
-    def __init__(self, ctx: QueryContext, schema: pa.Schema, primary_key: Sequence[str]) -> None:
+    def __init__(
+        self,
+        ctx: QueryContext,
+        schema: pa.Schema,
+        primary_key: Sequence[str],
+        aggregations: Mapping[str, str] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.name = state_name(ctx.table.name)
         self.schema = schema
         self.primary_key = tuple(primary_key)
+        # column -> function of the store's aggregate merge engine (a write adds to the stored row); None:
+        # last_row (a write replaces it)
+        self.aggregations = dict(aggregations) if aggregations is not None else None
         self.checked = False
 
     def ensure(self) -> bool:
@@ -49,8 +58,15 @@ class StateTable:
                 fresh = False
             else:
                 store.drop_table(self.name)
+        merge = {"merge_engine": "aggregate", "aggregations": self.aggregations} if self.aggregations else {}
         meta = TableMeta(
-            self.name, self.schema, "primary_key", self.primary_key, buckets=1, properties={OWNER: owner}
+            self.name,
+            self.schema,
+            "primary_key",
+            self.primary_key,
+            buckets=1,
+            properties={OWNER: owner},
+            **merge,
         )
         store.create_table(meta, exist_ok=True)
         self.checked = True

@@ -29,7 +29,7 @@ def test_plan_strategies_and_deterministic_json(spark, project_dir):
     assert strategies == {
         "ods.clicks": "append",
         "dwd.clicks": "append",
-        "dws.user_activity": "aggregate",
+        "dws.user_activity": "agg_log",  # a GROUP BY over a log table, on the driver path (local[2])
         "ads.low_users": "changelog",
         "ads.top_users": "topn",  # a global top-N over a primary-key table: kept incrementally
     }
@@ -123,7 +123,7 @@ def test_cli_plan_json_and_text(spark, project_dir, run_cli):
     assert [t["strategy"] for t in data["tables"]] == [
         "append",
         "append",
-        "aggregate",
+        "agg_log",
         "changelog",
         "topn",
     ]
