@@ -44,6 +44,9 @@ class TopN:
     function: str  # row_number | rank | dense_rank
     limit: int  # rows with rank <= limit are the result
     order: tuple[OrderKey, ...]
+    # (output column, input column or None for the rank) when the SQL's output is only those, renamed or not:
+    # then the result is computed with Arrow; None: the SQL computes more, and Spark runs it
+    output: tuple[tuple[str, str | None], ...] | None = None
 
     def describe(self) -> str:
         keys = ", ".join(f"{k.column} {'DESC' if k.descending else 'ASC'}" for k in self.order)
@@ -197,7 +200,50 @@ def topn_facts(root: Node) -> TopN | None:
         return None
     if n < 1 or not order:
         return None
-    return TopN(fn.group(1), n, tuple(order))
+    return TopN(fn.group(1), n, tuple(order), _topn_output(root, fn.group(5), columns))
+
+
+def _topn_output(root: Node, rank_id: str, columns: dict[str, str]) -> tuple | None:
+    """The top-N's output columns as (name, input column or None for the rank), or None when one of them is
+    computed (anything but an attribute passed through or renamed, down to the rank or the input's View)."""
+    if root.name != "Project" or root.inner:
+        return None
+    source: dict[str, str | None] = {}  # attribute id -> the id it renames (None: computed)
+    node: Node | None = root
+    while node is not None and node.name != "View":
+        if node.name == "Project":
+            for item in split_top(_brackets(node.text)[0]):
+                a = _ALIAS.match(item)
+                if a is not None:
+                    source[a.group(4)] = a.group(2)
+                elif _ATTR_ONLY.match(item) is None:
+                    named = re.search(rf" AS {_ATTR}$", item)
+                    if named is None:
+                        return None
+                    source[named.group(2)] = None
+        node = node.children[0] if len(node.children) == 1 else None
+    out = []
+    for item in split_top(_brackets(root.text)[0]):
+        m, a = _ATTR_ONLY.match(item), _ALIAS.match(item)
+        if m is not None:
+            name, ref = m.group(1), m.group(2)
+        elif a is not None:
+            name, ref = a.group(3), a.group(2)
+        else:
+            return None
+        seen: set[str] = set()
+        while ref in source and ref not in seen and ref != rank_id:
+            seen.add(ref)
+            ref = source[ref]
+            if ref is None:
+                return None
+        if ref == rank_id:
+            out.append((name, None))
+        elif ref in columns:
+            out.append((name, columns[ref]))
+        else:
+            return None
+    return tuple(out)
 
 
 def aggregate_facts(root: Node) -> GroupAggregate | None:

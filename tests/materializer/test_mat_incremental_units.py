@@ -168,3 +168,111 @@ def test_accumulators_follow_random_changes(seed, monkeypatch):
                 }
         assert got == _aggregate(list(state.values())), seed
     assert refills > 0
+
+
+FRAME = "specifiedwindowframe(RowFrame, unboundedpreceding$(), currentrow$())"
+# analysed plans of three top-N queries as Spark 4 prints them (the window's frame shortened to FRAME)
+_TOPN_PLANS = {
+    # SELECT * FROM (SELECT row_number() OVER (ORDER BY spend DESC, user_id ASC) AS rank, * FROM rows)
+    # WHERE rank <= 100
+    "plain": "\n".join(
+        [
+            "Project [rank#2, user_id#0, spend#1]",
+            "+- Filter (rank#2 <= 100)",
+            "   +- SubqueryAlias __auto_generated_subquery_name",
+            "      +- Project [rank#2, user_id#0, spend#1]",
+            "         +- Project [user_id#0, spend#1, rank#2, rank#2]",
+            "            +- Window [row_number() windowspecdefinition("
+            "spend#1 DESC NULLS LAST, user_id#0 ASC NULLS FIRST, "
+            + FRAME
+            + ") AS rank#2], [spend#1 DESC NULLS LAST, user_id#0 ASC NULLS FIRST]",
+            "               +- Project [user_id#0, spend#1]",
+            "                  +- SubqueryAlias rows",
+            "                     +- View (`rows`, [user_id#0, spend#1])",
+            "                        +- LogicalRDD [user_id#0, spend#1], false",
+        ]
+    ),
+    # ... rank() OVER (ORDER BY spend DESC) AS rank, user_id AS u, spend, upper(user_id) AS up ...
+    "computed": "\n".join(
+        [
+            "Project [rank#4, u#5, spend#1, up#6]",
+            "+- Filter (rank#4 <= 3)",
+            "   +- SubqueryAlias __auto_generated_subquery_name",
+            "      +- Project [rank#4, u#5, spend#1, up#6]",
+            "         +- Project [u#5, spend#1, up#6, rank#4, rank#4]",
+            "            +- Window [rank(spend#1) windowspecdefinition(spend#1 DESC NULLS LAST, "
+            + FRAME
+            + ") AS rank#4], [spend#1 DESC NULLS LAST]",
+            "               +- Project [user_id#0 AS u#5, spend#1, upper(user_id#0) AS up#6]",
+            "                  +- SubqueryAlias rows",
+            "                     +- View (`rows`, [user_id#0, spend#1])",
+            "                        +- LogicalRDD [user_id#0, spend#1], false",
+        ]
+    ),
+    # SELECT rank AS r, user_id FROM (SELECT dense_rank() OVER (ORDER BY spend DESC) AS rank, * ...)
+    # WHERE rank < 4
+    "renamed": "\n".join(
+        [
+            "Project [rank#15 AS r#16, user_id#0]",
+            "+- Filter (rank#15 < 4)",
+            "   +- SubqueryAlias __auto_generated_subquery_name",
+            "      +- Project [rank#15, user_id#0, spend#1]",
+            "         +- Project [user_id#0, spend#1, rank#15, rank#15]",
+            "            +- Window [dense_rank(spend#1) windowspecdefinition(spend#1 DESC NULLS LAST, "
+            + FRAME
+            + ") AS rank#15], [spend#1 DESC NULLS LAST]",
+            "               +- Project [user_id#0, spend#1]",
+            "                  +- SubqueryAlias rows",
+            "                     +- View (`rows`, [user_id#0, spend#1])",
+            "                        +- LogicalRDD [user_id#0, spend#1], false",
+        ]
+    ),
+}
+
+
+def test_topn_output_is_read_from_the_plan_or_left_to_spark():
+    from materializer.incremental.facts import topn_facts
+    from materializer.plantext import parse_tree
+
+    def facts(name):
+        return topn_facts(parse_tree("schema line\n" + _TOPN_PLANS[name]))
+
+    assert facts("plain").output == (("rank", None), ("user_id", "user_id"), ("spend", "spend"))
+    assert facts("plain").limit == 100
+    assert facts("computed").function == "rank" and facts("computed").output is None  # upper(...): Spark
+    assert facts("renamed").output == (("r", None), ("user_id", "user_id"))
+    assert facts("renamed").limit == 3
+
+
+def test_ranked_equals_brute_force_ranks_with_ties_and_nan(seed):
+    from materializer.incremental.topn import ranked
+
+    rng = random.Random(seed)
+    nan = float("nan")
+    for function in ("row_number", "rank", "dense_rank"):
+        for _ in range(30):
+            values = [
+                rng.choice([nan, None, 1.0, 2.0, 2.0, 3.0, -0.0, 0.0]) for _ in range(rng.randrange(1, 12))
+            ]
+            facts = TopN(
+                function, rng.randrange(1, 5), (OrderKey("v", True, False),), (("pos", None), ("v", "v"))
+            )
+            buf = Buffer(facts, ("id",))
+            rows = buf.sort(pa.table({"id": list(range(len(values))), "v": pa.array(values, pa.float64())}))
+            got = ranked(rows, facts, pa.schema([("pos", pa.int32()), ("v", pa.float64())])).to_pylist()
+            # brute force over the same sorted rows: Spark's ranks, NaN equal to NaN and -0.0 to 0.0
+            keys = [
+                "nan" if v != v and v is not None else (0.0 if v == 0 else v)
+                for v in rows.column("v").to_pylist()
+            ]
+            want = []
+            for i in range(len(keys)):
+                earlier = keys[:i]
+                rank = {
+                    "row_number": i + 1,
+                    "rank": 1 + sum(1 for k in earlier if k != keys[i]),
+                    "dense_rank": 1 + len({k for k in earlier if k != keys[i]}),
+                }[function]
+                if rank <= facts.limit:
+                    want.append(rank)
+            assert [r["pos"] for r in got] == want, (function, values, seed)
