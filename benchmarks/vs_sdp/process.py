@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -28,20 +29,50 @@ def _children_map() -> dict[int, list[int]]:
     return children
 
 
+_KCMP = {"x86_64": 312, "aarch64": 272}  # the kcmp(2) system call's number
+_KCMP_VM = 1
+
+
+def shares_memory(pid: int, other: int) -> bool:
+    """Whether two processes share one address space (kcmp(2), KCMP_VM): a child made by vfork, or by
+    posix_spawn's clone(CLONE_VM), until it execs. A JVM starts every subprocess (Hadoop's chmod of each
+    checkpoint file it writes, ~10 a second) that way, and in /proc that child shows the JVM's whole resident
+    set for the moment before its exec: summing it would count the JVM twice."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = _KCMP.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"kcmp(2): no system call number known for {os.uname().machine}")
+    result = libc.syscall(number, pid, other, _KCMP_VM, 0, 0)
+    if result < 0:
+        err = ctypes.get_errno()
+        if err == errno.ESRCH:  # one of them has exited: nothing shared to count twice
+            return False
+        raise OSError(err, f"kcmp({pid}, {other}): {os.strerror(err)}")
+    return result == 0
+
+
 def tree_rss_bytes(root: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc), in bytes."""
+    """Resident memory of a process and all its descendants (Linux /proc), in bytes. A descendant that
+    shares its parent's address space (:func:`shares_memory`) is the parent's memory, counted once."""
     children, total, todo, seen = _children_map(), 0, [root], set()
+    parent: dict[int, int] = {}
     while todo:
         pid = todo.pop()
         if pid in seen:
             continue
         seen.add(pid)
+        for kid in children.get(pid, ()):
+            parent[kid] = pid
+            todo.append(kid)
+        if pid in parent and shares_memory(pid, parent[pid]):
+            continue
         try:
             with open(f"/proc/{pid}/statm") as fh:
                 total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
             continue
-        todo.extend(children.get(pid, ()))
     return total
 
 

@@ -47,7 +47,12 @@ from pyspark.sql.types import StructType
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.spark.options import NAME, SourceOptions, cap_rows, make_offset, offset_ends, parse_starting
 from runtime.spark.types import arrow_to_spark, conform, spark_to_arrow
+from runtime.spark.worker_memory import keep_pandas_out
 from runtime.storage.api import BUCKET, CHANGE, OFFSET, TS, TS_TYPE, TableMeta
+
+# Spark unpickles this module first in each of its data-source processes: pandas is made unimportable there
+# before any of this package's Arrow calls could import it (~55 MiB per process; see worker_memory)
+keep_pandas_out()
 
 
 def output_schema(

@@ -7,7 +7,8 @@ when it starts (``setLogLevel`` would come after the start-up WARN lines). Given
 ``<home>/logs``), Spark's WARN and above go to ``spark.log`` there (rolled at 10 MB, 5 kept) and nothing to
 the terminal; without one, the terminal shows ERROR and above. The project file's ``spark.master`` and
 ``spark.conf`` override any default (a ``log4j2.configurationFile`` in ``spark.driver.extraJavaOptions``
-wins).
+wins). The driver JVM runs the serial collector, whose heap stays near its live data (G1's grows to the
+heap's limit); a project's ``spark.driver.extraJavaOptions`` replaces that default.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # The driver JVM's collector. G1 (Java's default) grows its heap to keep collections rare: on the vs_sdp
+    # benchmark it committed 480-830 MiB of the 1 GiB heap for ~100 MiB of live data, plus ~70 MiB of its own
+    # bookkeeping; the serial collector sizes the heap to the live data (docs/operations.md, "Memory"), and a
+    # young collection of this heap takes a few ms on one core. A project's own
+    # spark.driver.extraJavaOptions replaces this value (tidehouse's log4j option is still added to it).
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
 }
 # Streaming checkpoints on a local disk (the embedded default). Spark's default checkpoint file manager goes
 # through Hadoop's FileContext, whose local file system, without Hadoop's native library (pip's pyspark ships

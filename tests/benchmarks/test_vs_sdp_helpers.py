@@ -45,6 +45,32 @@ def test_tree_rss_counts_this_process():
     assert tree_rss_bytes(2**22 + 12345) == 0  # no such process
 
 
+def test_a_child_sharing_its_parents_address_space_is_counted_once(monkeypatch):
+    """A JVM starts each subprocess by vfork/clone(CLONE_VM): until the child execs, /proc shows it with the
+    JVM's whole resident set. Such a child is the parent's memory; a forked copy (its own address space) is
+    counted."""
+    import signal
+    import time
+
+    from benchmarks.vs_sdp import process
+
+    assert process.shares_memory(os.getpid(), os.getpid())
+    pid = os.fork()
+    if pid == 0:  # the child: its own (copy-on-write) address space
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert not process.shares_memory(os.getpid(), pid)
+        both = tree_rss_bytes(os.getpid())
+        monkeypatch.setattr(process, "shares_memory", lambda kid, parent: kid == pid)  # as if vforked
+        alone = tree_rss_bytes(os.getpid())
+        assert 0 < alone < both
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not process.shares_memory(os.getpid(), pid)  # gone: nothing shared
+
+
 def test_generator_writes_whole_files_and_timestamps_probes(tmp_path):
     gen = Generator(tmp_path / "in", rate=100, pool=500)
     gen.write_batch(120)

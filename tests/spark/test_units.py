@@ -381,6 +381,26 @@ def test_every_new_session_can_read_a_tidehouse_stream(spark, tmp_path):
         assert session.sql("SELECT count(*) FROM v").collect()[0][0] == 1
 
 
+def test_driver_jvm_runs_the_serial_collector_unless_the_project_says_otherwise():
+    """The serial collector keeps the driver's heap near its live data (G1 grew it to 0.5-0.8 GiB on the
+    vs_sdp benchmark); a project's own JVM options replace the default, with the log4j option still added."""
+    from runtime.spark.session import DEFAULT_CONF, session_conf
+
+    assert "-XX:+UseSerialGC" in DEFAULT_CONF["spark.driver.extraJavaOptions"]
+    assert "-XX:+UseSerialGC" in session_conf("local[2]")["spark.driver.extraJavaOptions"]
+    mine = session_conf("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
+    opts = mine["spark.driver.extraJavaOptions"]
+    assert (
+        opts.startswith("-XX:+UseG1GC ") and "UseSerialGC" not in opts and "log4j2.configurationFile" in opts
+    )
+
+
+@pytest.mark.spark
+def test_the_shared_session_runs_the_serial_collector(spark):
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert {bean.getName() for bean in beans} == {"Copy", "MarkSweepCompact"}  # the serial collector's
+
+
 def test_python_workers_get_time_to_connect_back_on_a_loaded_machine():
     from runtime.spark.session import session_conf
 
