@@ -27,10 +27,10 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
     a filter deletes the downstream row.
 ``topn`` / ``agg_changelog`` / ``join_changelog``
-    A global top-N, or a GROUP BY with retractable aggregates and a numeric HAVING, over one primary-key
-    table, or an equi-join of two primary-key tables: kept incrementally with state in the hot store
-    (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`). Recognized from
-    plan facts only; anything else is recomputed.
+    A top-N (global or per PARTITION BY), or a GROUP BY with retractable aggregates and a numeric HAVING,
+    over one primary-key table, or an equi-join of two primary-key tables: kept incrementally with state in
+    the hot store (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`).
+    Recognized from plan facts only; anything else is recomputed.
 ``recompute``
     Anything else into a primary-key table (top-N, other joins of primary-key tables, aggregations over a
     changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL

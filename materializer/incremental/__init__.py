@@ -1,7 +1,7 @@
 """Incremental maintenance of the shapes users write most (docs/architecture.md, "Incremental maintenance"):
 ``facts`` and ``joinfacts`` recognize them in the analysed plan (``logfacts`` checks a GROUP BY over a log
-table), ``common`` keeps their state in the hot store, ``topn``, ``aggbatch``, ``logagg`` and ``joinbatch``
-are their micro-batch functions.
+table), ``common`` keeps their state in the hot store, ``topn``, ``topnparts``, ``aggbatch``, ``logagg`` and
+``joinbatch`` are their micro-batch functions.
 Imports nothing of the strategies at package level (``shape`` imports ``facts`` and ``joinfacts``)."""
 
 
@@ -10,8 +10,9 @@ def batch_function(strategy: str):
     on use: these modules import the strategies)."""
     if strategy == "topn":
         from materializer.incremental.topn import topn_batch
+        from materializer.incremental.topnparts import partitioned_topn_batch
 
-        return topn_batch
+        return lambda ctx: (partitioned_topn_batch if ctx.table.incremental.partition else topn_batch)(ctx)
     if strategy == "agg_log":
         from materializer.incremental.logagg import log_aggregate_batch
 

@@ -12,8 +12,10 @@ import pyarrow.compute as pc
 from materializer.plan import Input
 from materializer.rows import keys_table
 from materializer.strategies import QueryContext, behind_retention, read_batch
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import BUCKET, DELETE, OFFSET, STATE_SUFFIX, UPDATE_AFTER
 from runtime.lake.apply import collapse_changelog
+from runtime.spark.writer import prepare
 from runtime.storage.api import TableMeta
 
 OWNER = "tidehouse.state_of"  # table property: the writer id and output incarnation the state belongs to
@@ -139,3 +141,52 @@ def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin
     with ctx.clock.phase("write"):
         ctx.store.write(ctx.table.name, rows, writer=ctx.table.writer_id, seq=int(batch_id), origin_ts=origin)
     return rows.num_rows
+
+
+def check_one_row_per_key(ctx: QueryContext, keys: list[tuple], hint: str) -> None:
+    """Fail the batch (``TH243``) when the SQL's result over the touched partitions holds a primary key
+    twice."""
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise TidehouseError(
+            ErrorCode.PRIMARY_KEY_INVALID,
+            f"table {ctx.table.name}: the SQL of {ctx.table.action} yields several rows for primary key "
+            f"{dup}",
+            hint=hint,
+        )
+
+
+def check_entering(ctx: QueryContext, after: pa.Table, entering: list[bool], where: str, hint: str) -> None:
+    """An output key the touched partitions did not produce before but the output holds with other values
+    comes from a partition this batch did not touch: the SQL yields it in two partitions (``where``). A
+    replayed batch's own earlier write holds the same values."""
+    if not any(entering):
+        return
+    table = ctx.table
+    rows = prepare(ctx.store, table.name, after.filter(pa.array(entering)))
+    found = ctx.store.lookup(table.name, rows.select(list(table.primary_key)))
+    if found.num_rows == 0:
+        return
+    names = rows.column_names
+    mine = dict(zip(key_tuples(rows, table.primary_key), rows.to_pylist()))
+    for k, row in zip(key_tuples(found, table.primary_key), found.select(names).to_pylist()):
+        if repr(mine.get(k)) != repr(row):  # NaN equals itself here
+            raise TidehouseError(
+                ErrorCode.PRIMARY_KEY_INVALID,
+                f"table {table.name}: the SQL of {table.action} yields rows with primary key {k} for two "
+                f"{where}",
+                hint=hint,
+            )
+
+
+def kv_state_rows(state: StateTable, ups: dict[str, bytes], downs: list[str]) -> pa.Table:
+    """The write of a key-value state (``key string, value binary``): deletes of ``downs``, upserts of
+    ``ups``."""
+    parts = []
+    if downs:
+        parts.append(state.deletes(pa.table({"key": pa.array(downs, pa.string())})))
+    if ups:
+        parts.append(
+            state.upserts(pa.table({"key": list(ups), "value": pa.array(list(ups.values()), pa.binary())}))
+        )
+    return pa.concat_tables(parts) if parts else state.upserts(state.schema.empty_table())

@@ -47,10 +47,12 @@ class TopN:
     # (output column, input column or None for the rank) when the SQL's output is only those, renamed or not:
     # then the result is computed with Arrow; None: the SQL computes more, and Spark runs it
     output: tuple[tuple[str, str | None], ...] | None = None
+    partition: tuple[str, ...] = ()  # PARTITION BY input columns (a top N per partition)
 
     def describe(self) -> str:
         keys = ", ".join(f"{k.column} {'DESC' if k.descending else 'ASC'}" for k in self.order)
-        return f"top {self.limit} by {self.function}() over ORDER BY {keys}"
+        per = f"PARTITION BY {', '.join(self.partition)} " if self.partition else ""
+        return f"top {self.limit} by {self.function}() over ({per}ORDER BY {keys})"
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def _view_columns(node: Node) -> dict[str, str] | None:
 
 
 def topn_facts(root: Node) -> TopN | None:
-    """A global top-N over the one input, or None."""
+    """A top-N over the one input (global, or per PARTITION BY of input columns), or None."""
     flt = _down(root)
     if flt.name != "Filter" or len(flt.children) != 1 or flt.inner:
         return None
@@ -179,7 +181,7 @@ def topn_facts(root: Node) -> TopN | None:
         return None
     groups = _brackets(window.text)
     exprs = split_top(groups[0]) if groups else []
-    if len(groups) != 2 or len(exprs) != 1:  # a PARTITION BY prints a third group
+    if len(groups) not in (2, 3) or len(exprs) != 1:  # a PARTITION BY prints a group before the order
         return None
     fn = _RANK_FN.match(exprs[0])
     if fn is None or fn.group(5) != limit.group(2):
@@ -187,8 +189,14 @@ def topn_facts(root: Node) -> TopN | None:
     columns = _view_columns(window.children[0])
     if columns is None:
         return None
+    partition = []
+    for item in split_top(groups[1]) if len(groups) == 3 else []:
+        m = _ATTR_ONLY.match(item)
+        if m is None or columns.get(m.group(2)) != m.group(1):
+            return None
+        partition.append(m.group(1))
     order = []
-    for item in split_top(groups[1]):
+    for item in split_top(groups[-1]):
         m = _ORDER.match(item)
         if m is None or columns.get(m.group(2)) != m.group(1):
             return None
@@ -200,7 +208,7 @@ def topn_facts(root: Node) -> TopN | None:
         return None
     if n < 1 or not order:
         return None
-    return TopN(fn.group(1), n, tuple(order), _topn_output(root, fn.group(5), columns))
+    return TopN(fn.group(1), n, tuple(order), _topn_output(root, fn.group(5), columns), tuple(partition))
 
 
 def _topn_output(root: Node, rank_id: str, columns: dict[str, str]) -> tuple | None:

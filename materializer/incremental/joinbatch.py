@@ -15,7 +15,16 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from materializer.analyze import struct_of
-from materializer.incremental.common import StateTable, behind, changed_images, key_tuples, write_output
+from materializer.incremental.common import (
+    StateTable,
+    behind,
+    changed_images,
+    check_entering,
+    check_one_row_per_key,
+    key_tuples,
+    kv_state_rows,
+    write_output,
+)
 from materializer.incremental.join import (
     SCHEMA,
     SIDES,
@@ -37,10 +46,9 @@ from materializer.strategies import (
     output_difference,
     run_sql,
 )
-from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import DELETE, UPDATE_AFTER
 from runtime.spark.types import spark_to_arrow
-from runtime.spark.writer import origin_from_checkpoint, prepare
+from runtime.spark.writer import origin_from_checkpoint
 
 # which sides an empty relation makes the result empty: inner needs both, an outer join its preserved side(s)
 NEEDS = {"inner": ("any", SIDES), "left": ("any", ("l",)), "right": ("any", ("r",)), "full": ("all", SIDES)}
@@ -87,7 +95,7 @@ def join_batch(ctx: QueryContext) -> Callable:
                 local_df(session, current[s], inp.ddl).createOrReplaceTempView(inp.name)
             result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
             written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
-            state.write(_state_rows(state, ups, []), batch_id)
+            state.write(kv_state_rows(state, ups, []), batch_id)
             _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
             return
         changes = {}
@@ -102,7 +110,7 @@ def join_batch(ctx: QueryContext) -> Callable:
         before, after = evaluate(session, step, "before"), evaluate(session, step, "after")
         writes = _difference(ctx, session, before, after, batch_id)
         written = write_output(ctx, writes, batch_id, origin)
-        state.write(_state_rows(state, *state_entries(step)), batch_id)
+        state.write(kv_state_rows(state, *state_entries(step)), batch_id)
         _finish(ctx, started, sum(len(c.keys) for c in changes.values()), written, origin)
 
     return run
@@ -116,13 +124,7 @@ def _difference(ctx: QueryContext, session, before, after, batch_id: int) -> pa.
     key = table.primary_key
     old_keys = key_tuples(before, key) if before is not None else []
     new_keys = key_tuples(after, key) if after is not None else []
-    if len(set(new_keys)) != len(new_keys):
-        dup = next(k for k in new_keys if new_keys.count(k) > 1)
-        raise TidehouseError(
-            ErrorCode.PRIMARY_KEY_INVALID,
-            f"table {table.name}: the SQL of {table.action} yields several rows for primary key {dup}",
-            hint="make the primary key the columns that identify one output row",
-        )
+    check_one_row_per_key(ctx, new_keys, "make the primary key the columns that identify one output row")
     gone, changed = difference(
         old_keys,
         before.to_pylist() if before is not None else [],
@@ -130,7 +132,14 @@ def _difference(ctx: QueryContext, session, before, after, batch_id: int) -> pa.
         after.to_pylist() if after is not None else [],
     )
     meta = ctx.store.get_table(table.name)
-    _check_unique(ctx, after, [c and k not in set(old_keys) for k, c in zip(new_keys, changed)])
+    check_entering(
+        ctx,
+        after,
+        [c and k not in set(old_keys) for k, c in zip(new_keys, changed)],
+        "join key values",
+        "make the primary key the columns that identify one output row (e.g. include a key of each joined "
+        "input)",
+    )
     parts = []
     if any(gone):
         parts.append(keys_table(meta.schema, before.filter(pa.array(gone, pa.bool_())), key, DELETE))
@@ -141,38 +150,3 @@ def _difference(ctx: QueryContext, session, before, after, batch_id: int) -> pa.
         if kept.num_rows:
             parts.append(keys_table(meta.schema, kept, key, UPDATE_AFTER))
     return pa.concat_tables(parts) if parts else None
-
-
-def _check_unique(ctx: QueryContext, after, entering: list[bool]) -> None:
-    """An output key the touched partitions did not produce before but the output holds with other values
-    comes from a partition this batch did not touch: the SQL yields it for two join keys (a replayed batch's
-    own earlier write holds the same values)."""
-    if not any(entering):
-        return
-    table = ctx.table
-    rows = prepare(ctx.store, table.name, after.filter(pa.array(entering)))
-    found = ctx.store.lookup(table.name, rows.select(list(table.primary_key)))
-    if found.num_rows == 0:
-        return
-    names = rows.column_names
-    mine = dict(zip(key_tuples(rows, table.primary_key), rows.to_pylist()))
-    for k, row in zip(key_tuples(found, table.primary_key), found.select(names).to_pylist()):
-        if repr(mine.get(k)) != repr(row):  # NaN equals itself here
-            raise TidehouseError(
-                ErrorCode.PRIMARY_KEY_INVALID,
-                f"table {table.name}: the SQL of {table.action} yields rows with primary key {k} for two "
-                "join key values",
-                hint="make the primary key the columns that identify one output row (e.g. include a key of "
-                "each joined input)",
-            )
-
-
-def _state_rows(state: StateTable, ups: dict[str, bytes], downs: list[str]) -> pa.Table:
-    parts = []
-    if downs:
-        parts.append(state.deletes(pa.table({"key": pa.array(downs, pa.string())})))
-    if ups:
-        parts.append(
-            state.upserts(pa.table({"key": list(ups), "value": pa.array(list(ups.values()), pa.binary())}))
-        )
-    return pa.concat_tables(parts) if parts else state.upserts(SCHEMA.empty_table())

@@ -1,5 +1,5 @@
 """The ``topn`` strategy: a global top-N over one primary-key table, kept with a buffer of its best rows
-(docs/architecture.md, "Incremental maintenance").
+(docs/architecture.md, "Incremental maintenance"; a top-N per PARTITION BY: :mod:`.topnparts`).
 
 The buffer — at most ``capacity`` rows of the input, keyed by the input's primary key, in the hidden state
 table — is always a *prefix* of the input in the order (ORDER BY columns, then the primary key). Per
@@ -149,22 +149,28 @@ def _same(a: tuple, b: tuple) -> bool:
     return a == b or all(x == y or (x != x and y != y) for x, y in zip(a, b))
 
 
-def ranked(buffer: pa.Table, facts: TopN, schema: pa.Schema) -> pa.Table:
-    """The SQL's result over the sorted buffer when it only ranks and renames (``facts.output``): the rows
-    whose ``row_number``/``rank``/``dense_rank`` over the ORDER BY values is at most N."""
-    values = key_tuples(buffer, [k.column for k in facts.order])
+def ranked(rows: pa.Table, facts: TopN, schema: pa.Schema, parts: list | None = None) -> pa.Table:
+    """The SQL's result over sorted ``rows`` when it only ranks and renames (``facts.output``): the rows whose
+    ``row_number``/``rank``/``dense_rank`` over the ORDER BY values is at most N. ``parts``: each row's
+    partition (rows sorted by partition first), where ranks start again at 1."""
+    values = key_tuples(rows, [k.column for k in facts.order])
     ranks: list[int] = []
+    start = 0
     for i, v in enumerate(values):
-        tie = i > 0 and _same(v, values[i - 1])
-        if facts.function == "row_number" or not ranks:
-            ranks.append(i + 1)
+        if i == 0 or (parts is not None and parts[i] != parts[i - 1]):
+            start = i
+            ranks.append(1)
+            continue
+        tie = _same(v, values[i - 1])
+        if facts.function == "row_number":
+            ranks.append(i - start + 1)
         elif facts.function == "rank":
-            ranks.append(ranks[-1] if tie else i + 1)
+            ranks.append(ranks[-1] if tie else i - start + 1)
         else:  # dense_rank
             ranks.append(ranks[-1] + (not tie))
-    keep = sum(1 for r in ranks if r <= facts.limit)  # ranks never fall along the sorted buffer
-    rank = pa.array(ranks[:keep], pa.int64())
-    top = buffer.slice(0, keep)
+    keep = [r <= facts.limit for r in ranks]
+    rank = pa.array([r for r in ranks if r <= facts.limit], pa.int64())
+    top = rows.filter(pa.array(keep, pa.bool_())) if rows.num_rows else rows
     columns = [rank if src is None else top.column(src) for _, src in facts.output]
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(columns, schema)], schema=schema)
 

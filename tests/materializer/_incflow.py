@@ -1,6 +1,7 @@
 """A flow whose ADS tables are kept by the incremental strategies, with rows that leave their input: the
-users of dws.mid_users leave it once they reach 4 events (deletes in its changelog), so rows leave the top-N,
-groups fall under the HAVING threshold and min/max extremes are deleted. The oracle is DuckDB SQL."""
+users of dws.mid_users leave it once they reach 4 events (deletes in its changelog), so rows leave the top-N
+(global and per group), groups fall under the HAVING threshold and min/max extremes are deleted. The oracle
+is DuckDB SQL."""
 
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ FROM mid
 GROUP BY grp
 HAVING count(*) >= :at_least
 """,
+    "t_top_per_grp.sql": """/*---
+name: t_top_per_grp
+description: the 2 biggest spenders of each group of mid users
+inputs: [mid]
+---*/
+SELECT * FROM (
+  SELECT row_number() OVER (PARTITION BY grp ORDER BY spend DESC, user_id ASC) AS rank, grp, user_id, spend
+  FROM mid
+) WHERE rank <= 2
+""",
+    "t_ranked_per_grp.sql": """/*---
+name: t_ranked_per_grp
+description: per group, the mid users of the 2 highest event counts (ties share a rank), named in capitals
+inputs: [mid]
+---*/
+SELECT * FROM (
+  SELECT dense_rank() OVER (PARTITION BY grp ORDER BY events DESC) AS rank, upper(user_id) AS who, grp
+  FROM mid
+) WHERE rank <= 2
+""",
 }
 
 INC_FLOW = (
@@ -61,6 +82,14 @@ INC_FLOW = (
       action: t_groups
       inputs: {mid: dws.mid_users}
       primary_key: [grp]
+    top_per_grp:
+      action: t_top_per_grp
+      inputs: {mid: dws.mid_users}
+      primary_key: [grp, rank]
+    ranked_per_grp:
+      action: t_ranked_per_grp
+      inputs: {mid: dws.mid_users}
+      primary_key: [who]
 """
 )
 
@@ -81,7 +110,21 @@ INC_ORACLE = {
         f"max(spend) AS hi, count(DISTINCT events) AS kinds FROM ({MID}) GROUP BY grp HAVING count(*) >= 2"
     ),
 }
-STRATEGIES = {"ads.top_users": "topn", "ads.top_mid": "topn", "ads.mid_groups": "agg_changelog"}
+INC_ORACLE["ads.top_per_grp"] = (
+    "SELECT * FROM (SELECT row_number() OVER (PARTITION BY grp ORDER BY spend DESC, user_id ASC) AS rank, "
+    f"grp, user_id, spend FROM ({MID})) WHERE rank <= 2"
+)
+INC_ORACLE["ads.ranked_per_grp"] = (
+    "SELECT * FROM (SELECT dense_rank() OVER (PARTITION BY grp ORDER BY events DESC) AS rank, upper(user_id) "
+    f"AS who, grp FROM ({MID})) WHERE rank <= 2"
+)
+STRATEGIES = {
+    "ads.top_users": "topn",
+    "ads.top_mid": "topn",
+    "ads.mid_groups": "agg_changelog",
+    "ads.top_per_grp": "topn",  # PARTITION BY, ranked in the driver
+    "ads.ranked_per_grp": "topn",  # PARTITION BY, a computed column: Spark runs the SQL over the partitions
+}
 
 
 def inc_oracle(lines: list[str]) -> dict:

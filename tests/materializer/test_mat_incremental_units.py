@@ -230,6 +230,24 @@ _TOPN_PLANS = {
 }
 
 
+_TOPN_PLANS["partitioned"] = "\n".join(
+    [  # row_number() OVER (PARTITION BY grp ORDER BY spend DESC, user_id ASC) AS rank, * ... WHERE rank <= 3
+        "Project [rank#3, user_id#0, grp#1, spend#2]",
+        "+- Filter (rank#3 <= 3)",
+        "   +- SubqueryAlias __auto_generated_subquery_name",
+        "      +- Project [rank#3, user_id#0, grp#1, spend#2]",
+        "         +- Project [user_id#0, grp#1, spend#2, rank#3, rank#3]",
+        "            +- Window [row_number() windowspecdefinition(grp#1, spend#2 DESC NULLS LAST, "
+        "user_id#0 ASC NULLS FIRST, " + FRAME + ") AS rank#3], [grp#1], "
+        "[spend#2 DESC NULLS LAST, user_id#0 ASC NULLS FIRST]",
+        "               +- Project [user_id#0, grp#1, spend#2]",
+        "                  +- SubqueryAlias rows",
+        "                     +- View (`rows`, [user_id#0, grp#1, spend#2])",
+        "                        +- LogicalRDD [user_id#0, grp#1, spend#2], false",
+    ]
+)
+
+
 def test_topn_output_is_read_from_the_plan_or_left_to_spark():
     from materializer.incremental.facts import topn_facts
     from materializer.plantext import parse_tree
@@ -242,6 +260,10 @@ def test_topn_output_is_read_from_the_plan_or_left_to_spark():
     assert facts("computed").function == "rank" and facts("computed").output is None  # upper(...): Spark
     assert facts("renamed").output == (("r", None), ("user_id", "user_id"))
     assert facts("renamed").limit == 3
+    assert facts("plain").partition == ()
+    part = facts("partitioned")
+    assert part.partition == ("grp",) and [k.column for k in part.order] == ["spend", "user_id"]
+    assert "PARTITION BY grp" in part.describe()
 
 
 def test_ranked_equals_brute_force_ranks_with_ties_and_nan(seed):
@@ -276,3 +298,28 @@ def test_ranked_equals_brute_force_ranks_with_ties_and_nan(seed):
                 if rank <= facts.limit:
                     want.append(rank)
             assert [r["pos"] for r in got] == want, (function, values, seed)
+
+
+def test_ranked_restarts_at_each_partition(seed):
+    from materializer.incremental.topn import ranked
+
+    rng = random.Random(seed)
+    for function in ("row_number", "rank", "dense_rank"):
+        facts = TopN(function, 2, (OrderKey("v", True, False),), (("pos", None), ("g", "g"), ("v", "v")))
+        rows = [{"g": rng.choice("ab"), "v": rng.choice([1, 2, 2, 3])} for _ in range(rng.randrange(1, 15))]
+        rows.sort(key=lambda r: (r["g"], -r["v"]))
+        table = pa.Table.from_pylist(rows, schema=pa.schema([("g", pa.string()), ("v", pa.int64())]))
+        schema = pa.schema([("pos", pa.int32()), ("g", pa.string()), ("v", pa.int64())])
+        got = ranked(table, facts, schema, [r["g"] for r in rows]).to_pylist()
+        want = []
+        for g in ("a", "b"):
+            vs = [r["v"] for r in rows if r["g"] == g]
+            for i, v in enumerate(vs):
+                rank = {
+                    "row_number": i + 1,
+                    "rank": 1 + sum(1 for w in vs if w > v),
+                    "dense_rank": 1 + len({w for w in vs if w > v}),
+                }[function]
+                if rank <= 2:
+                    want.append({"pos": rank, "g": g, "v": v})
+        assert got == want, (function, rows, seed)
