@@ -366,6 +366,7 @@ def build_plan(
                 "agg_changelog": shape.group_aggregate,
                 "agg_log": shape.log_aggregate,
                 "join_changelog": shape.join,
+                "join_log": shape.join,
             }.get(decision.strategy),
         )
         fp = table_fingerprint(plan, {i.ref: known[i.ref][2] for i in inputs})

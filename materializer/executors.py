@@ -492,5 +492,6 @@ EXECUTOR_FUNCTIONS = {
     "agg_changelog": incremental("agg_changelog"),
     "agg_log": incremental("agg_log"),  # planned for the driver path only: it reads the batch's rows here
     "join_changelog": incremental("join_changelog"),
+    "join_log": incremental("join_log"),  # the log's new rows pass through this process (O(batch))
     "recompute": recompute_batch,
 }

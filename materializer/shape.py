@@ -26,6 +26,11 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     Stateless SQL over one primary-key table's changelog into a primary-key table: before-images are
     evaluated to delete the rows they produced, after-images to upsert — so an update that no longer passes
     a filter deletes the downstream row.
+``join_log``
+    An equi-join (as ``join_changelog`` recognizes it) of one log table and one primary-key table into a
+    primary-key table, with batch semantics: kept as ``join_changelog`` keeps a join of two primary-key
+    tables, the log's rows being images keyed by their place in the log — so a change of the primary-key
+    table revises the joined rows already written (no ``lookup`` difference).
 ``topn`` / ``agg_changelog`` / ``join_changelog``
     A top-N (global or per PARTITION BY), or a GROUP BY with retractable aggregates and a numeric HAVING,
     over one primary-key table, or an equi-join of two primary-key tables: kept incrementally with state in
@@ -56,7 +61,15 @@ from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 Strategy = Literal[
-    "append", "aggregate", "agg_log", "changelog", "topn", "agg_changelog", "join_changelog", "recompute"
+    "append",
+    "aggregate",
+    "agg_log",
+    "changelog",
+    "topn",
+    "agg_changelog",
+    "join_changelog",
+    "join_log",
+    "recompute",
 ]
 InputKind = Literal["source", "log", "primary_key"]
 
@@ -183,6 +196,19 @@ def decide(
             location,
         )
 
+    if (
+        len(appends) == 1
+        and len(lookups) == 1
+        and shape.join is not None
+        and {shape.join.left, shape.join.right} == {appends[0], lookups[0]}
+    ):
+        return Decision(
+            "join_log",
+            f"{shape.join.describe()}, with batch semantics: per join key, the rows of {appends[0]} and of "
+            f"{lookups[0]} kept in the hot store; the SQL run over the touched join keys' rows before and "
+            f"after each micro-batch, so a change of {lookups[0]} revises the joined rows already written; "
+            "O(rows of the touched join keys) per micro-batch",
+        )
     if not (stateful - {"Sort"}) and len(appends) == 1:
         how = f"stateless over {appends[0]}; upserts each micro-batch's rows"
         if lookups:

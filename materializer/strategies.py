@@ -532,6 +532,7 @@ BATCH_FUNCTIONS = {
     "agg_changelog": incremental("agg_changelog"),
     "agg_log": incremental("agg_log"),
     "join_changelog": incremental("join_changelog"),
+    "join_log": incremental("join_log"),
     "recompute": recompute_batch,
 }
 

@@ -17,7 +17,7 @@ def batch_function(strategy: str):
         from materializer.incremental.logagg import log_aggregate_batch
 
         return log_aggregate_batch
-    if strategy == "join_changelog":
+    if strategy in ("join_changelog", "join_log"):
         from materializer.incremental.joinbatch import join_batch
 
         return join_batch

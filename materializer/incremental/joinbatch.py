@@ -1,6 +1,8 @@
-"""The micro-batch function of a ``join_changelog`` table (the partitions: :mod:`.join`).
+"""The micro-batch function of a ``join_changelog`` or ``join_log`` table (the partitions: :mod:`.join`; the
+inputs' changes: :mod:`.joinsides`).
 
-Per micro-batch: the last images of the changed keys of both inputs (each has its own range in the batch);
+Per micro-batch: the last images of the changed keys of both inputs (each has its own range in the batch; a
+log input's new rows are images that never change);
 the partitions (join key values) they leave or enter, both sides, loaded from the state; the action's SQL run
 over those partitions' rows before and after the images (small local relations); the output rows that differ
 written (deletes of the output keys the partitions no longer produce, upserts of new or changed rows), then
@@ -18,7 +20,6 @@ from materializer.analyze import struct_of
 from materializer.incremental.common import (
     StateTable,
     behind,
-    changed_images,
     check_entering,
     check_one_row_per_key,
     key_tuples,
@@ -35,13 +36,13 @@ from materializer.incremental.join import (
     state_entries,
 )
 from materializer.incremental.joinfacts import EquiJoin
+from materializer.incremental.joinsides import side_of
 from materializer.rows import keys_table
 from materializer.strategies import (
     QueryContext,
     _begin,
     _finish,
     apply_expectations,
-    conform_to,
     local_df,
     output_difference,
     run_sql,
@@ -59,8 +60,9 @@ def join_batch(ctx: QueryContext) -> Callable:
     facts: EquiJoin = table.incremental
     by_name = {i.name: i for i in table.inputs}
     inputs = {"l": by_name[facts.left], "r": by_name[facts.right]}
+    sides = {s: side_of(ctx, inp) for s, inp in inputs.items()}
     schemas = {s: spark_to_arrow(struct_of(inp.ddl)) for s, inp in inputs.items()}
-    parts = Partitioner(facts, {s: tuple(inp.primary_key) for s, inp in inputs.items()})
+    parts = Partitioner(facts, {s: side.key for s, side in sides.items()})
     state = StateTable(ctx, SCHEMA, ("key",))
 
     def load(keys: list[str]) -> dict[str, object]:
@@ -89,7 +91,7 @@ def join_batch(ctx: QueryContext) -> Callable:
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         if state.ensure():
             with ctx.clock.phase("read"):
-                current = {s: conform_to(ctx.store.scan(inp.ref), inp.ddl) for s, inp in inputs.items()}
+                current = {s: side.current(batch_id) for s, side in sides.items()}
             ups, step = parts.rebuild(current)
             for s, inp in inputs.items():
                 local_df(session, current[s], inp.ddl).createOrReplaceTempView(inp.name)
@@ -99,10 +101,10 @@ def join_batch(ctx: QueryContext) -> Callable:
             _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
             return
         changes = {}
-        for s, inp in inputs.items():
-            change = changed_images(ctx, batch_id, inp)
+        for s, side in sides.items():
+            change = side.change(batch_id)
             if change is not None:
-                changes[s] = parts.change(s, conform_to(change[0], inp.ddl), change[1])
+                changes[s] = parts.change(s, *change)
         if not changes:
             return
         with ctx.clock.phase("read"):

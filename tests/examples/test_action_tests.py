@@ -44,7 +44,7 @@ def test_the_shipped_action_tests_pass_in_batch_and_streaming(tour):
     assert code == 0 and not failing, failing or out + err
     assert {c["action"] for c in data["cases"]} == set(ALL)
     strategies = {c["strategy"] for c in data["cases"]}  # every strategy, the incremental ones included
-    kept_incrementally = {"topn", "agg_changelog", "agg_log", "join_changelog"}
+    kept_incrementally = {"topn", "agg_changelog", "agg_log", "join_changelog", "join_log"}
     assert {"append", "aggregate", "changelog", "recompute", "topn", "join_changelog"} <= strategies
     assert strategies <= {"append", "aggregate", "changelog", "recompute"} | kept_incrementally
     stateful = {

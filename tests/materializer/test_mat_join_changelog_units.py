@@ -236,7 +236,8 @@ JOIN = EquiJoin("left", "orders", "customers", (("customer_id", "id"),))
     "inputs,expected",
     [
         ([("orders", "primary_key"), ("customers", "primary_key")], "join_changelog"),
-        ([("orders", "log"), ("customers", "primary_key")], "append"),  # a log input: lookups
+        # a log joined with a primary-key table into a primary-key table: batch semantics (join_log)
+        ([("orders", "log"), ("customers", "primary_key")], "join_log"),
         ([("orders", "primary_key"), ("other", "primary_key")], "recompute"),  # not the join's inputs
     ],
 )
@@ -250,6 +251,16 @@ def test_decide_keeps_equi_joins_of_two_primary_key_tables(inputs, expected):
         assert decision.reason.startswith(
             "left join of orders and customers ON orders.customer_id = customers.id"
         )
+
+
+def test_a_log_joined_into_a_log_table_keeps_processing_time_lookups():
+    from materializer.shape import SqlShape, batch_exceptions, decide
+
+    shape = SqlShape(frozenset({"Project", "Join", "SubqueryAlias", "View"}), "Join", join=JOIN)
+    inputs = [("orders", "log"), ("customers", "primary_key")]
+    assert decide("ads.x", shape, inputs).strategy == "append"  # an append-only output cannot be revised
+    assert [e.kind for e in batch_exceptions("append", shape, inputs)] == ["lookup"]
+    assert batch_exceptions("join_log", shape, inputs) == ()
 
 
 def test_a_refused_join_says_why_in_the_recompute_reason():
