@@ -18,7 +18,7 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     windows, for one, cannot be updated in place, so they are recomputed.
 ``agg_log``
     On the driver data path, the same SQL when it is a GROUP BY of plain input columns with ``count``,
-    ``sum``, ``avg``, ``min``, ``max`` of plain input columns and a numeric HAVING
+    ``sum``, ``avg``, ``min``, ``max``, ``count(DISTINCT)`` of plain input columns and a numeric HAVING
     (:mod:`materializer.incremental.logfacts` says which types): each micro-batch is pre-aggregated with
     Arrow in the driver and added to per-group partials in the hot store, without a Spark job. On the
     executor path it stays ``aggregate`` (the state in Spark's state store, the rows in the executors).

@@ -38,9 +38,11 @@ class StateTable:
         schema: pa.Schema,
         primary_key: Sequence[str],
         aggregations: Mapping[str, str] | None = None,
+        part: str = "",
     ) -> None:
         self.ctx = ctx
-        self.name = state_name(ctx.table.name)
+        # a second state table of the same query names its part: <table>__<part>__state
+        self.name = state_name(f"{ctx.table.name}__{part}" if part else ctx.table.name)
         self.schema = schema
         self.primary_key = tuple(primary_key)
         # column -> function of the store's aggregate merge engine (a write adds to the stored row); None:

@@ -7,6 +7,8 @@ columns (``g0``, ``g1``...): ``rows`` (``count(*)``), and per aggregate ``n<i>``
 (their sum) or ``v<i>`` (their min or max). Per micro-batch the batch's rows are pre-aggregated with Arrow
 (one row per group), written to the state (the store adds them to the stored partials, once per
 ``(writer, seq)``), and the touched groups' merged partials are read back and turned into output rows.
+``count(DISTINCT c)`` keeps the (group, value) pairs seen in a second state table,
+``<table>__distinct__state``: a batch adds to ``d<i>`` the pairs it has that the table does not.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ class Partials:
         fields = [pa.field(k, input_schema.field(c).type) for k, c in zip(self.key, facts.group)]
         fields.append(pa.field(ROWS, pa.int64()))
         self.merge = {ROWS: "sum"}
+        self.distinct = [i for i, agg in enumerate(facts.aggregations) if agg.function == "count_distinct"]
         for i, agg in enumerate(facts.aggregations):
             if agg.function == "count" and agg.column is None:
+                continue
+            if agg.function == "count_distinct":  # the group's distinct values: new ones are added
+                fields.append(pa.field(f"d{i}", pa.int64()))
+                self.merge[f"d{i}"] = "sum"
                 continue
             fields.append(pa.field(f"n{i}", pa.int64()))
             self.merge[f"n{i}"] = "sum"
@@ -56,15 +63,35 @@ class Partials:
                 fields.append(pa.field(f"v{i}", input_schema.field(agg.column).type))
                 self.merge[f"v{i}"] = agg.function
         self.schema = pa.schema(fields)
+        # the distinct values seen, per group and count(DISTINCT): (g..., i, v) with v the value as text
+        self.pair_key = (*self.key, "i", "v")
+        self.pair_schema = pa.schema(
+            [*fields[: len(self.key)], pa.field("i", pa.int32()), pa.field("v", pa.string())]
+        )
+
+    def pairs(self, rows: pa.Table) -> pa.Table:
+        """The distinct (group, count(DISTINCT) index, value) of ``rows``, NULL values left out."""
+        parts = []
+        for i in self.distinct:
+            values = rows.column(self.facts.aggregations[i].column)
+            cols = {k: rows.column(c) for k, c in zip(self.key, self.facts.group)}
+            cols["i"] = pa.array([i] * rows.num_rows, pa.int32())
+            cols["v"] = values.cast(pa.string())
+            table = pa.table(cols).filter(pc.is_valid(values))
+            parts.append(table.group_by(list(self.pair_key), use_threads=False).aggregate([]))
+        if not parts:
+            return self.pair_schema.empty_table()
+        return pa.concat_tables([t.select(list(self.pair_key)).cast(self.pair_schema) for t in parts])
 
     @staticmethod
     def _sum_type(function: str, column: pa.DataType) -> pa.DataType:
         # Spark: sum of an integral column is a bigint, of a floating one a double; avg sums as double
         return pa.int64() if function == "sum" and pa.types.is_integer(column) else pa.float64()
 
-    def of(self, rows: pa.Table, table: str = "") -> pa.Table:
-        """One row per group of ``rows``: its partials (state schema). A NULL group key fails, as writing
-        its output row would: the GROUP BY columns are the table's primary key."""
+    def of(self, rows: pa.Table, table: str = "", new_pairs: pa.Table | None = None) -> pa.Table:
+        """One row per group of ``rows``: its partials (state schema); ``new_pairs``: the (group, index,
+        value) pairs not seen before, counted into the count(DISTINCT) partials. A NULL group key fails, as
+        writing its output row would: the GROUP BY columns are the table's primary key."""
         cols = {k: rows.column(c) for k, c in zip(self.key, self.facts.group)}
         for column in self.facts.group:
             nulls = rows.column(column).null_count
@@ -99,6 +126,8 @@ class Partials:
                 names[f"x{i}_{fn}"] = f"v{i}"
         grouped = pa.table(cols).group_by(list(self.key), use_threads=False).aggregate(specs)
         out = grouped.rename_columns([names.get(c, c) for c in grouped.column_names])
+        for i in self.distinct:
+            out = self._with_count(out, f"d{i}", i, new_pairs if new_pairs is not None else self.pairs(rows))
         for name in [n for n in names.values() if n.startswith("f")]:
             largest = pc.max(pc.abs(out.column(name))).as_py()
             if largest is not None and largest >= _LONG_LIMIT:
@@ -109,6 +138,17 @@ class Partials:
                 )
         return out.select(self.schema.names).cast(self.schema)
 
+    def _with_count(self, out: pa.Table, name: str, i: int, pairs: pa.Table) -> pa.Table:
+        """``out`` with column ``name``: per group, how many of ``pairs`` of count(DISTINCT) ``i`` it has."""
+        mine = pairs.filter(pc.equal(pairs.column("i"), i))
+        counts = mine.group_by(list(self.key), use_threads=False).aggregate([([], "count_all")])
+        joined = out.join(
+            counts.rename_columns([*self.key, name]), keys=list(self.key), join_type="left outer"
+        )
+        return joined.set_column(
+            joined.schema.get_field_index(name), name, pc.fill_null(joined.column(name), 0)
+        )
+
     def result(self, merged: pa.Table, out_schema: pa.Schema) -> tuple[pa.Table, pa.Array]:
         """(the output rows of the merged partials, which of them pass the HAVING comparisons)."""
         values: dict[str, pa.ChunkedArray] = {c: merged.column(k) for k, c in zip(self.key, self.facts.group)}
@@ -117,6 +157,8 @@ class Partials:
                 values[agg.output] = merged.column(ROWS if agg.column is None else f"n{i}")
             elif agg.function == "sum":
                 values[agg.output] = merged.column(f"s{i}")
+            elif agg.function == "count_distinct":
+                values[agg.output] = merged.column(f"d{i}")
             elif agg.function == "avg":
                 count = merged.column(f"n{i}")
                 mean = pc.divide(merged.column(f"s{i}"), pc.cast(count, pa.float64()))
@@ -155,12 +197,24 @@ def log_aggregate_batch(ctx: QueryContext) -> Callable:
     inp = table.inputs[0]
     partials = Partials(facts, spark_to_arrow(struct_of(inp.ddl)))
     state = StateTable(ctx, partials.schema, partials.key, aggregations=partials.merge)
+    # count(DISTINCT): the (group, value) pairs seen, in a second state table
+    seen = (
+        StateTable(ctx, partials.pair_schema, partials.pair_key, part="distinct")
+        if partials.distinct
+        else None
+    )
     out_schema = spark_to_arrow(struct_of(table.ddl))
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
         _begin(ctx, batch_df)
+        if seen is not None and not ctx.store.has_table(seen.name):  # the values seen are lost: rebuild all
+            state.reset()
         fresh = state.ensure()
+        if seen is not None:
+            if fresh:
+                seen.reset()
+            seen.ensure()
         if fresh:  # a new state: built from every input row so far, the output made equal to it
             with ctx.clock.phase("read"):
                 rows = _rows_until_end(ctx, inp, batch_id)
@@ -169,17 +223,27 @@ def log_aggregate_batch(ctx: QueryContext) -> Callable:
         if rows is None or rows.num_rows == 0:
             return
         with ctx.clock.phase("sql"):
-            part = partials.of(rows, table.name)
+            pairs = partials.pairs(rows)
+        if seen is not None and not fresh and pairs.num_rows:  # the pairs no earlier batch had
+            with ctx.clock.phase("read"):
+                known = ctx.store.lookup(seen.name, pairs).select(list(partials.pair_key))
+            pairs = pairs.join(known, keys=list(partials.pair_key), join_type="left anti")
+        with ctx.clock.phase("sql"):
+            part = partials.of(rows, table.name, pairs)
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        if fresh:  # output first, state second: a crash between them rebuilds again
+        if fresh:  # output, then the values seen, then the partials: a crash before the last rebuilds again
             with ctx.clock.phase("sql"):
                 result, passing = partials.result(part, out_schema)
             written = write_output(ctx, output_difference(ctx, result.filter(passing)), batch_id, origin)
             with ctx.clock.phase("write"):
+                if seen is not None:
+                    seen.write(seen.upserts(pairs), batch_id)
                 state.write(state.upserts(part), batch_id)
-        else:  # state first (added once per seq), then the touched groups' merged partials
+        else:  # partials first (added once per seq), the values seen second, then the touched groups
             with ctx.clock.phase("write"):
                 state.write(state.upserts(part), batch_id)
+                if seen is not None:  # a crash before this write: the replay finds the pairs new again,
+                    seen.write(seen.upserts(pairs), batch_id)  # and its partials write is skipped
             with ctx.clock.phase("read"):
                 merged = ctx.store.lookup(state.name, part.select(list(partials.key)))
             with ctx.clock.phase("sql"):

@@ -38,8 +38,8 @@ def log_aggregate_refusal(
             return f"GROUP BY column {column} of type {types.get(column)}"
     for agg in facts.aggregations:
         kind = types.get(agg.column) if agg.column else None
-        if agg.function == "count_distinct":
-            return "count(DISTINCT)"
+        if agg.function == "count_distinct" and kind not in (_GROUPABLE - {"binary"}) | {"decimal"}:
+            return f"count(DISTINCT) of a {kind} column"  # the values seen are kept as text
         if agg.function in ("sum", "avg") and kind not in _INTEGRAL | _FLOATING:
             return f"{agg.function} of a {kind} column"
         if agg.function in ("min", "max") and kind not in _ORDERED | {"decimal"}:

@@ -39,6 +39,7 @@ FACTS = GroupAggregate(
         Aggregation("max", "s", "hi"),
         Aggregation("count", "x", "cx"),
         Aggregation("sum", "x", "sx"),
+        Aggregation("count_distinct", "s", "ds"),
     ),
     having=(Comparison("sx", ">", 0),),
     output=(
@@ -50,6 +51,7 @@ FACTS = GroupAggregate(
         ("hi", "hi"),
         ("cx", "cx"),
         ("sx", "sx"),
+        ("ds", "ds"),
     ),
 )
 INPUT = pa.schema(
@@ -71,6 +73,7 @@ OUTPUT = pa.schema(
         ("hi", pa.string()),
         ("cx", pa.int64()),
         ("sx", pa.float64()),
+        ("ds", pa.int64()),
     ]
 )
 
@@ -111,6 +114,7 @@ def _brute(rows: list[dict]) -> dict:
             "hi": max(ss) if ss else None,
             "cx": len(xs),
             "sx": round(sum(xs), 6) if xs else None,
+            "ds": len(set(ss)),
         }
         out[k] = (row, row["sx"] is not None and row["sx"] > 0)
     return out
@@ -134,10 +138,14 @@ def test_partials_merged_over_batches_equal_a_brute_force_evaluation(seed):
     merger = Merger(meta, partials.schema.names)
     state: dict = {}  # what the store's aggregate merge engine keeps: key -> merged row
     seen: list[dict] = []
+    pairs_seen: set = set()  # what the distinct state table keeps
     for _ in range(6):
         batch = _rows(rng, rng.randrange(1, 40))
         seen += batch.to_pylist()
-        for row in partials.of(batch).to_pylist():
+        pairs = partials.pairs(batch)
+        fresh = [tuple(p.values()) not in pairs_seen for p in pairs.to_pylist()]
+        pairs_seen |= {tuple(p.values()) for p in pairs.to_pylist()}
+        for row in partials.of(batch, "t.x", pairs.filter(pa.array(fresh, pa.bool_()))).to_pylist():
             values = tuple(row[c] for c in partials.schema.names)
             state[row["g0"]] = merger.merge(state.get(row["g0"]), values)
         merged = pa.Table.from_pylist(
@@ -196,10 +204,10 @@ def _struct(ddl: str):
         (FACTS, "k string, i int, x double, t timestamp, s string", ("key",), True, "expectations"),
         (
             GroupAggregate(("k",), (Aggregation("count_distinct", "s", "d"),), (), (("k", "k"), ("d", "d"))),
-            "k string, s string",
+            "k string, s double",
             ("k",),
             False,
-            "count(DISTINCT)",
+            "count(DISTINCT) of a double column",
         ),
     ],
 )
@@ -237,7 +245,8 @@ description: per item, while its signed total is positive
 inputs: [signed]
 ---*/
 SELECT item, count(*) AS n, sum(units) AS units, avg(delta) AS avg_delta, min(ts) AS first_ts,
-       max(user_id) AS last_user, count(delta) AS deltas, sum(delta) AS total
+       max(user_id) AS last_user, count(delta) AS deltas, sum(delta) AS total,
+       count(DISTINCT user_id) AS buyers, count(DISTINCT ts) AS moments
 FROM signed
 GROUP BY item
 HAVING sum(delta) > 0
@@ -255,7 +264,8 @@ LOG_FLOW = flow_head("agg_log, groups entering and leaving a HAVING filter").rep
 )
 ITEMS = (
     "SELECT item, count(*) AS n, sum(units) AS units, avg(delta) AS avg_delta, min(ts) AS first_ts, "
-    "max(user_id) AS last_user, count(delta) AS deltas, sum(delta) AS total FROM ("
+    "max(user_id) AS last_user, count(delta) AS deltas, sum(delta) AS total, "
+    "count(DISTINCT user_id) AS buyers, count(DISTINCT ts) AS moments FROM ("
     "SELECT user_id, item_id AS item, price - 10.0 AS delta, CAST(round(price) AS INT) AS units, "
     "CASE WHEN price >= 1 THEN ts END AS ts FROM raw) "
     "GROUP BY item HAVING sum(delta) > 0"
@@ -308,5 +318,12 @@ def test_agg_log_equals_the_oracle_over_runs_a_lost_state_and_a_replay(spark, pr
         # every group is in the state, whether or not it passes HAVING
         groups = set(project.store.scan("dws.items__state").column("g0").to_pylist())
         assert groups == {json.loads(line)["item_id"] for line in lines}
+        # the distinct (item, user) and (item, ts) pairs seen: each once
+        pairs = project.store.scan("dws.items__distinct__state").to_pylist()
+        assert len({(p["g0"], p["i"], p["v"]) for p in pairs}) == len(pairs)
+        buyers = [a.output for a in items.incremental.aggregations].index("buyers")
+        assert {(p["g0"], p["v"]) for p in pairs if p["i"] == buyers} == {
+            (json.loads(line)["item_id"], json.loads(line)["user_id"]) for line in lines
+        }
     finally:
         project.close()
