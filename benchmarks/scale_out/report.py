@@ -171,7 +171,7 @@ from after its Spark session started to the end of the run (`flow trigger` print
 "Starting run..." to "Run is COMPLETED." in its log (stamped in whole seconds).
 
 * Tidehouse: `tidehouse flow trigger flows/vs_sdp.yaml --until-idle` (benchmarks/vs_sdp_flow, its trigger
-  500 ms and `materializer.max_rows_per_batch` default): every layer drained in order, then one tiering
+  100 ms and `materializer.max_rows_per_batch` default): every layer drained in order, then one tiering
   cycle writes every table into the Iceberg lake — the lake is in the cost. *rows/s into hot* leaves that
   final tiering cycle out (for comparison with vs_sdp's catch-up figure, which is measured at ADS hot).
 * SDP: one `spark-pipelines --remote local[2] run` of benchmarks/sdp_project (as benchmarks/vs_sdp runs
