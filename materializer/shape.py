@@ -197,7 +197,8 @@ def decide(
         )
 
     if (
-        len(appends) == 1
+        merge_engine == "last_row"  # the join's rows replace the output's; another engine would merge them
+        and len(appends) == 1
         and len(lookups) == 1
         and shape.join is not None
         and {shape.join.left, shape.join.right} == {appends[0], lookups[0]}

@@ -261,6 +261,9 @@ def test_a_log_joined_into_a_log_table_keeps_processing_time_lookups():
     assert decide("ads.x", shape, inputs).strategy == "append"  # an append-only output cannot be revised
     assert [e.kind for e in batch_exceptions("append", shape, inputs)] == ["lookup"]
     assert batch_exceptions("join_log", shape, inputs) == ()
+    # a merge engine combines the rows a stateless query writes: the lookup join stays append there
+    merged = decide("ads.x", shape, inputs, primary_key=("order_id",), merge_engine="partial_update")
+    assert merged.strategy == "append"
 
 
 def test_a_refused_join_says_why_in_the_recompute_reason():
