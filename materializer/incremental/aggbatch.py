@@ -15,6 +15,7 @@ from materializer.incremental.common import (
     behind,
     changed_images,
     key_tuples,
+    kv_state_rows,
     write_output,
 )
 from materializer.incremental.facts import GroupAggregate
@@ -168,11 +169,4 @@ def _state_rows(state: StateTable, old, new, changed, groups, per_group) -> pa.T
                 ups[dk] = pickle.dumps(n)
             else:
                 downs.append(dk)
-    parts = []
-    if downs:
-        parts.append(state.deletes(pa.table({"key": pa.array(downs, pa.string())})))
-    if ups:
-        parts.append(
-            state.upserts(pa.table({"key": list(ups), "value": pa.array(list(ups.values()), pa.binary())}))
-        )
-    return pa.concat_tables(parts) if parts else state.upserts(SCHEMA.empty_table())
+    return kv_state_rows(state, ups, downs)
