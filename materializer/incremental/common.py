@@ -192,3 +192,46 @@ def kv_state_rows(state: StateTable, ups: dict[str, bytes], downs: list[str]) ->
             state.upserts(pa.table({"key": list(ups), "value": pa.array(list(ups.values()), pa.binary())}))
         )
     return pa.concat_tables(parts) if parts else state.upserts(state.schema.empty_table())
+
+
+def partition_writes(
+    ctx: QueryContext,
+    session,
+    before: pa.Table | None,
+    after: pa.Table | None,
+    batch_id: int,
+    *,
+    where: str,
+    dup_hint: str,
+    entering_hint: str,
+) -> pa.Table | None:
+    """The output writes that replace ``before`` (the touched partitions' result as the output holds it)
+    with ``after``: deletes of the keys only ``before`` has (and of new violators of an expectation),
+    upserts of the rows ``after`` has new or changed. A key twice in ``after``, or one another partition
+    holds (``where``: what the partitions are), fails the batch."""
+    from materializer.incremental.join import difference
+    from materializer.strategies import apply_expectations
+
+    key = ctx.table.primary_key
+    old_keys = key_tuples(before, key) if before is not None else []
+    new_keys = key_tuples(after, key) if after is not None else []
+    check_one_row_per_key(ctx, new_keys, dup_hint)
+    gone, changed = difference(
+        old_keys,
+        before.to_pylist() if before is not None else [],
+        new_keys,
+        after.to_pylist() if after is not None else [],
+    )
+    entering = [c and k not in set(old_keys) for k, c in zip(new_keys, changed)]
+    check_entering(ctx, after, entering, where, entering_hint)
+    meta = ctx.store.get_table(ctx.table.name)
+    parts = []
+    if any(gone):
+        parts.append(keys_table(meta.schema, before.filter(pa.array(gone, pa.bool_())), key, DELETE))
+    if any(changed):
+        kept, violators = apply_expectations(ctx, session, after.filter(pa.array(changed)), batch_id)
+        if violators.num_rows:
+            parts.append(keys_table(meta.schema, violators, key, DELETE))
+        if kept.num_rows:
+            parts.append(keys_table(meta.schema, kept, key, UPDATE_AFTER))
+    return pa.concat_tables(parts) if parts else None

@@ -20,10 +20,8 @@ from materializer.analyze import struct_of
 from materializer.incremental.common import (
     StateTable,
     behind,
-    check_entering,
-    check_one_row_per_key,
-    key_tuples,
     kv_state_rows,
+    partition_writes,
     write_output,
 )
 from materializer.incremental.join import (
@@ -32,12 +30,10 @@ from materializer.incremental.join import (
     Partitioner,
     Step,
     decode,
-    difference,
     state_entries,
 )
 from materializer.incremental.joinfacts import EquiJoin
 from materializer.incremental.joinsides import side_of
-from materializer.rows import keys_table
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -47,7 +43,6 @@ from materializer.strategies import (
     output_difference,
     run_sql,
 )
-from runtime.core.literals import DELETE, UPDATE_AFTER
 from runtime.spark.types import spark_to_arrow
 from runtime.spark.writer import origin_from_checkpoint
 
@@ -110,45 +105,19 @@ def join_batch(ctx: QueryContext) -> Callable:
         with ctx.clock.phase("read"):
             step = parts.step(changes, load)
         before, after = evaluate(session, step, "before"), evaluate(session, step, "after")
-        writes = _difference(ctx, session, before, after, batch_id)
+        writes = partition_writes(
+            ctx,
+            session,
+            before,
+            after,
+            batch_id,
+            where="join key values",
+            dup_hint="make the primary key the columns that identify one output row",
+            entering_hint="make the primary key the columns that identify one output row (e.g. include a key "
+            "of each joined input)",
+        )
         written = write_output(ctx, writes, batch_id, origin)
         state.write(kv_state_rows(state, *state_entries(step)), batch_id)
         _finish(ctx, started, sum(len(c.keys) for c in changes.values()), written, origin)
 
     return run
-
-
-def _difference(ctx: QueryContext, session, before, after, batch_id: int) -> pa.Table | None:
-    """The output writes that replace the rows of ``before`` (the touched partitions' result as the output
-    holds it) with those of ``after``: deletes of the keys only ``before`` has (and of new violators of an
-    expectation), upserts of the rows ``after`` has new or changed."""
-    table = ctx.table
-    key = table.primary_key
-    old_keys = key_tuples(before, key) if before is not None else []
-    new_keys = key_tuples(after, key) if after is not None else []
-    check_one_row_per_key(ctx, new_keys, "make the primary key the columns that identify one output row")
-    gone, changed = difference(
-        old_keys,
-        before.to_pylist() if before is not None else [],
-        new_keys,
-        after.to_pylist() if after is not None else [],
-    )
-    meta = ctx.store.get_table(table.name)
-    check_entering(
-        ctx,
-        after,
-        [c and k not in set(old_keys) for k, c in zip(new_keys, changed)],
-        "join key values",
-        "make the primary key the columns that identify one output row (e.g. include a key of each joined "
-        "input)",
-    )
-    parts = []
-    if any(gone):
-        parts.append(keys_table(meta.schema, before.filter(pa.array(gone, pa.bool_())), key, DELETE))
-    if any(changed):
-        kept, violators = apply_expectations(ctx, session, after.filter(pa.array(changed)), batch_id)
-        if violators.num_rows:
-            parts.append(keys_table(meta.schema, violators, key, DELETE))
-        if kept.num_rows:
-            parts.append(keys_table(meta.schema, kept, key, UPDATE_AFTER))
-    return pa.concat_tables(parts) if parts else None

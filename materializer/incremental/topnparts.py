@@ -22,17 +22,15 @@ from materializer.incremental.common import (
     StateTable,
     behind,
     changed_images,
-    check_entering,
-    check_one_row_per_key,
     key_tuples,
     kv_state_rows,
     order_indices,
+    partition_writes,
     write_output,
 )
 from materializer.incremental.facts import TopN
-from materializer.incremental.join import SCHEMA, decode, difference
+from materializer.incremental.join import SCHEMA, decode
 from materializer.incremental.topn import Buffer, ranked
-from materializer.rows import keys_table
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -43,7 +41,6 @@ from materializer.strategies import (
     output_difference,
     run_sql,
 )
-from runtime.core.literals import DELETE, UPDATE_AFTER
 from runtime.spark.types import spark_to_arrow
 from runtime.spark.writer import origin_from_checkpoint
 
@@ -148,7 +145,14 @@ def partitioned_topn_batch(ctx: QueryContext) -> Callable:
                 after[name][k] = row
         old = ranker.result(session, [r for rows in before.values() for r in rows.values()])
         new = ranker.result(session, [r for rows in after.values() for r in rows.values()])
-        written = write_output(ctx, _writes(ctx, session, old, new, batch_id), batch_id, origin)
+        written = write_output(
+            ctx,
+            partition_writes(
+                ctx, session, old, new, batch_id, where="partitions", dup_hint=HINT, entering_hint=HINT
+            ),
+            batch_id,
+            origin,
+        )
         ups = {name: pickle.dumps(rows) for name, rows in after.items() if rows}
         downs = [name for name, rows in after.items() if not rows]
         for k in changed:
@@ -164,25 +168,3 @@ def partitioned_topn_batch(ctx: QueryContext) -> Callable:
 
 def _key(row: dict, key: tuple[str, ...]) -> tuple:
     return tuple(row[c] for c in key)
-
-
-def _writes(ctx: QueryContext, session, before: pa.Table, after: pa.Table, batch_id: int) -> pa.Table | None:
-    """Deletes of the output keys only ``before`` has (and of new violators of an expectation), upserts of
-    the rows ``after`` has new or changed."""
-    pk = ctx.table.primary_key
-    old_keys, new_keys = key_tuples(before, pk), key_tuples(after, pk)
-    check_one_row_per_key(ctx, new_keys, HINT)
-    gone, changed = difference(old_keys, before.to_pylist(), new_keys, after.to_pylist())
-    entering = [c and k not in set(old_keys) for k, c in zip(new_keys, changed)]
-    check_entering(ctx, after, entering, "partitions", HINT)
-    meta = ctx.store.get_table(ctx.table.name)
-    parts = []
-    if any(gone):
-        parts.append(keys_table(meta.schema, before.filter(pa.array(gone, pa.bool_())), pk, DELETE))
-    if any(changed):
-        kept, violators = apply_expectations(ctx, session, after.filter(pa.array(changed)), batch_id)
-        if violators.num_rows:
-            parts.append(keys_table(meta.schema, violators, pk, DELETE))
-        if kept.num_rows:
-            parts.append(keys_table(meta.schema, kept, pk, UPDATE_AFTER))
-    return pa.concat_tables(parts) if parts else None
