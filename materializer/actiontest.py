@@ -415,6 +415,8 @@ class _Stream:
                 "params": case.case.params,
                 "primary_key": list(case.case.primary_key),
             }
+            if case.case.lookups is not None:
+                dwd[table]["lookups"] = case.case.lookups
         return {
             "flow": FLOW,
             "description": "The cases of tidehouse test, one DWD table each.",

@@ -322,6 +322,8 @@ def build_plan(
             merge_engine=tspec.merge_engine or DEFAULT_MERGE_ENGINE,
             location=tloc,
             data_path=data_path,
+            lookups_at=tspec.lookups,
+            lookups_location=node_location(location_of, f"{name}.lookups"),
         )
         passthrough = shape.identity and decision.strategy == "append" and len(inputs) == 1
         has_source = any(i.kind == "source" and sources[i.ref.split(":", 1)[1]].quarantines for i in inputs)

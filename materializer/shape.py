@@ -10,7 +10,9 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     Stateless SQL (projection, filter, explode, lookup joins) over exactly one append-only input (a source or
     a log table). Each micro-batch runs the SQL in batch mode over the new rows and appends (log output) or
     upserts (primary-key output) the result. Primary-key inputs are read as *lookups*: their current state
-    at the micro-batch (processing-time semantics, like Flink's lookup join).
+    at the micro-batch (processing-time semantics, like Flink's lookup join) — only when the table says
+    ``lookups: processing_time``; without it a log table may not read primary-key tables, and a primary-key
+    table is ``join_log`` or ``recompute`` (batch semantics).
 ``aggregate``
     A top-level aggregation over one append-only input into a primary-key table: a Spark streaming
     aggregation (output mode ``update``) whose changed groups are upserted per micro-batch. Only when Spark
@@ -152,9 +154,13 @@ def decide(
     merge_engine: str = "last_row",
     location: Location | None = None,
     data_path: str = "driver",
+    lookups_at: str | None = None,
+    lookups_location: Location | None = None,
 ) -> Decision:
     """Pick the strategy for ``table`` or raise ``TidehouseError(SHAPE_UNSUPPORTED)``. ``data_path``
-    (:func:`materializer.plan.data_path_of`): where micro-batches will move their rows."""
+    (:func:`materializer.plan.data_path_of`): where micro-batches will move their rows. ``lookups_at``:
+    the table's ``lookups`` setting — ``"processing_time"`` when the flow asks for processing-time lookups of
+    its primary-key inputs (at ``lookups_location``); ``None`` keeps batch semantics."""
     if not shape.deterministic:
         raise _refuse(
             table,
@@ -183,6 +189,11 @@ def decide(
             location,
         )
 
+    if lookups_at is not None:
+        decision = _processing_time(table, shape, appends, lookups, lookups_location or location)
+        if not is_pk:
+            _decide_log(table, shape, appends, [], location)  # the refusals of any log table
+        return decision
     if not is_pk:
         return _decide_log(table, shape, appends, lookups, location)
 
@@ -196,6 +207,16 @@ def decide(
             location,
         )
 
+    if merge_engine != "last_row" and lookups:
+        raise _refuse(
+            table,
+            f"merge engine '{merge_engine}' combines the rows a stateless query writes, but this one "
+            f"reads primary-key tables ({', '.join(lookups)}) whose later changes would have to revise "
+            "rows already merged",
+            "set 'lookups: processing_time' to join each row with them as they are when its micro-batch "
+            "runs, or use merge_engine: last_row (the join is then kept with batch semantics)",
+            location,
+        )
     if (
         merge_engine == "last_row"  # the join's rows replace the output's; another engine would merge them
         and len(appends) == 1
@@ -210,11 +231,8 @@ def decide(
             f"after each micro-batch, so a change of {lookups[0]} revises the joined rows already written; "
             "O(rows of the touched join keys) per micro-batch",
         )
-    if not (stateful - {"Sort"}) and len(appends) == 1:
-        how = f"stateless over {appends[0]}; upserts each micro-batch's rows"
-        if lookups:
-            how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
-        return Decision("append", how)
+    if not (stateful - {"Sort"}) and len(appends) == 1 and not lookups:
+        return Decision("append", f"stateless over {appends[0]}; upserts each micro-batch's rows")
     if data_path == "driver" and shape.log_aggregate is not None and len(appends) == 1 and not lookups:
         return Decision(
             "agg_log",
@@ -289,10 +307,49 @@ def decide(
     if len(appends) + len(lookups) > 1:
         why.append(f"{len(inputs)} inputs")
     detail = ", ".join(dict.fromkeys(why)) or "not incrementally maintainable"
+    tail = ""
+    if not (stateful - {"Sort"}) and len(appends) == 1 and lookups:
+        tail = (
+            f" (`lookups: processing_time` would make it append, reading {', '.join(lookups)} as of each "
+            "micro-batch)"
+        )
     return Decision(
         "recompute",
         f"{detail}: re-evaluated over the current state of its inputs when they "
-        "change, difference written (O(input) per micro-batch)",
+        f"change, difference written (O(input) per micro-batch){tail}",
+    )
+
+
+def _processing_time(
+    table: str, shape: SqlShape, appends: list[str], lookups: list[str], location: Location | None
+) -> Decision:
+    """``lookups: processing_time``: stateless SQL over one append-only input whose primary-key inputs are
+    read as of each micro-batch (``append``, with the ``lookup`` batch exception); refused where it cannot
+    apply."""
+    if not lookups:
+        raise _refuse(
+            table,
+            "'lookups: processing_time' is set but it reads no primary-key table to look up",
+            "remove the 'lookups' setting",
+            location,
+        )
+    if len(appends) != 1 or shape.stateful - {"Sort"}:
+        what = (
+            f"{len(appends)} append-only inputs"
+            if len(appends) != 1
+            else f"SQL that is not stateless ({', '.join(sorted(shape.stateful))})"
+        )
+        raise _refuse(
+            table,
+            f"'lookups: processing_time' applies to stateless SQL over one append-only input (a source or a "
+            f"log table) that looks up primary-key tables; this table has {what}",
+            "remove the 'lookups' setting (the table then keeps batch semantics)",
+            location,
+        )
+    return Decision(
+        "append",
+        f"stateless over {appends[0]}; {', '.join(lookups)} read as lookups (as of each micro-batch, "
+        "`lookups: processing_time`)",
     )
 
 
@@ -313,8 +370,8 @@ def _decide_log(
             table,
             f"it reads several append-only inputs ({', '.join(appends)}); joining or "
             "merging two streams into a log table is not supported",
-            "make all but one input a primary-key table (read as a lookup), or declare a "
-            "primary_key for this table",
+            "make all but one input a primary-key table (read as a lookup with 'lookups: "
+            "processing_time'), or declare a primary_key for this table",
             location,
         )
     if shape.sort_only:
@@ -347,10 +404,18 @@ def _decide_log(
             "declare a primary_key for this table (it is then recomputed as inputs change)",
             location,
         )
-    how = f"stateless over {appends[0]}; appends each micro-batch's rows"
     if lookups:
-        how += f"; {', '.join(lookups)} read as lookups (current state at each micro-batch)"
-    return Decision("append", how)
+        raise _refuse(
+            table,
+            f"it is a log table (append-only) that reads primary-key tables ({', '.join(lookups)}): a row "
+            "once appended cannot be revised when they change, so it cannot hold the batch result",
+            "declare a primary_key for this table (a join of the log with one primary-key table on equal "
+            "columns is then kept with batch semantics, anything else recomputed), or set "
+            "'lookups: processing_time' to join each row with them as they are when its micro-batch runs "
+            "(a lookup join)",
+            location,
+        )
+    return Decision("append", f"stateless over {appends[0]}; appends each micro-batch's rows")
 
 
 def batch_exceptions(

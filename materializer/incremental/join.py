@@ -9,7 +9,9 @@ a NULL never matches: it is a partition of its own (``n<side><input key>``), its
 The state is a key-value table (``key string, value binary``, pickled values): ``p<side><partition>`` → the
 rows of that side in the partition (``{input key: row}``), ``h<side><input key>`` → the row's partition (its
 *home*, so a row whose join key changes leaves its old partition). Per micro-batch each changed key's last
-image replaces its row: applying an image twice changes nothing.
+image replaces its row: applying an image twice changes nothing. A side whose rows never change (a log
+input's rows of ``join_log``: *fixed*) has no homes: a row enters its partition once, and a replay adds it
+there again under the same key.
 """
 
 from __future__ import annotations
@@ -61,9 +63,12 @@ class Step:
 
 
 class Partitioner:
-    def __init__(self, facts: EquiJoin, primary_keys: dict[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self, facts: EquiJoin, primary_keys: dict[str, tuple[str, ...]], fixed: frozenset[str] = frozenset()
+    ) -> None:
         self.facts = facts
         self.primary_keys = primary_keys
+        self.fixed = fixed  # sides whose rows never change or leave (no homes kept)
         self.join_keys = {"l": [a for a, _ in facts.keys], "r": [b for _, b in facts.keys]}
 
     def members(self, side: str, rows: pa.Table) -> dict[str, tuple[str, dict]]:
@@ -84,7 +89,7 @@ class Partitioner:
     ) -> Step:
         """Load the homes of the changed keys and the partitions they leave or enter (both sides), and apply
         the changes. ``load`` looks state keys up (missing ones absent)."""
-        homes = load([f"h{s}{k}" for s, c in changes.items() for k in c.keys])
+        homes = load([f"h{s}{k}" for s, c in changes.items() if s not in self.fixed for k in c.keys])
         touched = set()
         for s, c in changes.items():
             touched |= {homes[f"h{s}{k}"] for k in c.keys if f"h{s}{k}" in homes}
@@ -101,7 +106,8 @@ class Partitioner:
                 new = c.rows.get(k)
                 if new is not None:
                     after[(s, new[0])][k] = new[1]
-                step.homes[(s, k)] = new[0] if new is not None else None
+                if s not in self.fixed:
+                    step.homes[(s, k)] = new[0] if new is not None else None
         return step
 
     def rebuild(self, rows: dict[str, pa.Table]) -> tuple[dict[str, bytes], Step]:
@@ -111,7 +117,8 @@ class Partitioner:
         for s in SIDES:
             for k, (p, row) in self.members(s, rows[s]).items():
                 after.setdefault((s, p), {})[k] = row
-                homes[(s, k)] = p
+                if s not in self.fixed:
+                    homes[(s, k)] = p
         step = Step({sp: {} for sp in after}, after, homes)
         ups, _ = state_entries(step)
         return ups, step

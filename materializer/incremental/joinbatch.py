@@ -33,7 +33,7 @@ from materializer.incremental.join import (
     state_entries,
 )
 from materializer.incremental.joinfacts import EquiJoin
-from materializer.incremental.joinsides import side_of
+from materializer.incremental.joinsides import LogSide, side_of
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -57,7 +57,8 @@ def join_batch(ctx: QueryContext) -> Callable:
     inputs = {"l": by_name[facts.left], "r": by_name[facts.right]}
     sides = {s: side_of(ctx, inp) for s, inp in inputs.items()}
     schemas = {s: spark_to_arrow(struct_of(inp.ddl)) for s, inp in inputs.items()}
-    parts = Partitioner(facts, {s: side.key for s, side in sides.items()})
+    fixed = frozenset(s for s, side in sides.items() if isinstance(side, LogSide))
+    parts = Partitioner(facts, {s: side.key for s, side in sides.items()}, fixed)
     state = StateTable(ctx, SCHEMA, ("key",))
 
     def load(keys: list[str]) -> dict[str, object]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -119,6 +119,10 @@ class CaseSpec(Spec):
     primary_key: PrimaryKey | None = Field(
         None, description="Primary key of the table under test in this case; `[]` for a log table."
     )
+    lookups: Literal["processing_time"] | None = Field(
+        None,
+        description="`processing_time` to look up the primary-key inputs in this case (default: the file's).",
+    )
     runs: Annotated[int, Field(strict=True, ge=1, le=MAX_RUNS)] | None = Field(
         None,
         description=f"How many `--until-idle` runs the stream run feeds the rows in "
@@ -145,6 +149,12 @@ class ActionTestSpec(Spec):
         (),
         description="Primary key of the table under test (as a flow would declare it); needed when the "
         "action aggregates, ranks or joins primary-key inputs.",
+    )
+    lookups: Literal["processing_time"] | None = Field(
+        None,
+        description="`processing_time` when the table under test looks its primary-key inputs up as a flow "
+        "would with `lookups: processing_time` (each fact joined with them as they are when its run reads "
+        "it); needed by a log table that reads primary-key inputs.",
     )
     tolerance: Tolerance = Field(
         DEFAULT_TOLERANCE,
@@ -244,6 +254,7 @@ class ActionTestCase:
     primary_key_location: Location
     runs: int
     tolerance: float
+    lookups: str | None = None  # "processing_time": the table under test looks its primary-key inputs up
 
     @property
     def id(self) -> str:

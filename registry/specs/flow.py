@@ -189,6 +189,13 @@ class TableSpec(Spec):
         "it; default: the flow's (none). Not below the tiering "
         "interval.",
     )
+    lookups: Literal["processing_time"] | None = Field(
+        None,
+        description="'processing_time': join each row of the table's one append-only input with its "
+        "primary-key inputs as they are when its micro-batch runs (a lookup join): a later change of them "
+        "does not revise rows already written. Default: batch semantics (a log table cannot read primary-key "
+        "tables without it).",
+    )
     expect: tuple[ExpectSpec, ...] = Field((), description="Data-quality rules checked on every row.")
     tags: Annotated[tuple[Identifier, ...], listed_once("tag")] = Field(
         (),

@@ -276,6 +276,7 @@ class _CaseBuilder:
             primary_key_location=self.doc.location(pk_at),
             runs=runs,
             tolerance=case.tolerance if case.tolerance is not None else self.spec.tolerance,
+            lookups=case.lookups if case.lookups is not None else self.spec.lookups,
         )
 
     def _check_params(self, case: CaseSpec, base: tuple) -> None:

@@ -98,6 +98,7 @@ layers:
       action: enrich_by_lookup
       inputs: {facts: dwd.orders_typed, lookup: dws.first_touch}
       params: {key: customer_id}
+      lookups: processing_time
     attributed:
       action: attribute_orders
       inputs: {orders: dwd.orders, first_touches: dws.first_touch}

@@ -30,7 +30,10 @@ layers:
         - {name: not_u0, condition: "user_id <> 'u0'", on_violation: drop}
   dws:
     user_activity: {action: t_count, inputs: {events: dwd.clicks}, primary_key: [user_id]}
-    enriched: {action: t_enrich, inputs: {events: dwd.clicks, activity: dws.user_activity}}
+    enriched:
+      action: t_enrich
+      inputs: {events: dwd.clicks, activity: dws.user_activity}
+      lookups: processing_time
 """
 
 

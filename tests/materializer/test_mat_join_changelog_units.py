@@ -69,11 +69,14 @@ def _random_row(rng, side: str, i: int) -> dict:
 
 @pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("composite", [False, True])
-def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite):
+@pytest.mark.parametrize("fixed_left", [False, True])
+def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, fixed_left):
+    """``fixed_left``: the left side only gains rows that never change (join_log's log), no homes."""
     rng = random.Random(seed)
     keys = (("k", "k"), ("k2", "j")) if composite else (("k", "k"),)
     facts = EquiJoin(kind, "a", "b", keys)
-    parts = Partitioner(facts, {"l": ("id",), "r": ("rid",)})
+    fixed = frozenset({"l"} if fixed_left else ())
+    parts = Partitioner(facts, {"l": ("id",), "r": ("rid",)}, fixed)
     state = {"l": {}, "r": {}}  # the inputs' current rows by id
     kv, output = Kv(), {}
     moves = deletes = 0
@@ -84,6 +87,11 @@ def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite):
                 continue  # a batch may change one side only
             changed = set()
             for _ in range(rng.randrange(1, 6)):
+                if side in fixed:  # a new row, never changed after
+                    i = len(state[side])
+                    state[side][i] = _random_row(rng, side, i)
+                    changed.add(i)
+                    continue
                 i = rng.randrange(25)
                 changed.add(i)
                 if i in state[side] and rng.random() < 0.3:
@@ -127,6 +135,7 @@ def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite):
             assert rebuilt.data.keys() == kv.data.keys()
             assert all(pickle.loads(kv.data[k]) == pickle.loads(v) for k, v in rebuilt.data.items())
     assert moves and deletes  # rows changed join key, rows were deleted
+    assert not fixed_left or not [k for k in kv.data if k.startswith("hl")]  # no homes of fixed rows
 
 
 def test_state_holds_only_live_rows():
@@ -253,16 +262,29 @@ def test_decide_keeps_equi_joins_of_two_primary_key_tables(inputs, expected):
         )
 
 
-def test_a_log_joined_into_a_log_table_keeps_processing_time_lookups():
+def test_a_log_joined_into_a_log_table_needs_processing_time_lookups_asked_for():
     from materializer.shape import SqlShape, batch_exceptions, decide
+    from runtime.core.errors import TidehouseError
 
     shape = SqlShape(frozenset({"Project", "Join", "SubqueryAlias", "View"}), "Join", join=JOIN)
     inputs = [("orders", "log"), ("customers", "primary_key")]
-    assert decide("ads.x", shape, inputs).strategy == "append"  # an append-only output cannot be revised
+    with pytest.raises(TidehouseError, match="cannot be revised"):  # an append-only output
+        decide("ads.x", shape, inputs)
+    asked = decide("ads.x", shape, inputs, lookups_at="processing_time")
+    assert asked.strategy == "append"
     assert [e.kind for e in batch_exceptions("append", shape, inputs)] == ["lookup"]
     assert batch_exceptions("join_log", shape, inputs) == ()
-    # a merge engine combines the rows a stateless query writes: the lookup join stays append there
-    merged = decide("ads.x", shape, inputs, primary_key=("order_id",), merge_engine="partial_update")
+    # a merge engine combines the rows a stateless query writes: a lookup join there only when asked for
+    with pytest.raises(TidehouseError, match="merge engine 'partial_update'"):
+        decide("ads.x", shape, inputs, primary_key=("order_id",), merge_engine="partial_update")
+    merged = decide(
+        "ads.x",
+        shape,
+        inputs,
+        primary_key=("order_id",),
+        merge_engine="partial_update",
+        lookups_at="processing_time",
+    )
     assert merged.strategy == "append"
 
 

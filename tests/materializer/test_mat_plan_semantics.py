@@ -49,6 +49,7 @@ layers:
     enriched:
       action: t_enrich
       inputs: {events: dwd.clicks, activity: dws.user_activity}
+      lookups: processing_time
 """
 
 
@@ -107,6 +108,28 @@ def test_plan_names_the_tables_that_differ_from_batch(spark, project_dir, run_cl
     assert 'ads_enriched["ads.enriched<br/>log · append<br/>≠ batch: lookup"]' in out
     assert 'dws_per_minute["dws.per_minute<br/>primary_key · aggregate<br/>≠ batch: watermark"]' in out
     assert 'dws_user_activity["dws.user_activity<br/>primary_key · agg_log"]' in out  # driver path
+
+
+def test_processing_time_lookups_are_asked_for_by_the_flow(spark, project_dir, run_cli):
+    """A log table that reads a primary-key table is refused (exit 2, the table's file and line) unless it
+    says `lookups: processing_time`; the setting where it cannot apply is refused at its own line."""
+    without = SEMANTIC_FLOW.replace("      lookups: processing_time\n", "")
+    path, project = _project(project_dir, flow=without)
+    project.close()
+    code, _, err = run_cli("flow", "plan", str(path))
+    assert code == 2 and "Traceback" not in err
+    line = without.splitlines().index("    enriched:") + 2  # the table's mapping (its first key, action:)
+    assert f"testflow.yaml:{line}:" in err and "ads.enriched" in err
+    assert "lookups: processing_time" in err and "primary_key" in err
+    misplaced = SEMANTIC_FLOW.replace(
+        "      params: {key: user_id, gap: 5 minutes}\n",
+        "      params: {key: user_id, gap: 5 minutes}\n      lookups: processing_time\n",
+    )
+    path.write_text(misplaced)
+    code, _, err = run_cli("flow", "plan", str(path))
+    line = misplaced.splitlines().index("      params: {key: user_id, gap: 5 minutes}") + 2
+    assert code == 2 and f"testflow.yaml:{line}:" in err, err
+    assert "dws.sessions" in err and "reads no primary-key table" in err
 
 
 def test_batch_exceptions_do_not_change_fingerprints(spark, project_dir):

@@ -3,7 +3,7 @@
 import pytest
 
 from materializer.shape import SqlShape, batch_exceptions, decide
-from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 
 def shape(*nodes, top="Project", deterministic=True, distinct=False):
@@ -19,7 +19,7 @@ CASES = [
     # (shape, inputs, primary key, expected strategy)
     (shape("Filter", top="Filter"), LOG, (), "append"),
     (shape("Filter", top="Filter"), SRC, (), "append"),
-    (shape("Join", "Filter", top="Join"), LOG + PK, (), "append"),
+    (shape("Join", "Filter", top="Join"), LOG + PK, ("id",), "recompute"),  # no equi-join facts: batch-exact
     (shape("Filter"), LOG, ("id",), "append"),
     (shape("Aggregate", top="Aggregate"), LOG, ("user_id",), "aggregate"),
     (shape("Aggregate", "Filter", top="Filter"), LOG, ("user_id",), "recompute"),  # HAVING
@@ -45,6 +45,7 @@ REFUSED = [
     (shape("Join"), LOG + [("other", "log")], (), "several append-only"),
     (shape("Project", deterministic=False), LOG, (), "non-deterministic"),
     (shape("Window"), LOG, (), "primary_key"),
+    (shape("Join", "Filter", top="Join"), LOG + PK, (), "lookups: processing_time"),
 ]
 
 
@@ -71,6 +72,39 @@ def test_sources_are_only_ingested():
         decide("ods.x", shape("Aggregate", top="Aggregate"), SRC, primary_key=("k",))
     assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
     assert "ingest" in err.value.hint
+
+
+# -- processing-time lookups only where a flow asks for them -----------------------------------------------
+
+
+def test_processing_time_lookups_are_an_explicit_choice():
+    join = shape("Join", "Filter", top="Join")
+    for pk in ((), ("id",)):  # a log table, and a primary-key table otherwise recomputed
+        decision = decide("t.x", join, LOG + PK, primary_key=pk, lookups_at="processing_time")
+        assert decision.strategy == "append" and "lookups: processing_time" in decision.reason
+        assert [e.kind for e in batch_exceptions(decision.strategy, join, LOG + PK)] == ["lookup"]
+    # without it, a primary-key table keeps batch semantics, and the reason names the choice
+    recomputed = decide("t.x", join, LOG + PK, primary_key=("id",))
+    assert recomputed.strategy == "recompute" and "lookups: processing_time" in recomputed.reason
+
+
+@pytest.mark.parametrize(
+    "sql_shape,inputs,pk,words",
+    [
+        (shape("Filter"), LOG, (), "reads no primary-key table"),  # nothing to look up
+        (shape("Aggregate", top="Aggregate"), LOG + PK, ("k",), "not stateless (Aggregate)"),
+        (shape("Join"), PK + [("dim", "primary_key")], ("k",), "0 append-only inputs"),
+        (shape("Join", "Sort"), LOG + PK, (), "ORDER BY"),  # a log table's own refusals still apply
+    ],
+)
+def test_processing_time_lookups_that_cannot_apply_are_refused(sql_shape, inputs, pk, words):
+    where = Location("flow.yaml", 7, 5, "layers.dwd.x.lookups")
+    with pytest.raises(TidehouseError) as err:
+        decide("t.x", sql_shape, inputs, primary_key=pk, lookups_at="processing_time", lookups_location=where)
+    assert err.value.code == ErrorCode.SHAPE_UNSUPPORTED
+    assert words in err.value.render()
+    if "ORDER BY" not in words:
+        assert err.value.location == where
 
 
 # -- what Spark cannot run as a streaming aggregation is recomputed, never started -------------------------
