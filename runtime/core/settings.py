@@ -209,6 +209,15 @@ SETTINGS: tuple[Setting, ...] = (
         parse_duration,
     ),
     Setting(
+        "storage.state_snapshot_rows",
+        10_000,
+        "On an object-store root (s3://): snapshot a bucket of a query's private state (<table>__state) once "
+        "its changelog since the last snapshot has at least this many rows, and as many as the state holds; "
+        "retention then deletes that changelog below the snapshot (docs/architecture.md, Retention of state "
+        "tables). Unused with a local root, whose state is durable on its disk.",
+        _int,
+    ),
+    Setting(
         "lake.catalog",
         {},
         "pyiceberg catalog properties (type: rest|glue|hive|sql, uri, warehouse, "

@@ -20,6 +20,12 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
   unchanged, so it cannot hide a concurrent tiering commit.
 * **Trim the hot log.** Hot segments that end at or before the lake's offsets (fully tiered) and are older
   than ``storage.retention`` are deleted with ``store.delete_before``.
+* **Trim the table's private state** (after every cycle, also one with nothing to tier: a state changes in
+  micro-batches that leave the table's rows as they were). The state tables of the query that writes the table
+  (``<table>__...__state``, never tiered, never streamed) are trimmed by age below what their state's
+  checkpoint covers: the whole changelog on the local store (its RocksDB state is durable), the state's
+  latest snapshot on the object store, which takes one when the changelog since the last outgrew the state
+  (docs/architecture.md, "Retention of state tables").
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from runtime.core.errors import TidehouseError
+from runtime.core.literals import is_internal_table
 from runtime.core.settings import default
 from runtime.lake.apply import LakeTransaction, overwrite_producer, write_files
 from runtime.lake.state import OFFSETS_PROPERTY, lake_offsets, offsets_json
@@ -200,6 +207,19 @@ def trim_hot(store: TableStore, meta: TableMeta, offsets: list[int], retention_s
     return deleted
 
 
+def trim_state(store: TableStore, name: str, retention_s: float) -> int:
+    """Trim the changelogs of table ``name``'s private state tables by age, below what their state's
+    checkpoint covers (``store.checkpoint_state``, which may snapshot the state first)."""
+    older_than = time.time() - retention_s
+    deleted = 0
+    for state in store.list_tables():
+        if is_internal_table(state) and state.startswith(f"{name}__"):
+            for bucket, covered in enumerate(store.checkpoint_state(state)):
+                if covered > 0:
+                    deleted += store.delete_before(state, bucket, covered, older_than=older_than)
+    return deleted
+
+
 def maintain_table(
     store: TableStore, lake: Lake, meta: TableMeta, table: Table, offsets: list[int]
 ) -> list[str]:
@@ -226,4 +246,15 @@ def maintain_table(
             notes.append(f"deleted {segments} hot segments")
     except TidehouseError as exc:
         log.warning("hot retention of %s skipped: %s", meta.name, exc)
-    return notes
+    return notes + maintain_state(store, lake, meta.name)
+
+
+def maintain_state(store: TableStore, lake: Lake, name: str) -> list[str]:
+    """Trim the private state of the query writing ``name``: after every cycle of the table, committed or not
+    (a top-N's state changes in micro-batches that leave its output as it was). Failures are logged."""
+    try:
+        segments = trim_state(store, name, lake.retention_s)
+    except TidehouseError as exc:
+        log.warning("state retention of %s skipped: %s", name, exc)
+        return []
+    return [f"deleted {segments} state segments"] if segments else []

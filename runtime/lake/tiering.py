@@ -4,7 +4,8 @@ Protocol (after Apache Fluss's tiering service; the lake commit is the only comm
 
 1. Take the table's tiering lock (``flock`` under ``<home>/run/tiering/``; released if the process dies).
 2. Load the lake table and read the offsets its latest snapshot covers (``tidehouse.offsets``); read the hot
-   end offsets. Equal: nothing to do, no commit, no cost beyond two reads.
+   end offsets. Equal: nothing to tier, no commit, no cost beyond two reads (and the trimming of the table's
+   private state, :func:`runtime.lake.maintenance.maintain_state`).
 3. Read the hot log range ``[lake offsets, end offsets)`` of every bucket; log tables append it, primary-key
    tables apply it as a changelog (:mod:`runtime.lake.apply`), in ONE snapshot whose summary records the end
    offsets.
@@ -157,6 +158,11 @@ def tier_table(
             ends = store.end_offsets(table_name)
             _check_ranges(meta, before, ends)
             if before == ends:
+                notes: tuple[str, ...] = ()
+                if maintain:  # the table's private state changes even when its rows do not
+                    from runtime.lake.maintenance import maintain_state
+
+                    notes = tuple(maintain_state(store, lake, table_name))
                 result = CycleResult(
                     table_name,
                     0,
@@ -168,6 +174,7 @@ def tier_table(
                     0.0,
                     0.0,
                     attempt,
+                    notes,
                 )
                 break
             since = pending_since(store, table_name, before, ends)
@@ -200,7 +207,7 @@ def tier_table(
                 time.sleep(random.uniform(0.01, 0.05) * attempt)  # de-synchronise competing writers
                 continue
             now = time.time()
-            notes: tuple[str, ...] = ()
+            notes = ()
             if maintain:
                 from runtime.lake.maintenance import maintain_table
 

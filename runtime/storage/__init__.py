@@ -30,8 +30,9 @@ def open_configured(
 ) -> TableStore:
     """The hot store of a project configuration: ``storage.root`` with the settings it takes
     (``storage.fsync`` unless ``fsync`` is given, ``storage.segment_bytes``, ``storage.metastore``,
-    ``storage.s3``). The one way a project's store is opened — by the façade and by the Spark data source's
-    Python workers alike; both inject the lake as ``bootstrap`` (the storage layer does not know the lake)."""
+    ``storage.s3``, ``storage.state_snapshot_rows``). The one way a project's store is opened — by the
+    façade and by the Spark data source's Python workers alike; both inject the lake as ``bootstrap`` (the
+    storage layer does not know the lake)."""
     return open_store(
         config.storage_root,
         fsync=config.get("storage.fsync") if fsync is None else fsync,
@@ -40,6 +41,7 @@ def open_configured(
         s3=config.get("storage.s3"),
         bootstrap=bootstrap,
         shared_writers=shared_writers,
+        state_snapshot_rows=config.get("storage.state_snapshot_rows"),
     )
 
 
@@ -52,6 +54,7 @@ def open_store(
     s3: Mapping[str, Any] | None = None,
     bootstrap: Bootstrap | None = None,
     shared_writers: bool = False,
+    state_snapshot_rows: int = default("storage.state_snapshot_rows"),
 ) -> TableStore:
     """The table store for a storage root, chosen by its scheme.
 
@@ -82,6 +85,7 @@ def open_store(
             fsync=fsync,
             bootstrap=bootstrap,
             shared_writers=shared_writers,
+            snapshot_min_rows=state_snapshot_rows,
         )
     try:
         path = local_path(text)

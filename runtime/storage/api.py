@@ -247,6 +247,13 @@ class TableStore(abc.ABC):
         Never deletes what a primary-key table's key-value state has not applied yet, and keeps every
         writer's last ``seq`` (idempotency outlives the deleted frames)."""
 
+    def checkpoint_state(self, name: str) -> list[int]:
+        """Per bucket, the offset below which primary-key table ``name``'s changelog is no longer needed to
+        rebuild its key-value state, snapshotting the state first where the store keeps snapshots of its own.
+        What retention of a changelog nobody streams (a query's private state) may delete. Default: nothing
+        (all zeros)."""
+        return [0] * len(self.end_offsets(name))
+
     def close(self) -> None:  # noqa: B027 - optional hook: a store holding nothing has nothing to release
         """Release file handles and key-value stores."""
 

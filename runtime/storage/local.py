@@ -417,6 +417,11 @@ class LocalTableStore(TableStore):
         )
 
     # -- housekeeping -------------------------------------------------------------------------------
+    def checkpoint_state(self, name: str) -> list[int]:
+        """The key-value state (RocksDB, with the offset it applied) is durable on its own: it covers the
+        whole changelog (``delete_before`` still never deletes what it has not applied)."""
+        return self.end_offsets(name)
+
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         table = self._table(name)
         log = self._bucket_log(table, bucket)

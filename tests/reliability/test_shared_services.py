@@ -4,7 +4,9 @@ checkpoints stay on the local disk (docs/operations.md). Over a first run, a run
 while it works, and a run that resumes with more input, every table — hot (``project.query``: lake + hot
 tail) and lake (plain pyiceberg with the printed catalog settings) — equals the batch oracle as a multiset.
 Retention (1 s) trims the hot log behind tiering, so the restarted writers rebuild their primary-key state
-from the lake snapshot.
+from the lake snapshot — and the queries' private state tables (never tiered) behind their own state
+snapshots (``storage.state_snapshot_rows: 1``: one whenever the changelog outgrew the state), which the
+restarted queries load.
 
 And ``tidehouse info`` masks every secret of those settings.
 """
@@ -21,6 +23,7 @@ import time
 
 import pytest
 
+from runtime.core.literals import is_internal_table
 from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
 from tests.reliability._project import cli
 from tests.services import shared_settings, write_project_file
@@ -102,7 +105,9 @@ def test_four_layer_flow_on_seaweedfs_rest_catalog_and_postgres_survives_kill_9(
     from runtime.project import Project
 
     settings = shared_settings(seaweedfs, postgres)
-    write_project_file(project_dir, settings, {"storage": {"fsync": False, "retention": "1s"}})
+    write_project_file(
+        project_dir, settings, {"storage": {"fsync": False, "retention": "1s", "state_snapshot_rows": 1}}
+    )
     path = write_project(project_dir)
     rng = random.Random(seed)
     lines = make_events(rng, 150, users=20)
@@ -122,6 +127,9 @@ def test_four_layer_flow_on_seaweedfs_rest_catalog_and_postgres_survives_kill_9(
         write_batch(project_dir, "run3", more)
         project.trigger("testflow", until_idle=True, spark=spark)  # run 3 resumes where run 2 died
         assert min(project.store.start_offsets("dws.user_activity")) > 0  # its changelog was trimmed
+        states = [n for n in project.store.list_tables() if is_internal_table(n)]
+        trimmed = [n for n in states if min(project.store.start_offsets(n)) > 0]
+        assert trimmed, f"no state table trimmed behind a snapshot: {states}"
         _assert_oracle(project, lines, "run 3 after the kill")
         versions = project.flow_versions("testflow")
         assert [v.version for v in versions] == [1]  # registered once, in PostgreSQL, across the runs

@@ -211,3 +211,116 @@ def _bucket(store, key: str) -> int:
     from runtime.storage import bucket_of
 
     return int(bucket_of(pa.table({"k": [key]}), ["k"], 2).to_pylist()[0])
+
+
+# -- state snapshots: a query's state table trimmed below a snapshot of its own ----------------------------
+
+
+def _state_table(store, name: str = "dws.p__state") -> None:
+    store.create_table(TableMeta(name, SCHEMA, kind="primary_key", primary_key=("k",)))
+
+
+def _state_rows(i: int, keys: int = 30) -> pa.Table:
+    return pa.table(
+        {"k": [f"k{(i * 7 + j) % keys}" for j in range(10)], "a": [i * 100 + j for j in range(10)]}
+    )
+
+
+def _snapshots(tmp_path) -> list:
+    return sorted(p for p in (tmp_path / "obj").rglob("*.thd") if p.parent.name == "snapshots")
+
+
+def _sorted_scan(store, name: str = "dws.p__state") -> list:
+    return sorted(store.scan(name).to_pylist(), key=lambda r: r["k"])
+
+
+def test_a_state_table_is_trimmed_only_below_its_own_snapshot(tmp_path):
+    """checkpoint_state snapshots a bucket once its changelog since the last snapshot is as long as the state;
+    delete_before of a state table never goes past the snapshot, whatever it is asked; a cold store rebuilds
+    the state from the snapshot plus the changelog after it; a newer snapshot replaces (and deletes) the old
+    object."""
+    # a lake bootstrap (which has no state table), and storage.state_snapshot_rows: 20
+    store = _store(tmp_path, bootstrap=lambda meta, bucket: None, snapshot_min_rows=20)
+    _state_table(store)
+    for i in range(4):
+        store.write("dws.p__state", _state_rows(i), writer="w", seq=i)
+    end = store.end_offsets("dws.p__state")[0]
+    later = time.time() + 3600
+    assert store.delete_before("dws.p__state", 0, end, older_than=later) == 0  # no snapshot: nothing goes
+    assert store.checkpoint_state("dws.p__state") == [end]  # changelog >= state rows (30) and >= 20
+    (first,) = _snapshots(tmp_path)
+    store.write("dws.p__state", _state_rows(9), writer="w", seq=9)
+    now = store.end_offsets("dws.p__state")[0]
+    assert store.delete_before("dws.p__state", 0, now, older_than=later) > 0  # capped at the snapshot
+    assert store.start_offsets("dws.p__state") == [end]
+    expected = _sorted_scan(store)
+    assert _sorted_scan(_store(tmp_path)) == expected  # a cold cache: snapshot + tail
+    assert store.checkpoint_state("dws.p__state") == [end]  # 10 new changelog rows: below the thresholds
+    for i in range(10, 16):
+        store.write("dws.p__state", _state_rows(i), writer="w", seq=i)
+    expected = _sorted_scan(store)
+    cold = _store(tmp_path)
+    cold.snapshot_min_rows = 20
+    assert _sorted_scan(cold) == expected  # snapshot + a tail of several writes
+    end2 = store.end_offsets("dws.p__state")[0]
+    assert cold.checkpoint_state("dws.p__state") == [end2]  # any instance may snapshot
+    (second,) = _snapshots(tmp_path)
+    assert second != first  # the replaced object is deleted
+    assert cold.delete_before("dws.p__state", 0, end2, older_than=later) > 0
+    assert _sorted_scan(_store(tmp_path)) == expected
+    store.write("dws.p__state", _state_rows(20), writer="w", seq=20)  # the old writer's cache follows
+    assert _sorted_scan(_store(tmp_path)) == _sorted_scan(store)
+
+
+def test_a_snapshot_that_lost_or_was_never_registered_is_garbage(tmp_path):
+    store = _store(tmp_path)
+    store.snapshot_min_rows = 1
+    _state_table(store)
+    store.write("dws.p__state", _state_rows(0), writer="w", seq=0)
+    inc = store._table("dws.p__state").incarnation
+    end = store.end_offsets("dws.p__state")[0]
+    assert store.checkpoint_state("dws.p__state") == [end]
+    (kept,) = _snapshots(tmp_path)
+    # a crash between the put and the registration leaves an orphan; a snapshot at an offset not beyond the
+    # registered one loses the registration
+    orphan = tmp_path / "obj" / "dws" / "p__state" / inc / "snapshots" / "0-orphan.thd"
+    orphan.write_bytes(b"never registered")
+    assert store.metastore.register_snapshot(inc, 0, end, "other") == "other"
+    assert store.collect_garbage("dws.p__state", grace=0) == 1
+    assert _snapshots(tmp_path) == [kept]
+    store.drop_table("dws.p__state")  # the drop deletes its folder; a leftover of it is garbage
+    assert _snapshots(tmp_path) == []
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"left by a crash during the drop")
+    assert store.collect_garbage(grace=0) == 1
+    assert _snapshots(tmp_path) == []
+
+
+def test_a_snapshot_replaced_between_its_registration_and_its_read_is_loaded_again(tmp_path, monkeypatch):
+    store = _store(tmp_path)
+    store.snapshot_min_rows = 1
+    _state_table(store)
+    for i in range(3):
+        store.write("dws.p__state", _state_rows(i), writer="w", seq=i)
+    store.checkpoint_state("dws.p__state")
+    store.delete_before("dws.p__state", 0, 10**9, older_than=time.time() + 3600)
+    expected = _sorted_scan(store)
+    cold = _store(tmp_path)
+    real = cold.metastore.snapshot
+    calls = []
+
+    def stale(incarnation, bucket):  # the first read names an object a newer snapshot already replaced
+        calls.append(bucket)
+        got = real(incarnation, bucket)
+        return (got[0] - 5, got[1] + ".gone") if len(calls) == 1 else got
+
+    monkeypatch.setattr(cold.metastore, "snapshot", stale)
+    assert _sorted_scan(cold) == expected
+    assert len(calls) >= 2
+
+
+def test_a_log_table_has_no_state_to_checkpoint(tmp_path):
+    store = _store(tmp_path)
+    store.create_table(log_meta())
+    with pytest.raises(TidehouseError, match="no state"):
+        store.checkpoint_state("ods.events")

@@ -230,3 +230,34 @@ def test_start_offsets_name_the_earliest_readable_offset_after_retention(tmp_pat
     assert read_all(s, "ods.events", start=first).num_rows == 300 - first
     with pytest.raises(TidehouseError):
         list(s.read("ods.events", 0, first - 1))
+
+
+def test_private_state_is_trimmed_by_age_below_what_its_state_covers(tmp_path):
+    """maintenance.trim_state: a query's state tables (never tiered) lose old segments on the local store,
+    whose key-value state covers the whole changelog; the table's other tables are left alone, and a store
+    whose checkpoint covers nothing trims nothing."""
+    from runtime.lake.maintenance import trim_state
+
+    root = tmp_path / "hot"
+    s = open_store(str(root), fsync=False, segment_bytes=2048)
+    for name in ("dws.p__state", "dws.p__distinct__state", "dws.pq__state", "dws.p__x"):
+        s.create_table(TableMeta(name, LOG_SCHEMA, kind="primary_key", primary_key=("id",)))
+        for i in range(20):
+            s.write(name, rows(i, 10), writer="w", seq=i)
+    expected = sorted(s.scan("dws.p__state").to_pylist(), key=lambda r: r["id"])
+    assert s.checkpoint_state("dws.p__state") == s.end_offsets("dws.p__state")
+    before = {name: _segments(root, name) for name in s.list_tables()}
+    assert all(len(segs) > 4 for segs in before.values())
+    assert trim_state(s, "dws.p", retention_s=3600.0) == 0  # nothing that old
+    assert trim_state(s, "dws.p", retention_s=-LATER) > 0
+    after = {name: _segments(root, name) for name in s.list_tables()}
+    assert len(after["dws.p__state"]) < len(before["dws.p__state"])
+    assert len(after["dws.p__distinct__state"]) < len(before["dws.p__distinct__state"])
+    assert after["dws.pq__state"] == before["dws.pq__state"]  # another table's state
+    assert after["dws.p__x"] == before["dws.p__x"]  # not a state table
+    s.close()
+    again = open_store(str(root))  # the state survives its trimmed changelog
+    assert sorted(again.scan("dws.p__state").to_pylist(), key=lambda r: r["id"]) == expected
+    again.checkpoint_state = lambda name: [0] * len(again.end_offsets(name))  # TableStore's default
+    assert trim_state(again, "dws.pq", retention_s=-LATER) == 0
+    again.close()

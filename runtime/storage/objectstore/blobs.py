@@ -6,7 +6,9 @@ attempt (``<µs since epoch, hex>-<uuid4>.thd``) and it is never overwritten or 
 part visible is its frame row in the metastore, which records the part's byte range and CRC-32; the object
 itself carries no offsets (they are assigned in the commit transaction, after the put).
 
-Layout under the root: ``<layer>/<name>/<incarnation>/data/<object>.thd``.
+Layout under the root: ``<layer>/<name>/<incarnation>/data/<object>.thd``; the state snapshots of a
+primary-key table (docs/architecture.md, "Retention of state tables") under
+``<layer>/<name>/<incarnation>/snapshots/<bucket>-<offset>-<uuid>.thd``.
 """
 
 from __future__ import annotations
@@ -123,6 +125,27 @@ def object_dir(base: str, table: str, incarnation: str) -> str:
 
 def new_object_name(base: str, table: str, incarnation: str) -> str:
     return f"{object_dir(base, table, incarnation)}/{time.time_ns() // 1000:016x}-{uuid.uuid4().hex}{SUFFIX}"
+
+
+def snapshot_dir(base: str, table: str, incarnation: str) -> str:
+    layer, name = table.split(".", 1)
+    return f"{base}/{layer}/{name}/{incarnation}/snapshots"
+
+
+def new_snapshot_name(base: str, table: str, incarnation: str, bucket: int, offset: int) -> str:
+    return f"{snapshot_dir(base, table, incarnation)}/{bucket}-{offset:020d}-{uuid.uuid4().hex}{SUFFIX}"
+
+
+def encode_table(table: pa.Table) -> pa.Buffer:
+    """A state snapshot object: one Arrow IPC stream of the rows (read back with :func:`decode_table`)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def decode_table(buf: pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(buf).read_all()
 
 
 def encode(batches: Sequence[pa.RecordBatch]) -> tuple[pa.Buffer, list[Part]]:

@@ -3,7 +3,9 @@
 ``th_tables`` (a table's definition document per storage root and name, with its incarnation and a version
 for compare-and-set), ``th_buckets`` (per bucket: end offset, retention watermark, fencing epoch and owner),
 ``th_frames`` (the committed frames: offsets, the data object and the part of it that holds the frame) and
-``th_writers`` (the last seq of each writer per bucket: idempotency outlives retention).
+``th_writers`` (the last seq of each writer per bucket: idempotency outlives retention) and ``th_snapshots``
+(per bucket of a primary-key table that has one: the object holding a snapshot of its state and the offset
+it reflects; docs/architecture.md, "Retention of state tables").
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ WRITERS = sa.Table(
     sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("writer", sa.String(1024), primary_key=True),
     sa.Column("seq", sa.BigInteger, nullable=False),
+)
+
+SNAPSHOTS = sa.Table(
+    "th_snapshots",
+    METADATA,
+    sa.Column("incarnation", sa.String(32), primary_key=True),
+    sa.Column("bucket", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("end_offset", sa.BigInteger, nullable=False),  # the state is the changelog's up to here
+    sa.Column("object", sa.String(1024), nullable=False),
 )
 
 # the commit's first statement, built once (its compiled form is cached): lock the buckets, read their heads

@@ -32,6 +32,7 @@ from runtime.storage.objectstore.metaschema import (
     BUCKETS,
     FRAMES,
     METADATA,
+    SNAPSHOTS,
     TABLES,
     WRITERS,
     Frame,
@@ -243,7 +244,7 @@ class Metastore:
             ).scalar()
             if inc is None:
                 return None
-            for t in (FRAMES, WRITERS, BUCKETS, TABLES):
+            for t in (FRAMES, WRITERS, SNAPSHOTS, BUCKETS, TABLES):
                 conn.execute(t.delete().where(t.c.incarnation == inc))
             return inc
 
@@ -310,6 +311,60 @@ class Metastore:
                     sa.select(FRAMES.c.object).where(FRAMES.c.incarnation == incarnation).distinct()
                 ).scalars()
             )
+
+    # -- state snapshots -------------------------------------------------------------------------------
+    @_retried
+    def snapshot(self, incarnation: str, bucket: int) -> tuple[int, str] | None:
+        """The registered state snapshot of a bucket: (the offset it reflects, its object), or None."""
+        with self._errors("reading a state snapshot"), self.engine.connect() as conn:
+            r = conn.execute(
+                sa.select(SNAPSHOTS.c.end_offset, SNAPSHOTS.c.object).where(
+                    SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket
+                )
+            ).first()
+        return None if r is None else (int(r.end_offset), r.object)
+
+    @_retried
+    def snapshot_objects(self, incarnation: str) -> set[str]:
+        with self._errors("listing state snapshots"), self.engine.connect() as conn:
+            return set(
+                conn.execute(
+                    sa.select(SNAPSHOTS.c.object).where(SNAPSHOTS.c.incarnation == incarnation)
+                ).scalars()
+            )
+
+    def register_snapshot(self, incarnation: str, bucket: int, offset: int, obj: str) -> str | None:
+        """Make ``obj`` (the state at ``offset``) the bucket's snapshot unless one at the same or a later
+        offset is registered. Returns the object no longer registered — the one replaced, or ``obj`` itself
+        when it lost — for the caller to delete; None when nothing was replaced."""
+        with self.tx("registering a state snapshot") as conn:
+            head = conn.execute(
+                sa.select(BUCKETS.c.bucket)
+                .where(BUCKETS.c.incarnation == incarnation, BUCKETS.c.bucket == bucket)
+                .with_for_update()
+            ).first()
+            if head is None:  # dropped meanwhile
+                return obj
+            r = conn.execute(
+                sa.select(SNAPSHOTS.c.end_offset, SNAPSHOTS.c.object).where(
+                    SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket
+                )
+            ).first()
+            if r is None:
+                conn.execute(
+                    SNAPSHOTS.insert().values(
+                        incarnation=incarnation, bucket=bucket, end_offset=offset, object=obj
+                    )
+                )
+                return None
+            if r.end_offset >= offset:
+                return obj
+            conn.execute(
+                SNAPSHOTS.update()
+                .where(SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket)
+                .values(end_offset=offset, object=obj)
+            )
+            return r.object
 
     # -- commits ---------------------------------------------------------------------------------------
     @_retried

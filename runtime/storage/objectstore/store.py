@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.literals import is_internal_table
 from runtime.core.settings import default
 from runtime.storage import batches
 from runtime.storage import meta as metamod
@@ -59,6 +60,7 @@ class ObjectTableStore(TableStore):
         gc_interval: float = 3600.0,
         gc_grace: float = 3600.0,
         shared_writers: bool = False,
+        snapshot_min_rows: int = default("storage.state_snapshot_rows"),
     ) -> None:
         self.fs = filesystem
         self.shared_writers = shared_writers
@@ -82,6 +84,9 @@ class ObjectTableStore(TableStore):
         self.bootstrap = bootstrap
         self.owner = uuid.uuid4().hex  # fencing identity of this instance
         self.gc_interval, self.gc_grace = gc_interval, gc_grace
+        # a bucket's state is snapshotted once its changelog since the last snapshot is this long (and as long
+        # as the state): checkpoint_state
+        self.snapshot_min_rows = snapshot_min_rows
         self._last_gc: dict[str, float] = {}
         self._epochs: dict[tuple[str, int], int] = {}
         self._states: dict[tuple[str, int], BucketState] = {}
@@ -357,13 +362,19 @@ class ObjectTableStore(TableStore):
         """The bucket's state, loaded if missing and caught up with the changelog to its end offset.
 
         A state whose changelog tail retention deleted meanwhile (a reader's cache left behind, or a snapshot
-        superseded between the bootstrap and the catch-up) is loaded again from a newer snapshot."""
+        superseded between the bootstrap and the catch-up), or whose registered snapshot was replaced between
+        reading the registration and the object, is loaded again from a newer snapshot."""
         key = (table.incarnation, bucket)
         for attempt in range(_ATTEMPTS):
             with self._mutex:
                 state = self._states.get(key)
                 if state is None:
-                    state = self._states[key] = self._load(table, bucket)
+                    try:
+                        state = self._states[key] = self._load(table, bucket)
+                    except TidehouseError as exc:
+                        if exc.code is not ErrorCode.STORAGE_RANGE or attempt == _ATTEMPTS - 1:
+                            raise
+                        continue
             with state.lock:
                 if end is None:
                     end = self._head(table, bucket).end_offset
@@ -383,8 +394,57 @@ class ObjectTableStore(TableStore):
         raise AssertionError("unreachable")
 
     def _load(self, table: Table, bucket: int) -> BucketState:
+        """From the bucket's own snapshot (state tables, :meth:`checkpoint_state`), else the bootstrap (the
+        lake's), else from offset 0."""
+        head = self._head(table, bucket)
+        own = self.metastore.snapshot(table.incarnation, bucket)
+        if own is not None:
+            offset, obj = own
+            try:
+                rows = blobs.decode_table(self.blobs.get(obj))
+                self.blobs.forget(obj)  # read once: the state holds the rows now
+            except FileNotFoundError:
+                raise TidehouseError(
+                    ErrorCode.STORAGE_RANGE,
+                    f"{table.meta.name} bucket {bucket}: state snapshot {obj} was replaced meanwhile",
+                    location=Location(path=table.meta.name),
+                ) from None
+            return load_state(table.meta, bucket, (rows, offset), head)
         got = self.bootstrap(table.meta, bucket) if self.bootstrap is not None else None
-        return load_state(table.meta, bucket, got, self._head(table, bucket))
+        return load_state(table.meta, bucket, got, head)
+
+    def checkpoint_state(self, name: str) -> list[int]:
+        """Per bucket, the offset below which primary-key table ``name``'s changelog is no longer needed to
+        rebuild its state: its registered snapshot's. A bucket whose changelog since that snapshot is at least
+        as long as its state (and at least ``snapshot_min_rows``) gets a new snapshot first
+        (docs/architecture.md, "Retention of state tables")."""
+        table = self._table(name)
+        if not table.meta.is_primary_key:
+            raise TidehouseError(ErrorCode.INTERNAL, f"{name} is a log table: it has no state to snapshot")
+        covered = []
+        for head in self.metastore.heads(table.incarnation):
+            own = self.metastore.snapshot(table.incarnation, head.bucket)
+            done = own[0] if own is not None else 0
+            if head.end_offset - done >= self.snapshot_min_rows:
+                state = self._state(table, head.bucket, head.end_offset)
+                with state.lock:  # the rows and the offset they reflect, together
+                    if state.applied - done >= max(len(state.rows), self.snapshot_min_rows):
+                        offset = state.applied
+                        rows = rows_to_table(table.meta.schema, state.scan_rows(len(table.meta.schema)))
+                    else:
+                        offset = None
+                if offset is not None:
+                    obj = blobs.new_snapshot_name(self.base, name, table.incarnation, head.bucket, offset)
+                    self.blobs.put(obj, blobs.encode_table(rows))
+                    self.blobs.forget(obj)  # not read back by this process: its state has the rows
+                    gone = self.metastore.register_snapshot(table.incarnation, head.bucket, offset, obj)
+                    if gone is not None:
+                        with contextlib.suppress(TidehouseError):  # else collected as garbage later
+                            self.blobs.delete([gone])
+                    if gone != obj:
+                        done = offset
+            covered.append(done)
+        return covered
 
     # -- reads --------------------------------------------------------------------------------------
     def _head(self, table: Table, bucket: int):
@@ -482,7 +542,12 @@ class ObjectTableStore(TableStore):
     def delete_before(self, name: str, bucket: int, offset: int, *, older_than: float) -> int:
         table = self._table(name)
         self._head(table, bucket)
-        if table.meta.is_primary_key and self.bootstrap is None:
+        if is_internal_table(name):  # a query's state: only its own snapshot covers its changelog
+            own = self.metastore.snapshot(table.incarnation, bucket)
+            offset = min(offset, own[0] if own is not None else 0)
+            if offset <= 0:
+                return 0
+        elif table.meta.is_primary_key and self.bootstrap is None:
             # the changelog is the only copy of a primary-key state this store can rebuild without a snapshot
             # source: retention keeps it whole (as the local store keeps what its state has not applied)
             return 0

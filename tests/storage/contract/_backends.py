@@ -42,6 +42,7 @@ class Backend:
         segment_bytes: int = 64 << 20,
         bootstrap=None,
         shared_writers: bool = False,
+        state_snapshot_rows: int = 10_000,
     ) -> TableStore:
         if self.name == "local":
             from runtime.storage.local import LocalTableStore
@@ -61,6 +62,7 @@ class Backend:
                 s3=self.s3,
                 bootstrap=bootstrap,
                 shared_writers=shared_writers,
+                state_snapshot_rows=state_snapshot_rows,
             )
         self.opened.append(store)
         return store

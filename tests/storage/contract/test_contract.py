@@ -345,6 +345,32 @@ def test_retention_deletes_below_the_given_offset_and_keeps_seqs(backend):
     assert other.write("ods.events", rows(999, 1), writer="w", seq=30).ranges == {0: (end, end + 1)}
 
 
+def test_a_state_tables_changelog_trimmed_below_its_checkpoint_leaves_the_state_whole(backend, seed):
+    """checkpoint_state covers a query's state table up to its end (local: the durable key-value state; s3: a
+    snapshot taken now), and another instance rebuilds the same state once the changelog below is gone."""
+    rng = random.Random(seed)
+    store = backend.open(segment_bytes=2048, state_snapshot_rows=1)
+    store.create_table(pk_meta(name="dws.t__state"))
+
+    def batch() -> pa.Table:
+        keys = [f"k{rng.randrange(40)}" for _ in range(12)]
+        return pa.table(
+            {"k": keys, "a": [rng.randrange(100) for _ in keys], "b": [1.0] * 12, "c": ["x"] * 12},
+            schema=PK_SCHEMA,
+        )
+
+    for i in range(30):
+        store.write("dws.t__state", batch(), writer="w", seq=i)
+    end = store.end_offsets("dws.t__state")
+    assert store.checkpoint_state("dws.t__state") == end
+    assert store.delete_before("dws.t__state", 0, end[0], older_than=time.time() + LATER) >= 1
+    assert store.start_offsets("dws.t__state")[0] > 0
+    other = backend.open()
+    assert _state(other.scan("dws.t__state")) == _state(store.scan("dws.t__state"))
+    store.write("dws.t__state", batch(), writer="w", seq=30)
+    assert _state(backend.open().scan("dws.t__state")) == _state(store.scan("dws.t__state"))
+
+
 # -- faults ------------------------------------------------------------------------------------------------
 
 
