@@ -5,7 +5,7 @@ ADS batch seconds and ADS hot delay at each size, the ADS table kept by ``topn``
 For each key count K, one project (the flow from ``benchmarks/vs_sdp_flow``, the shipped actions, trigger
 100 ms, no tiering): a preload of one event per user, run ``--until-idle``, gives dws.user_spend its K keys
 and the top-N its state. Then the flow runs continuously in this process and takes ``--rounds``
-increments of ``--rows`` events on random users, one at a time (one warm-up first, not counted): for each,
+increments of ``--rows`` events on random users, one at a time (``--warmup`` first, not counted): for each,
 the ADS table's batch seconds (``flow status``: ``last_batch_seconds``) and hot delay (the end of the ADS
 batch minus the increment's origin, its commit in ODS: the ``hot_delay_s`` of ``flow status``). Then the
 same project again with ``recompute``: the top-N's SQL with a second condition that changes nothing
@@ -13,7 +13,8 @@ same project again with ``recompute``: the top-N's SQL with a second condition t
 table only, and the same increments. Growth = the figure at the largest K / at the smallest (target
 <= 1.5x from 10k to 1M keys).
 
-    python -m benchmarks.cost_growth [--keys 10000,100000,1000000] [--rounds 10] [--rows 500] [--quick]
+    python -m benchmarks.cost_growth [--keys 10000,100000,1000000] [--rounds 10] [--warmup 3] [--rows 500]
+                                     [--quick]
 """
 
 from __future__ import annotations
@@ -123,13 +124,17 @@ def report_body(results: dict[int, dict[str, dict]], meta: dict) -> str:
     lines.append("")
     lines.append(
         f"{meta['rounds']} increments of {meta['rows']} events on random users per key count and strategy "
-        f"(after one warm-up); planned strategies: {strategies}. Preload: the `--until-idle` run over one "
-        "event per user (the first key count's includes starting Spark's Python workers). Spark local[2], "
-        f"driver memory {meta['driver_memory']}. Load average "
-        f"{meta['load_start']:.1f} "
-        f"before, {meta['load_end']:.1f} after; {meta['wall_s'] / 60:.1f} min in all."
+        f"(after {_warmups(meta.get('warmup', 1))}); planned strategies: {strategies}. Preload: the "
+        "`--until-idle` run over one event per user (the first key count's includes starting Spark's "
+        f"Python workers). Spark local[2], driver memory {meta['driver_memory']}. Load average "
+        f"{meta['load_start']:.1f} before, {meta['load_end']:.1f} after; "
+        f"{meta['wall_s'] / 60:.1f} min in all."
     )
     return "\n".join(lines)
+
+
+def _warmups(n: int) -> str:
+    return "no warm-up" if n == 0 else "one warm-up" if n == 1 else f"{n} warm-ups"
 
 
 # -- the measurement (Spark) ----------------------------------------------------------------------------
@@ -185,7 +190,8 @@ def _wait(cond, timeout: float, what: str, runner) -> None:
 
 
 def _increments(project, root: Path, spark, mode: str, args, full_refresh: Sequence[str]) -> dict:
-    """Run the flow continuously; land ``args.rounds`` + 1 increments one at a time; the ADS figures."""
+    """Run the flow continuously; land ``args.warmup`` + ``args.rounds`` increments one at a time; the ADS
+    figures of the last ``args.rounds``."""
     from materializer.runner import FlowRunner
 
     plan = project.plan(root / "flows" / "vs_sdp.yaml", register=True, spark=spark)
@@ -217,7 +223,7 @@ def _increments(project, root: Path, spark, mode: str, args, full_refresh: Seque
     try:
         if full_refresh:  # the rebuilt ADS table's first batch
             _wait(lambda: failed or ads.batches >= 1, 1800, f"{mode}: the rebuild of {TABLE}", runner)
-        for r in range(args.rounds + 1):
+        for r in range(args.warmup + args.rounds):
             n = ads.batches
             _land(
                 data,
@@ -232,11 +238,11 @@ def _increments(project, root: Path, spark, mode: str, args, full_refresh: Seque
             with ads.lock:
                 batch, delay = ads.last_batch_seconds, ads.last_batch_time - ads.last_origin_ts
             print(
-                f"  {mode} {args.keys:,} keys, increment {r}{' (warm-up)' if r == 0 else ''}: ADS batch "
-                f"{batch:.3f}s, hot delay {delay:.3f}s",
+                f"  {mode} {args.keys:,} keys, increment {r}{' (warm-up)' if r < args.warmup else ''}: "
+                f"ADS batch {batch:.3f}s, hot delay {delay:.3f}s",
                 flush=True,
             )
-            if r:
+            if r >= args.warmup:
                 seconds.append(batch)
                 delays.append(delay)
     finally:
@@ -283,6 +289,9 @@ def main() -> None:
     parser.add_argument("--keys", default=",".join(str(k) for k in FULL_KEYS), help="DWS key counts")
     parser.add_argument("--quick", action="store_true", help=f"keys {QUICK_KEYS}, 4 rounds; no doc section")
     parser.add_argument("--rounds", type=int, default=10, help="increments measured per key count and mode")
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="increments run first and not counted (Spark's first batches)"
+    )
     parser.add_argument("--rows", type=int, default=500, help="events per increment")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--save", type=Path, help="also write the measurements to this JSON file")
@@ -309,6 +318,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     meta = {
         "rounds": args.rounds,
+        "warmup": args.warmup,
         "rows": args.rows,
         "driver_memory": args.driver_memory,
         "load_start": load_start,

@@ -29,6 +29,7 @@ RESULTS = {
 }
 META = {
     "rounds": 3,
+    "warmup": 2,
     "rows": 500,
     "driver_memory": "3g",
     "load_start": 2.04,
@@ -108,7 +109,7 @@ def test_report_body_prints_every_figure():
         "(target <= 1.5x: MISSED)."
     )
     assert lines[9] == (
-        "3 increments of 500 events on random users per key count and strategy (after one warm-up); "
+        "3 increments of 500 events on random users per key count and strategy (after 2 warm-ups); "
         "planned strategies: topn -> topn, recompute -> recompute. Preload: the `--until-idle` run over one "
         "event per user (the first key count's includes starting Spark's Python workers). "
         "Spark local[2], driver memory 3g. Load average 2.0 before, 5.6 after; "
