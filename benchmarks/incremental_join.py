@@ -9,7 +9,13 @@ written), each run ``--until-idle``; the join table's last micro-batch of each
 increment is timed (``flow status`` figures: batch seconds, phase seconds). ``recompute`` is forced by hiding
 the join facts from the planner, as on a release before join_changelog.
 
+``--modes join_log,join_log_whole`` joins the ODS orders *log* instead (``join_log``): ``join_log`` as
+planned, ``join_log_whole`` with the partitions that only gained log rows evaluated whole, as before the
+delta of inner/left joins (docs/architecture.md, "Costs"); few customers (``--customers 20``) make big
+partitions, which is where the delta matters.
+
     python -m benchmarks.incremental_join [--orders 20000] [--customers 2000] [--rounds 5]
+        [--modes recompute,join_changelog]
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ def _touches(rng: random.Random, customers, hour: int) -> str:
 
 
 def _run(mode: str, args, spark, work: Path) -> dict:
+    import materializer.incremental.join as join
     import materializer.plantext as plantext
     from runtime.project import Project
 
@@ -66,14 +73,20 @@ def _run(mode: str, args, spark, work: Path) -> dict:
     root.mkdir(parents=True)
     shutil.copytree(REPO / "actions", root / "actions")
     (root / "flows").mkdir()
-    shutil.copy(REPO / "flows" / "order_attribution.yaml", root / "flows")
+    flow = (REPO / "flows" / "order_attribution.yaml").read_text(encoding="utf-8")
+    if mode.startswith("join_log"):  # the orders log itself, joined: join_log
+        flow = flow.replace("inputs: {orders: dwd.orders,", "inputs: {orders: ods.orders,")
+        assert "orders: ods.orders" in flow
+    (root / "flows" / "order_attribution.yaml").write_text(flow, encoding="utf-8")
     for d in ("orders", "touches"):
         (root / "data" / d).mkdir(parents=True)
     os.chdir(root)
     os.environ["TIDEHOUSE_HOME"] = str(root / ".tidehouse")
-    real = plantext.join_facts
+    real, real_delta = plantext.join_facts, join.Partitioner._delta
     if mode == "recompute":
         plantext.join_facts = lambda root: (None, "")
+    if mode == "join_log_whole":
+        join.Partitioner._delta = lambda self, by: frozenset()
     rng = random.Random(args.seed)
     try:
         (root / "data" / "orders" / "part-0.json").write_text(
@@ -100,7 +113,7 @@ def _run(mode: str, args, spark, work: Path) -> dict:
             rows.append((stats["rows_in"], stats["rows_out"], stats["batches"]))
         project.close()
     finally:
-        plantext.join_facts = real
+        plantext.join_facts, join.Partitioner._delta = real, real_delta
     return {"strategy": strategy, "batch_seconds": seconds, "phases": phases, "rows": rows}
 
 
@@ -114,6 +127,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500, help="new orders per increment")
     parser.add_argument("--touches", type=int, default=20, help="re-attributing touches per increment")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--modes",
+        default="recompute,join_changelog",
+        help="recompute, join_changelog, join_log, join_log_whole (comma-separated)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     from runtime.spark.session import get_spark
@@ -121,7 +139,7 @@ def main() -> None:
     spark = get_spark()
     work = Path(tempfile.mkdtemp(prefix="tidehouse-join-bench-"))
     try:
-        results = {mode: _run(mode, args, spark, work) for mode in ("recompute", "join_changelog")}
+        results = {mode: _run(mode, args, spark, work) for mode in args.modes.split(",")}
     finally:
         os.chdir(REPO)
         shutil.rmtree(work, ignore_errors=True)
@@ -134,6 +152,13 @@ def main() -> None:
         )
         print(f"                phase seconds of the last round (its batches summed): {res['phases'][-1]}")
         print(f"                (rows in, rows out, batches) per round, cumulative: {res['rows']}")
+    first, *others = results
+    for mode in others:
+        base, this = (
+            statistics.median(results[first]["batch_seconds"]),
+            statistics.median(results[mode]["batch_seconds"]),
+        )
+        print(f"median join batch seconds {first} / {mode}: {base / this:.1f}x")
 
 
 if __name__ == "__main__":

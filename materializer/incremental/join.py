@@ -49,17 +49,42 @@ class Change:
     keys: list[str]
 
 
+# the sides whose unmatched rows an outer join keeps (NULL-padded)
+PRESERVED = {"inner": (), "left": ("l",), "right": ("r",), "full": ("l", "r")}
+
+
 @dataclass
 class Step:
-    """The partitions a micro-batch touches, before and after its changes, and the changed rows' homes."""
+    """The partitions a micro-batch touches, before and after its changes, and the changed rows' homes.
+
+    ``delta``: the partitions whose result only *gains* rows — a fixed side's new rows joined with the other
+    side's unchanged rows, in a join that keeps no unmatched row of that other side (inner, or outer on the
+    fixed side only). Their output rows are the SQL over those new rows alone: the rows already there stay
+    (each came from one fixed row, which never changes), so they are neither evaluated nor diffed."""
 
     before: dict[tuple[str, str], dict[str, dict]]  # (side, partition) -> {input key: row}
     after: dict[tuple[str, str], dict[str, dict]]
     homes: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (side, key) -> partition
+    delta: frozenset[str] = frozenset()
+    new: dict[tuple[str, str], dict[str, dict]] = field(default_factory=dict)  # a fixed side's new rows
 
     def rows(self, which: str, side: str) -> list[dict]:
-        parts = self.before if which == "before" else self.after
-        return [row for (s, _), rows in parts.items() if s == side for row in rows.values()]
+        """The rows the SQL runs over: the touched partitions' rows before or after the changes, but of a
+        delta partition nothing before, and after only the fixed side's new rows (the other side's whole)."""
+        if which == "before":
+            return [
+                r
+                for (s, p), rows in self.before.items()
+                if s == side and p not in self.delta
+                for r in rows.values()
+            ]
+        out = []
+        for (s, p), rows in self.after.items():
+            if s == side:
+                out.extend(
+                    (self.new.get((s, p), {}) if p in self.delta and (s, p) in self.new else rows).values()
+                )
+        return out
 
 
 class Partitioner:
@@ -90,14 +115,16 @@ class Partitioner:
         """Load the homes of the changed keys and the partitions they leave or enter (both sides), and apply
         the changes. ``load`` looks state keys up (missing ones absent)."""
         homes = load([f"h{s}{k}" for s, c in changes.items() if s not in self.fixed for k in c.keys])
-        touched = set()
+        touched, by = set(), {}
         for s, c in changes.items():
-            touched |= {homes[f"h{s}{k}"] for k in c.keys if f"h{s}{k}" in homes}
-            touched |= {p for p, _ in c.rows.values()}
+            by[s] = {homes[f"h{s}{k}"] for k in c.keys if f"h{s}{k}" in homes} | {
+                p for p, _ in c.rows.values()
+            }
+            touched |= by[s]
         found = load([f"p{s}{p}" for p in sorted(touched) for s in SIDES])
         before = {(s, p): found.get(f"p{s}{p}", {}) for p in touched for s in SIDES}
         after = {sp: dict(rows) for sp, rows in before.items()}
-        step = Step(before, after)
+        step = Step(before, after, delta=self._delta(by))
         for s, c in changes.items():
             for k in c.keys:
                 old = homes.get(f"h{s}{k}")
@@ -106,9 +133,18 @@ class Partitioner:
                 new = c.rows.get(k)
                 if new is not None:
                     after[(s, new[0])][k] = new[1]
+                    if new[0] in step.delta and s in self.fixed:
+                        step.new.setdefault((s, new[0]), {})[k] = new[1]
                 if s not in self.fixed:
                     step.homes[(s, k)] = new[0] if new is not None else None
         return step
+
+    def _delta(self, by: dict[str, set[str]]) -> frozenset[str]:
+        """The partitions only a fixed side touched, when the join keeps no unmatched row of another side."""
+        if not self.fixed or set(PRESERVED[self.facts.kind]) - self.fixed:
+            return frozenset()
+        others = set().union(*(parts for s, parts in by.items() if s not in self.fixed))
+        return frozenset(p for s in self.fixed for p in by.get(s, ()) if p not in others)
 
     def rebuild(self, rows: dict[str, pa.Table]) -> tuple[dict[str, bytes], Step]:
         """Every state entry of the inputs' current rows, and a step from nothing to them."""
