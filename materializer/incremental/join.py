@@ -11,7 +11,10 @@ rows of that side in the partition (``{input key: row}``), ``h<side><input key>`
 *home*, so a row whose join key changes leaves its old partition). Per micro-batch each changed key's last
 image replaces its row: applying an image twice changes nothing. A side whose rows never change (a log
 input's rows of ``join_log``: *fixed*) has no homes: a row enters its partition once, and a replay adds it
-there again under the same key.
+there again under the same key. A fixed side's rows that a *delta* partition gains (:class:`Step`) go to a
+chunk of their own, ``c<side><partition>:<tag>`` (the tag: the least key of its rows, the same in a replay),
+listed by ``x<side><partition>``, so such a micro-batch neither reads nor rewrites the rows already there; a
+partition evaluated whole folds its chunks into its ``p`` entry, as does one with :data:`MAX_CHUNKS` chunks.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from materializer.incremental.joinfacts import EquiJoin
 
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.binary())])
 SIDES = ("l", "r")
+MAX_CHUNKS = 32  # a partition with this many chunks of new fixed rows is evaluated whole, and compacted
 
 
 def _norm(value):
@@ -66,24 +70,22 @@ class Step:
     after: dict[tuple[str, str], dict[str, dict]]
     homes: dict[tuple[str, str], str | None] = field(default_factory=dict)  # (side, key) -> partition
     delta: frozenset[str] = frozenset()
-    new: dict[tuple[str, str], dict[str, dict]] = field(default_factory=dict)  # a fixed side's new rows
+    # of a delta partition: the fixed side's new rows (its rows already there are not loaded)
+    new: dict[tuple[str, str], dict[str, dict]] = field(default_factory=dict)
+    chunks: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # a fixed side's chunk tags
 
     def rows(self, which: str, side: str) -> list[dict]:
         """The rows the SQL runs over: the touched partitions' rows before or after the changes, but of a
         delta partition nothing before, and after only the fixed side's new rows (the other side's whole)."""
-        if which == "before":
-            return [
-                r
-                for (s, p), rows in self.before.items()
-                if s == side and p not in self.delta
-                for r in rows.values()
-            ]
-        out = []
-        for (s, p), rows in self.after.items():
-            if s == side:
-                out.extend(
-                    (self.new.get((s, p), {}) if p in self.delta and (s, p) in self.new else rows).values()
-                )
+        parts = self.before if which == "before" else self.after
+        out = [
+            r
+            for (s, p), rows in parts.items()
+            if s == side and (which == "after" or p not in self.delta)
+            for r in rows.values()
+        ]
+        if which == "after":
+            out += [r for (s, _), rows in self.new.items() if s == side for r in rows.values()]
         return out
 
 
@@ -121,20 +123,33 @@ class Partitioner:
                 p for p, _ in c.rows.values()
             }
             touched |= by[s]
-        found = load([f"p{s}{p}" for p in sorted(touched) for s in SIDES])
-        before = {(s, p): found.get(f"p{s}{p}", {}) for p in touched for s in SIDES}
+        indexes = load([f"x{s}{p}" for p in sorted(touched) for s in sorted(self.fixed)])
+        chunks = {(s, p): indexes[f"x{s}{p}"] for p in touched for s in self.fixed if f"x{s}{p}" in indexes}
+        delta = frozenset(
+            p for p in self._delta(by) if all(len(chunks.get((s, p), ())) < MAX_CHUNKS for s in self.fixed)
+        )
+        whole = [(s, p) for p in sorted(touched) for s in SIDES if not (p in delta and s in self.fixed)]
+        found = load(
+            [f"p{s}{p}" for s, p in whole]
+            + [f"c{s}{p}:{t}" for s, p in whole for t in chunks.get((s, p), ())]
+        )
+        before = {}
+        for s, p in whole:
+            rows = before[(s, p)] = dict(found.get(f"p{s}{p}", {}))
+            for t in chunks.get((s, p), ()):
+                rows.update(found[f"c{s}{p}:{t}"])  # listed, so written in the same state write
         after = {sp: dict(rows) for sp, rows in before.items()}
-        step = Step(before, after, delta=self._delta(by))
+        step = Step(before, after, delta=delta, chunks=chunks)
         for s, c in changes.items():
             for k in c.keys:
                 old = homes.get(f"h{s}{k}")
                 if old is not None:
                     after[(s, old)].pop(k, None)
                 new = c.rows.get(k)
-                if new is not None:
+                if new is not None and new[0] in delta and s in self.fixed:
+                    step.new.setdefault((s, new[0]), {})[k] = new[1]
+                elif new is not None:
                     after[(s, new[0])][k] = new[1]
-                    if new[0] in step.delta and s in self.fixed:
-                        step.new.setdefault((s, new[0]), {})[k] = new[1]
                 if s not in self.fixed:
                     step.homes[(s, k)] = new[0] if new is not None else None
         return step
@@ -168,6 +183,12 @@ def state_entries(step: Step) -> tuple[dict[str, bytes], list[str]]:
             downs.append(f"h{s}{k}")
         else:
             ups[f"h{s}{k}"] = pickle.dumps(home)
+    for (s, p), rows in step.new.items():  # a delta partition's new fixed rows: one chunk more
+        tag = min(rows)
+        index = step.chunks.get((s, p), [])
+        ups[f"c{s}{p}:{tag}"] = pickle.dumps(rows)
+        if tag not in index:  # else a replay
+            ups[f"x{s}{p}"] = pickle.dumps([*index, tag])
     for (s, p), rows in step.after.items():
         if rows == step.before.get((s, p)):
             continue  # unchanged (a replay, or the other side's partition)
@@ -175,6 +196,8 @@ def state_entries(step: Step) -> tuple[dict[str, bytes], list[str]]:
             ups[f"p{s}{p}"] = pickle.dumps(rows)
         elif step.before.get((s, p)):
             downs.append(f"p{s}{p}")
+        if (s, p) in step.chunks:  # folded into the partition's entry
+            downs += [f"c{s}{p}:{t}" for t in step.chunks[(s, p)]] + [f"x{s}{p}"]
     return ups, downs
 
 

@@ -12,6 +12,7 @@ import random
 import pyarrow as pa
 import pytest
 
+import materializer.incremental.join as join_mod
 from materializer.incremental.join import Partitioner, difference, partition_of, state_entries
 from materializer.incremental.joinfacts import EquiJoin
 
@@ -60,6 +61,20 @@ class Kv:
         self.data.update(ups)
 
 
+def _logical(kv: Kv) -> dict[str, object]:
+    """The state's entries with each partition's chunks (``c<side><partition>:<tag>``, listed by
+    ``x<side><partition>``) folded into its ``p`` entry; a chunk no index lists fails."""
+    out = {k: pickle.loads(v) for k, v in kv.data.items() if k[0] in "hp"}
+    listed = set()
+    for k, v in kv.data.items():
+        if k[0] == "x":
+            for tag in pickle.loads(v):
+                out.setdefault("p" + k[1:], {}).update(pickle.loads(kv.data[f"c{k[1:]}:{tag}"]))
+                listed.add(f"c{k[1:]}:{tag}")
+    assert listed == {k for k in kv.data if k[0] == "c"}
+    return out
+
+
 def _random_row(rng, side: str, i: int) -> dict:
     k = rng.choice([None, "a", "b", "c", "d", "e"]) if rng.random() < 0.15 else rng.choice("abcde")
     if side == "l":
@@ -70,8 +85,10 @@ def _random_row(rng, side: str, i: int) -> dict:
 @pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("composite", [False, True])
 @pytest.mark.parametrize("fixed_left", [False, True])
-def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, fixed_left):
-    """``fixed_left``: the left side only gains rows that never change (join_log's log), no homes."""
+def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, fixed_left, monkeypatch):
+    """``fixed_left``: the left side only gains rows that never change (join_log's log), no homes; new rows of
+    a delta partition go to chunks, folded in after at most 3 (``MAX_CHUNKS``)."""
+    monkeypatch.setattr(join_mod, "MAX_CHUNKS", 3)
     rng = random.Random(seed)
     keys = (("k", "k"), ("k2", "j")) if composite else (("k", "k"),)
     facts = EquiJoin(kind, "a", "b", keys)
@@ -80,6 +97,7 @@ def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, f
     state = {"l": {}, "r": {}}  # the inputs' current rows by id
     kv, output = Kv(), {}
     moves = deletes = deltas = 0
+    chunked = folded = 0
     for step_no in range(120):
         changes = {}
         for side, schema, pk in (("l", LEFT, "id"), ("r", RIGHT, "rid")):
@@ -123,7 +141,10 @@ def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, f
                     output[k] = v
             if attempt:  # a replay writes nothing new (a delta partition's rows again, equal)
                 assert output == written, "a replay changes nothing"
-            kv.apply(*state_entries(step))
+            ups, downs = state_entries(step)
+            chunked += any(k[0] == "c" for k in ups)
+            folded += any(k[0] == "c" for k in downs)
+            kv.apply(ups, downs)
         expected = brute(kind, keys, list(state["l"].values()), list(state["r"].values()))
         assert output == expected, (kind, composite, seed, step_no)
         if rng.random() < 0.05:  # behind retention: the state rebuilt from both inputs
@@ -135,13 +156,13 @@ def test_partitions_follow_random_changes_of_both_sides(seed, kind, composite, f
             )
             rebuilt = Kv()
             rebuilt.apply(ups, [])
-            assert rebuilt.data.keys() == kv.data.keys()
-            assert all(pickle.loads(kv.data[k]) == pickle.loads(v) for k, v in rebuilt.data.items())
+            assert _logical(rebuilt) == _logical(kv)  # chunks folded in: the same rows per partition
     assert moves and deletes  # rows changed join key, rows were deleted
     assert not fixed_left or not [k for k in kv.data if k.startswith("hl")]  # no homes of fixed rows
     # a log joined so that no unmatched dimension row shows (inner; left, the log being left) only gains rows
     # where the dimension did not change: those partitions are not re-evaluated
     assert (deltas > 0) == (fixed_left and kind in ("inner", "left")), deltas
+    assert (chunked > 0 and folded > 0) == (deltas > 0), (chunked, folded)
 
 
 def test_state_holds_only_live_rows():
