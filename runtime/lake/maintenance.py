@@ -21,11 +21,11 @@ Run by :func:`runtime.lake.tiering.tier_table` after each committed cycle, under
 * **Trim the hot log.** Hot segments that end at or before the lake's offsets (fully tiered) and are older
   than ``storage.retention`` are deleted with ``store.delete_before``.
 * **Trim the table's private state** (after every cycle, also one with nothing to tier: a state changes in
-  micro-batches that leave the table's rows as they were). The state tables of the query that writes the table
-  (``<table>__...__state``, never tiered, never streamed) are trimmed by age below what their state's
-  checkpoint covers: the whole changelog on the local store (its RocksDB state is durable), the state's
-  latest snapshot on the object store, which takes one when the changelog since the last outgrew the state
-  (docs/architecture.md, "Retention of state tables").
+  micro-batches that leave the table's rows as they were). The state tables of the query that writes the
+  table (``<table>__...__state``, never tiered, never streamed) are trimmed below what their state's
+  checkpoint covers, whatever their age (nobody reads a state's history): the whole changelog on the local
+  store (its RocksDB state is durable), the state's latest snapshot on the object store, which takes one
+  when the changelog since the last outgrew the state (docs/architecture.md, "Retention of state tables").
 """
 
 from __future__ import annotations
@@ -207,10 +207,11 @@ def trim_hot(store: TableStore, meta: TableMeta, offsets: list[int], retention_s
     return deleted
 
 
-def trim_state(store: TableStore, name: str, retention_s: float) -> int:
-    """Trim the changelogs of table ``name``'s private state tables by age, below what their state's
-    checkpoint covers (``store.checkpoint_state``, which may snapshot the state first)."""
-    older_than = time.time() - retention_s
+def trim_state(store: TableStore, name: str) -> int:
+    """Trim the changelogs of table ``name``'s private state tables below what their state's checkpoint
+    covers (``store.checkpoint_state``, which may snapshot the state first). No age: nobody reads a state's
+    history, only its current rows (whole segments go; the one being written stays)."""
+    older_than = time.time()
     deleted = 0
     for state in store.list_tables():
         if is_internal_table(state) and state.startswith(f"{name}__"):
@@ -253,7 +254,7 @@ def maintain_state(store: TableStore, lake: Lake, name: str) -> list[str]:
     """Trim the private state of the query writing ``name``: after every cycle of the table, committed or not
     (a top-N's state changes in micro-batches that leave its output as it was). Failures are logged."""
     try:
-        segments = trim_state(store, name, lake.retention_s)
+        segments = trim_state(store, name)
     except TidehouseError as exc:
         log.warning("state retention of %s skipped: %s", name, exc)
         return []

@@ -232,10 +232,10 @@ def test_start_offsets_name_the_earliest_readable_offset_after_retention(tmp_pat
         list(s.read("ods.events", 0, first - 1))
 
 
-def test_private_state_is_trimmed_by_age_below_what_its_state_covers(tmp_path):
-    """maintenance.trim_state: a query's state tables (never tiered) lose old segments on the local store,
-    whose key-value state covers the whole changelog; the table's other tables are left alone, and a store
-    whose checkpoint covers nothing trims nothing."""
+def test_private_state_is_trimmed_below_what_its_state_covers(tmp_path):
+    """maintenance.trim_state: a query's state tables (never tiered) lose their closed segments on the local
+    store, whose key-value state covers the whole changelog, whatever their age; the table's other tables
+    are left alone, and a store whose checkpoint covers nothing trims nothing."""
     from runtime.lake.maintenance import trim_state
 
     root = tmp_path / "hot"
@@ -248,8 +248,7 @@ def test_private_state_is_trimmed_by_age_below_what_its_state_covers(tmp_path):
     assert s.checkpoint_state("dws.p__state") == s.end_offsets("dws.p__state")
     before = {name: _segments(root, name) for name in s.list_tables()}
     assert all(len(segs) > 4 for segs in before.values())
-    assert trim_state(s, "dws.p", retention_s=3600.0) == 0  # nothing that old
-    assert trim_state(s, "dws.p", retention_s=-LATER) > 0
+    assert trim_state(s, "dws.p") > 0  # no age: the state covers it all
     after = {name: _segments(root, name) for name in s.list_tables()}
     assert len(after["dws.p__state"]) < len(before["dws.p__state"])
     assert len(after["dws.p__distinct__state"]) < len(before["dws.p__distinct__state"])
@@ -259,5 +258,5 @@ def test_private_state_is_trimmed_by_age_below_what_its_state_covers(tmp_path):
     again = open_store(str(root))  # the state survives its trimmed changelog
     assert sorted(again.scan("dws.p__state").to_pylist(), key=lambda r: r["id"]) == expected
     again.checkpoint_state = lambda name: [0] * len(again.end_offsets(name))  # TableStore's default
-    assert trim_state(again, "dws.pq", retention_s=-LATER) == 0
+    assert trim_state(again, "dws.pq") == 0
     again.close()
