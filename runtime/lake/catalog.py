@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -193,23 +192,23 @@ class Lake:
         handles stay valid, and the next tiering cycles fill it again."""
         if not self.exists(meta.name):
             return self.ensure_table(meta)
-        from pyiceberg.expressions import AlwaysTrue
-
+        from runtime.lake.apply import overwrite_producer
         from runtime.lake.state import OFFSETS_PROPERTY, offsets_json
 
         table = self.load(meta.name)
         target = lake_schema(meta)
+        files = [task.file for task in table.scan().plan_files()] if table.current_snapshot() else []
+        properties = {
+            OFFSETS_PROPERTY: offsets_json([0] * meta.buckets),
+            "tidehouse.rows": "0",
+            "tidehouse.refresh": "full",
+        }
         with table.transaction() as tx:
-            with warnings.catch_warnings():  # an empty table is refreshed too: its delete matches nothing
-                warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                tx.delete(
-                    AlwaysTrue(),
-                    snapshot_properties={
-                        OFFSETS_PROPERTY: offsets_json([0] * meta.buckets),
-                        "tidehouse.rows": "0",
-                        "tidehouse.refresh": "full",
-                    },
-                )
+            # an overwrite of every data file, committed even when there is none (a table whose rows were
+            # all deleted still covers offsets: a delete that matches nothing would commit no snapshot)
+            with overwrite_producer(tx, properties) as overwrite:
+                for data_file in files:
+                    overwrite.delete_data_file(data_file)
             current = table.schema()
             with tx.update_schema(allow_incompatible_changes=True) as update:  # the table is empty now
                 for field in current.fields:

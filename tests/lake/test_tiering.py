@@ -237,3 +237,29 @@ def test_a_cycle_that_loses_the_commit_race_rereads_the_offsets_and_commits_no_r
         (b, o) for b in range(2) for o in range(ends[b])
     ]
     assert len(lake.load("ods.clicks").snapshots()) == 1
+
+
+@pytest.mark.parametrize("rows_left", [0, 1])
+def test_a_reset_lake_table_records_offsets_zero_even_when_it_holds_no_rows(store, lake, rows_left):
+    """A full refresh resets the lake table (Lake.reset) while its hot table is rebuilt from offset 0. A lake
+    table that holds no rows but covers offsets (a key inserted, then deleted) must get offsets 0 too: else
+    the rebuilt hot table's first cycle finds the lake ahead of it (TH303), as a full refresh of a table whose
+    top rows had all left did."""
+    meta = TableMeta("ads.low", ACTIVITY, kind="primary_key", primary_key=("user_id",))
+    store.create_table(meta)
+    schema = ACTIVITY.append(pa.field(CHANGE, pa.string()))
+    batch = [{"user_id": "u1", "events": 1, "last_item": "i", CHANGE: "+U"}]
+    batch += [{"user_id": "u2", "events": 2, "last_item": "i", CHANGE: "+U"}] * rows_left
+    store.write("ads.low", pa.Table.from_pylist(batch, schema=schema), writer="w", seq=1)
+    gone = [{"user_id": "u1", "events": None, "last_item": None, CHANGE: "-D"}]
+    store.write("ads.low", pa.Table.from_pylist(gone, schema=schema), writer="w", seq=2)
+    tier_table(store, lake, "ads.low")
+    ends = store.end_offsets("ads.low")
+    assert lake_offsets(lake.load("ads.low"), 1)[0] == ends and ends[0] > 0
+    assert len(lake_rows(lake, "ads.low")) == rows_left
+    lake.reset(meta)
+    assert lake_offsets(lake.load("ads.low"), 1)[0] == [0]
+    assert lake_rows(lake, "ads.low") == []
+    store.drop_table("ads.low")  # the hot table rebuilt, still empty: its next cycle has nothing to tier
+    store.create_table(meta)
+    assert not tier_table(store, lake, "ads.low").committed
