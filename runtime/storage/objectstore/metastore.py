@@ -133,6 +133,13 @@ def dispose_engines(urls: Sequence[str] | None = None) -> None:
                 _ENGINES.pop(key).dispose()
 
 
+def _snapshot_of(incarnation: str, bucket: int) -> sa.Select:
+    """The registered state snapshot of a bucket: (end_offset, object)."""
+    return sa.select(SNAPSHOTS.c.end_offset, SNAPSHOTS.c.object).where(
+        SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket
+    )
+
+
 class Metastore:
     """The metadata of one storage root (``store``) in a SQL database. Reads and repeatable transactions are
     retried once on a connection the server dropped; a write's commit is retried by the store."""
@@ -317,11 +324,7 @@ class Metastore:
     def snapshot(self, incarnation: str, bucket: int) -> tuple[int, str] | None:
         """The registered state snapshot of a bucket: (the offset it reflects, its object), or None."""
         with self._errors("reading a state snapshot"), self.engine.connect() as conn:
-            r = conn.execute(
-                sa.select(SNAPSHOTS.c.end_offset, SNAPSHOTS.c.object).where(
-                    SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket
-                )
-            ).first()
+            r = conn.execute(_snapshot_of(incarnation, bucket)).first()
         return None if r is None else (int(r.end_offset), r.object)
 
     @_retried
@@ -345,11 +348,7 @@ class Metastore:
             ).first()
             if head is None:  # dropped meanwhile
                 return obj
-            r = conn.execute(
-                sa.select(SNAPSHOTS.c.end_offset, SNAPSHOTS.c.object).where(
-                    SNAPSHOTS.c.incarnation == incarnation, SNAPSHOTS.c.bucket == bucket
-                )
-            ).first()
+            r = conn.execute(_snapshot_of(incarnation, bucket)).first()
             if r is None:
                 conn.execute(
                     SNAPSHOTS.insert().values(
