@@ -4,7 +4,8 @@
 The driver builds one Spark plan per micro-batch: the batch's DataFrame (the ``tidehouse`` source's ranges or
 the file source's splits, read by tasks), the action's SQL over it, the expectations as boolean columns, then
 :func:`write_routed`: a Python pass (:class:`Tag`) adds each row's bucket (THE bucket function) and its
-position, the rows are repartitioned by bucket and sorted back into batch order, and a second pass
+position (a one-bucket table needs no pass: bucket 0, Spark's ``monotonically_increasing_id``), the rows are
+repartitioned by bucket — a primary-key table's sorted back into batch order —, and a second pass
 (:class:`WriteTask`) writes the buckets each task holds with the query's writer id and ``seq = batch id``.
 Every bucket of a batch is written by exactly one task: a retried task skips what it committed, a replayed
 batch skips everything, on either path. The tasks return counts and the rows to quarantine; the driver
@@ -176,20 +177,25 @@ def write_routed(
     if expectations:
         df = df.selectExpr("*", *expectation_exprs(expectations))
     key = meta.effective_bucket_key
-    tagged = df.mapInArrow(
-        Tag(tuple(key), meta.buckets),
-        StructType(
-            [
-                *df.schema.fields,
-                StructField(BUCKET, IntegerType(), False),
-                StructField(SEQ, LongType(), False),
-            ]
-        ),
-    )
+    if meta.buckets <= 1 or not key:  # every row in bucket 0: no Python pass to compute it
+        from pyspark.sql import functions as F
+
+        tagged = df.withColumn(BUCKET, F.lit(0)).withColumn(SEQ, F.monotonically_increasing_id())
+    else:
+        tagged = df.mapInArrow(
+            Tag(tuple(key), meta.buckets),
+            StructType(
+                [
+                    *df.schema.fields,
+                    StructField(BUCKET, IntegerType(), False),
+                    StructField(SEQ, LongType(), False),
+                ]
+            ),
+        )
     parts = max(1, min(meta.buckets, int(ctx.spark_partitions)))
-    routed = tagged.repartition(parts, BUCKET).sortWithinPartitions(
-        BUCKET, *((ORDER,) if deletes_first else ()), SEQ
-    )
+    routed = tagged.repartition(parts, BUCKET)
+    if meta.is_primary_key:  # rows of a key apply in batch order (deletes first): the last one wins
+        routed = routed.sortWithinPartitions(BUCKET, *((ORDER,) if deletes_first else ()), SEQ)
     task = WriteTask(
         ctx.place,
         table.name,

@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from materializer.admission import rows_per_batch, source_options
 from materializer.analyze import struct_of
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
+from materializer.handoff import Handoff
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
@@ -193,7 +195,7 @@ class FlowRunner:
 
     def _source_stream(self, session, name: str):
         src = self.plan.source(name)
-        reader = session.readStream.format(src.format).options(**dict(src.options))
+        reader = session.readStream.format(src.format).options(**source_options(src, self.project.config))
         if src.ddl:
             ddl = src.ddl + (f", `{CORRUPT}` string" if src.quarantines else "")
             reader = reader.schema(ddl)
@@ -348,6 +350,8 @@ class FlowRunner:
                 return recompute_distributed(ctx, session, seq, writer=writer, origin=None)
             return recompute(ctx, session, seq, writer=writer, origin=None)
         finally:
+            if ctx.handoff is not None:
+                ctx.handoff.release()
             stop_session(session)
 
     def _context(self, t: TablePlan) -> QueryContext:
@@ -366,8 +370,19 @@ class FlowRunner:
                     self.root, fsync=self.project.config.get("storage.fsync"), config=self.project.config
                 ),
                 spark_partitions=int(self.spark.conf.get("spark.sql.shuffle.partitions", "2")),
+                handoff=self._handoff(t),
             )
         return self.contexts[t.name]
+
+    def _handoff(self, t: TablePlan) -> Handoff | None:
+        """The driver path's hand-off of Arrow data to Spark (materializer.handoff), its folder emptied."""
+        if self.data_path != "driver":
+            return None
+        config = self.project.config
+        folder = config.home / "tmp" / "handoff" / t.name
+        handoff = Handoff(folder, config.get("materializer.local_relation_rows"))
+        handoff.clear()
+        return handoff
 
     @property
     def spark_target(self) -> str:
@@ -378,10 +393,7 @@ class FlowRunner:
 
     @property
     def max_rows_per_batch(self) -> int:
-        """The rows one micro-batch of an append or changelog query takes from a hot input: a cap per data
-        path (the driver holds its batch; on the executors each task holds one bucket's range)."""
-        key = "executor_rows_per_batch" if self.data_path == "executors" else "max_rows_per_batch"
-        return self.project.config.get(f"materializer.{key}")
+        return rows_per_batch(self.project.config, self.data_path)
 
     @property
     def data_path(self) -> str:

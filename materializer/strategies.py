@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from materializer.analyze import spark_args, struct_of
+from materializer.handoff import Handoff
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from materializer.rows import (
     Violations,
@@ -87,11 +88,13 @@ class QueryContext:
         history: TableHistory | None = None,
         place: Place | None = None,
         spark_partitions: int = 2,
+        handoff: Handoff | None = None,
     ) -> None:
         self.store = store
         self.history = history or TableHistory(store, None)  # reads that may need what retention deleted
         self.place = place or Place(root)  # where executor tasks open the store and the lake
         self.spark_partitions = spark_partitions  # shuffle partitions: tasks the executor path writes with
+        self.handoff = handoff  # driver path: how Arrow data reaches Spark (None: a local relation)
         self.root = root
         self.flow = plan
         self.table = table
@@ -108,7 +111,11 @@ def guarded(fn, ctx: QueryContext):
     def run(batch_df, batch_id):
         try:
             with batch_scope(ctx, batch_id):  # phase seconds into the stats; a log line naming the batch
-                fn(batch_df, batch_id)
+                try:
+                    fn(batch_df, batch_id)
+                finally:
+                    if ctx.handoff is not None:  # the batch's views are done with the files
+                        ctx.handoff.release()
         except TidehouseError as exc:
             ctx.stats.error = exc.render()
             ctx.stats.failure = exc
@@ -136,9 +143,13 @@ def conform_to(data: pa.Table, ddl: str) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=target)
 
 
-def local_df(session, data: pa.Table, ddl: str):
-    """A local DataFrame of Arrow data with the given user schema (system columns dropped)."""
-    return session.createDataFrame(conform_to(data, ddl), schema=struct_of(ddl))
+def local_df(session, data: pa.Table, ddl: str, handoff: Handoff | None = None):
+    """A DataFrame of Arrow data in the driver with the given user schema (system columns dropped): a local
+    relation, or with a ``handoff`` (the driver path) a Parquet file Spark reads when the data is big."""
+    data, schema = conform_to(data, ddl), struct_of(ddl)
+    if handoff is None:
+        return session.createDataFrame(data, schema=schema)
+    return handoff.frame(session, data, schema)
 
 
 @timed("read")
@@ -151,7 +162,7 @@ def bind_lookups(ctx: QueryContext, session, inputs: list[Input]) -> None:
         data = (
             ctx.store.scan(inp.ref) if inp.kind == "primary_key" else ctx.history.rows(inp.ref, columns=user)
         )
-        local_df(session, data, inp.ddl).createOrReplaceTempView(inp.name)
+        local_df(session, data, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
 
 
 @timed("read")
@@ -258,7 +269,9 @@ def apply_expectations(
     expect = ctx.table.expect
     if not expect or out.num_rows == 0:
         return out, out.slice(0, 0)
-    passed = local_df(session, out, ctx.table.ddl).selectExpr(*expectation_exprs(expect)).toArrow()
+    passed = (
+        local_df(session, out, ctx.table.ddl, ctx.handoff).selectExpr(*expectation_exprs(expect)).toArrow()
+    )
     found = split_expectations(ctx.table.name, out, passed, expect)
     if not found.raws:
         return found.kept, found.violators
@@ -353,7 +366,7 @@ def append_batch(ctx: QueryContext) -> Callable:
         if table.passthrough:
             out = conform_to(data, stream_input.ddl)
         else:
-            local_df(session, data, stream_input.ddl).createOrReplaceTempView(stream_input.name)
+            local_df(session, data, stream_input.ddl, ctx.handoff).createOrReplaceTempView(stream_input.name)
             bind_lookups(ctx, session, lookups)
             out = run_sql(ctx, session)
         if table.kind == "primary_key":
@@ -412,12 +425,16 @@ def changelog_batch(ctx: QueryContext) -> Callable:
         meta = ctx.store.get_table(table.name)
         parts = []
         if before.num_rows:
-            local_df(session, before.select(user), upstream.ddl).createOrReplaceTempView(upstream.name)
+            local_df(session, before.select(user), upstream.ddl, ctx.handoff).createOrReplaceTempView(
+                upstream.name
+            )
             gone = run_sql(ctx, session)
             if gone.num_rows:
                 parts.append(keys_table(meta.schema, gone, table.primary_key, DELETE))
         if after.num_rows:
-            local_df(session, after.select(user), upstream.ddl).createOrReplaceTempView(upstream.name)
+            local_df(session, after.select(user), upstream.ddl, ctx.handoff).createOrReplaceTempView(
+                upstream.name
+            )
             parts.append(_upserts_and_deletes(ctx, session, run_sql(ctx, session), batch_id))
         parts = [p for p in parts if p.num_rows]
         out = pa.concat_tables(parts) if parts else None

@@ -76,7 +76,7 @@ def join_batch(ctx: QueryContext) -> Callable:
             return None
         for s, inp in inputs.items():
             data = pa.Table.from_pylist(rows[s], schema=schemas[s])
-            local_df(session, data, inp.ddl).createOrReplaceTempView(inp.name)
+            local_df(session, data, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
         return run_sql(ctx, session)
 
     def run(batch_df, batch_id: int) -> None:
@@ -90,7 +90,7 @@ def join_batch(ctx: QueryContext) -> Callable:
                 current = {s: side.current(batch_id) for s, side in sides.items()}
             ups, step = parts.rebuild(current)
             for s, inp in inputs.items():
-                local_df(session, current[s], inp.ddl).createOrReplaceTempView(inp.name)
+                local_df(session, current[s], inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
             result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
             written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
             state.write(kv_state_rows(state, ups, []), batch_id)

@@ -134,7 +134,7 @@ def topn_batch(ctx: QueryContext) -> Callable:
             with ctx.clock.phase("sql"):
                 result = ranked(new, facts, out_schema)
         else:
-            local_df(session, new, inp.ddl).createOrReplaceTempView(inp.name)
+            local_df(session, new, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
             result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         written = write_output(ctx, output_difference(ctx, result), batch_id, origin)

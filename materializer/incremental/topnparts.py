@@ -74,7 +74,7 @@ class Ranker:
         """The SQL's result over ``rows``, before expectations."""
         data = pa.Table.from_pylist(rows, schema=self.in_schema)
         if not self.in_driver:
-            local_df(session, data, self.input.ddl).createOrReplaceTempView(self.input.name)
+            local_df(session, data, self.input.ddl, self.ctx.handoff).createOrReplaceTempView(self.input.name)
             return run_sql(self.ctx, session)
         with self.ctx.clock.phase("sql"):
             parts = [partition_of(r, self.facts.partition) for r in rows]

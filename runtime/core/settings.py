@@ -51,6 +51,14 @@ def _int(value: Any) -> int:
         raise SettingValueError(f"expected an integer, got {value!r}") from None
 
 
+def _count(value: Any) -> int:
+    """A whole number of at least 0."""
+    n = _int(value)
+    if n < 0:
+        raise SettingValueError(f"expected 0 or more, got {n}")
+    return n
+
+
 def _str(value: Any) -> str:
     """A non-empty string: an empty one would silently mean "the default", so it is refused."""
     if not isinstance(value, str):
@@ -261,11 +269,30 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "materializer.max_rows_per_batch",
-        200_000,
+        1_000_000,
         "On the driver data path: at most this many rows of a hot input per micro-batch "
         "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
         "several batches, so driver memory stays bounded.",
         _int,
+    ),
+    Setting(
+        "materializer.source_bytes_per_batch",
+        64 * 1024 * 1024,
+        "At most about this many bytes of new files per micro-batch of a file source (json, csv, parquet, "
+        "orc, text: Spark's maxBytesPerTrigger), unless the flow's source sets maxFilesPerTrigger or "
+        "maxBytesPerTrigger itself: a backlog of files is worked off in several batches, which the next "
+        "layers start on while the rest is read, and the driver data path holds one batch at a time. "
+        "0: no cap (one batch takes every new file).",
+        _count,
+    ),
+    Setting(
+        "materializer.local_relation_rows",
+        10_000,
+        "On the driver data path: Arrow data the driver hands to Spark (a micro-batch's rows, a table's "
+        "state for a lookup or a recomputation) goes as a local relation up to this many rows (the least "
+        "latency), and as a Parquet file Spark reads above it (a fifth of the CPU per row: "
+        "docs/benchmarks.md, Scale-out). 0: always a file.",
+        _count,
     ),
     Setting(
         "materializer.executor_rows_per_batch",
