@@ -50,6 +50,7 @@ from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import BUCKET, CHANGE, DELETE, INSERT, OFFSET, UPDATE_AFTER, UPDATE_BEFORE, bucket_of
 
 ORDER, SEQ = "__order", "__seq"  # the rows' order within a bucket: deletes first, then batch order
+_ROW = "__row"  # a row's index in a write task's rows
 RESULT = "kind string, bucket int, n long, raw string, reason string, name string"
 _FLAGS = "e"  # expectation columns e0, e1, ...
 
@@ -73,6 +74,30 @@ class Tag:
 
 
 @dataclass(frozen=True)
+class SourceCheck:
+    """In a write task of a pass-through table over a source: the records that did not parse (``q``) and
+    those lacking a column the source declares NOT NULL (``qn``) leave the rows, as the driver path's
+    quarantine rows, returned to the driver (rare, small) — one pass over the source, no cached copy."""
+
+    name: str
+    format: str
+    required: tuple[str, ...]
+
+    def split(self, data: pa.Table, flags: list[str], out: list[dict]) -> pa.Table:
+        """``data`` without the quarantined records, which go to ``out``."""
+        view = data.drop_columns(flags).append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+        view, corrupt = split_corrupt(view, self.name, self.format)
+        view, missing = split_missing(view, self.required, self.name, self.format)
+        for part, found in (("q", corrupt), ("qn", missing)):
+            out += [
+                {"kind": f"source:{part}", "raw": raw, "reason": why, "n": 1}
+                for raw, why in zip(found.column("raw").to_pylist(), found.column("reason").to_pylist())
+            ]
+        kept = data.take(view.column(_ROW)) if view.num_rows < data.num_rows else data
+        return kept.drop_columns([CORRUPT]) if CORRUPT in kept.column_names else kept
+
+
+@dataclass(frozen=True)
 class WriteTask:
     """``mapInArrow`` over rows routed by bucket: write them, return counts and the rows to quarantine."""
 
@@ -83,6 +108,7 @@ class WriteTask:
     origin: float | None
     primary_key: tuple[str, ...]
     expect: tuple[Expectation, ...]
+    source: SourceCheck | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = [b for b in batches if b.num_rows]
@@ -92,7 +118,9 @@ class WriteTask:
         store = self.place.store()
         meta = store.get_table(self.table)
         flags = [c for c in data.column_names if c.startswith(_FLAGS) and c[1:].isdigit()]
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = [{"kind": "received", "n": data.num_rows}]
+        if self.source is not None:  # records that do not parse or lack a column: to the driver's quarantine
+            data = self.source.split(data, flags, out)
         rows = data.drop_columns([c for c in (*flags, ORDER, SEQ) if c in data.column_names])
         if self.expect:
             rows = self._expectations(meta, rows, data.select(flags), out)
@@ -164,11 +192,13 @@ def write_routed(
     deletes_first: bool = False,
     writer: str | None = None,
     expect: bool = True,
-) -> int:
+    source: SourceCheck | None = None,
+) -> Routed:
     """Write the rows of ``df`` (the table's user columns, and ``__change`` for a primary-key table) from
-    Spark tasks routed by bucket; returns the rows written. ``deletes_first``: ``df`` has an ``__order``
-    column (0 for deletes) that orders each bucket's rows before batch order. ``expect``: check the table's
-    expectations here (a recompute checked them on its whole result already)."""
+    Spark tasks routed by bucket. ``deletes_first``: ``df`` has an ``__order`` column (0 for deletes) that
+    orders each bucket's rows before batch order. ``expect``: check the table's expectations here (a
+    recompute checked them on its whole result already). ``source``: ``df`` is a source's records with its
+    corrupt-record column, quarantined by the tasks."""
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
     table = ctx.table
@@ -204,17 +234,35 @@ def write_routed(
         origin,
         tuple(table.primary_key),
         expectations,
+        source,
     )
     with ctx.clock.phase("write"):
         results = routed.drop(BUCKET).mapInArrow(task, RESULT).collect()
-    return _record(ctx, results, batch_id, writer)
+    return _record(ctx, results, batch_id, writer, source)
 
 
-def _record(ctx: QueryContext, results, batch_id: int, writer: str | None) -> int:
-    """The tasks' report: quarantine the violators (driver, as the driver path does), count the rest."""
-    written, counts, raws, reasons, quarantined = 0, {}, [], [], []
+@dataclass(frozen=True)
+class Routed:
+    """What the write tasks of a batch did: rows they received and rows they wrote."""
+
+    received: int
+    written: int
+
+
+def _record(
+    ctx: QueryContext, results, batch_id: int, writer: str | None, source: SourceCheck | None = None
+) -> Routed:
+    """The tasks' report: quarantine the violators and the source records that failed (driver, as the driver
+    path does), count the rest."""
+    written, received, counts, raws, reasons, quarantined = 0, 0, {}, [], [], []
+    records: dict[str, tuple[list[str], list[str]]] = {"q": ([], []), "qn": ([], [])}
     for r in results:
-        if r.kind == "written":
+        if r.kind == "received":
+            received += r.n
+        elif r.kind.startswith("source:"):
+            records[r.kind.split(":", 1)[1]][0].append(r.raw)
+            records[r.kind.split(":", 1)[1]][1].append(r.reason)
+        elif r.kind == "written":
             written += r.n
         elif r.kind == "violation":
             counts[r.name] = counts.get(r.name, 0) + r.n
@@ -233,7 +281,10 @@ def _record(ctx: QueryContext, results, batch_id: int, writer: str | None) -> in
             part="qe",
             writer=writer,
         )
-    return written
+    if source is not None:  # the same writers and reasons as the driver path's quarantine of a source
+        for part, (raw, why) in records.items():
+            write_quarantine(ctx, quarantine_rows(raw, why, source.name), batch_id, part=part)
+    return Routed(received, written)
 
 
 def _user(df, ddl: str):
@@ -270,11 +321,15 @@ def append_batch(ctx: QueryContext) -> Callable:
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
         session = _begin(ctx, batch_df)
-        cached = None
-        if source is not None:  # quarantine what does not parse (collected: rare, small), go on with the rest
+        cached, check, rows_in, origin = None, None, 0, None
+        if source is not None and table.passthrough:  # one pass: the write tasks quarantine what fails
+            check = SourceCheck(source.name, source.format, tuple(source.required))
+            good = batch_df.select(
+                *[f"`{c}`" for c in batch_df.columns if c in _names(stream_input.ddl) or c == CORRUPT]
+            )
+        elif source is not None:  # SQL over the records that parse: the others quarantined first
             cached = batch_df.persist()
             good, rows_in = _source_rows(ctx, source, cached, batch_id)
-            origin = None
         else:
             rows_in = _range_rows(ctx, stream_input, batch_id)
             if not rows_in:
@@ -282,7 +337,9 @@ def append_batch(ctx: QueryContext) -> Callable:
             good = batch_df
             origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         try:
-            if table.passthrough:
+            if check is not None:
+                out = good
+            elif table.passthrough:
                 out = _user(good, stream_input.ddl)
             else:
                 _view(session, _user(good, stream_input.ddl), stream_input.name)
@@ -290,13 +347,17 @@ def append_batch(ctx: QueryContext) -> Callable:
                 out = session.sql(table.sql, args=ctx.args)
             if table.kind == "primary_key":
                 out = out.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
-            written = write_routed(ctx, out, batch_id, origin)
+            routed = write_routed(ctx, out, batch_id, origin, source=check)
         finally:
             if cached is not None:
                 cached.unpersist()
-        _finish(ctx, started, rows_in, written, origin)
+        _finish(ctx, started, routed.received if check is not None else rows_in, routed.written, origin)
 
     return run
+
+
+def _names(ddl: str) -> set[str]:
+    return {f.name for f in struct_of(ddl).fields}
 
 
 def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[Any, int]:
@@ -314,7 +375,7 @@ def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[An
     good = batch_df.where(fine)
     if CORRUPT in good.columns:
         good = good.drop(CORRUPT)
-    return good, bad.num_rows  # the good rows are counted by what is written
+    return good, batch_df.count()  # every record that came in (batch_df is cached)
 
 
 def _range_rows(ctx: QueryContext, inp, batch_id: int) -> int:
@@ -330,7 +391,7 @@ def aggregate_batch(ctx: QueryContext) -> Callable:
         _begin(ctx, batch_df)
         origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
         out = batch_df.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
-        written = write_routed(ctx, out, batch_id, origin)
+        written = write_routed(ctx, out, batch_id, origin).written
         _finish(ctx, started, written, written, origin)
 
     return run
@@ -378,7 +439,7 @@ def changelog_batch(ctx: QueryContext) -> Callable:
             kept = session.sql(table.sql, args=ctx.args)
             kept = kept.selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`", f"1 AS `{ORDER}`")
             out = kept.unionByName(gone, allowMissingColumns=True)
-            written = write_routed(ctx, out, batch_id, origin, deletes_first=True)
+            written = write_routed(ctx, out, batch_id, origin, deletes_first=True).written
         finally:
             events.unpersist()
         _finish(ctx, started, rows_in, written, origin)
@@ -439,7 +500,7 @@ def recompute_distributed(
         .selectExpr("*", f"'{DELETE}' AS `{CHANGE}`", f"0 AS `{ORDER}`")
     )
     out = upserts.unionByName(deletes, allowMissingColumns=True)
-    return write_routed(ctx, out, seq, origin, deletes_first=True, writer=writer, expect=False)
+    return write_routed(ctx, out, seq, origin, deletes_first=True, writer=writer, expect=False).written
 
 
 def _probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

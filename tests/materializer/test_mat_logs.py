@@ -18,9 +18,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(
-    spark, project_dir, test_flow, seed, run_cli
+    spark, project_dir, test_flow, data_path, seed, run_cli
 ):
-    (project_dir / "tidehouse.yaml").write_text("logging:\n  level: debug\n  format: json\n")
+    """On both data paths: an ODS batch counts every record that came in, the quarantined ones too."""
+    path = f"materializer:\n  data_path: {data_path}\n"
+    (project_dir / "tidehouse.yaml").write_text(path + "logging:\n  level: debug\n  format: json\n")
     lines = make_events(random.Random(seed), 40)
     write_batch(project_dir, "part-0", lines)
     code, _, err = run_cli("flow", "trigger", "flows/testflow.yaml", "--until-idle")
@@ -37,7 +39,7 @@ def test_a_json_log_line_of_each_batch_carries_flow_table_and_batch_id(
     assert sum(r["rows_in"] for r in ods) == len(lines) and sum(r["quarantined"] for r in ods) == 2
 
     # text, the default: the same record in a plain line, its flow, table and batch in brackets
-    (project_dir / "tidehouse.yaml").write_text("logging:\n  level: debug\n")
+    (project_dir / "tidehouse.yaml").write_text(path + "logging:\n  level: debug\n")
     write_batch(project_dir, "part-1", make_events(random.Random(seed + 1), 10, bad=0))
     code, _, err = run_cli("flow", "trigger", "testflow", "--until-idle")
     assert code == 0, err

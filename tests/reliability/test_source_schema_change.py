@@ -195,9 +195,12 @@ def _check(project, inp: Input, *, columns: list[str]) -> None:
         assert _bag(lake_rows, cols) == _bag(store.scan(table), cols), f"lake {table}"
 
 
-def test_record_shape_changes_mid_stream(spark, project_dir, seed):
+@pytest.mark.parametrize("data_path", ["driver", "executors"])
+def test_record_shape_changes_mid_stream(spark, project_dir, seed, data_path):
+    """On both data paths (the executor path's write tasks quarantine a pass-through source's records)."""
     from runtime.project import Project
 
+    (project_dir / "tidehouse.yaml").write_text(f"materializer:\n  data_path: {data_path}\n")
     rng = random.Random(seed)
     for name, text in ACTIONS.items():
         (project_dir / "actions" / name).write_text(text)

@@ -333,6 +333,14 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     assert "rootLogger.level = warn" in Path(log4j).read_text()
     cluster = session_conf("spark://head:7077", {})
     assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
+    # the driver JVM of a cluster only plans: C1 only; in local mode it runs the tasks (C2)
+    assert "-XX:TieredStopAtLevel=1" in cluster["spark.driver.extraJavaOptions"]
+    assert "TieredStopAtLevel" not in session_conf("local[2]", {})["spark.driver.extraJavaOptions"]
+    own = session_conf("spark://head:7077", {"spark.driver.extraJavaOptions": "-Dx=1"})
+    assert (
+        own["spark.driver.extraJavaOptions"].startswith("-Dx=1 ")
+        and "Tiered" not in own["spark.driver.extraJavaOptions"]
+    )
     assert (
         session_conf("spark://head:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"]
         == "10.0.0.5"
