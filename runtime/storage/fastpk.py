@@ -14,8 +14,12 @@ reference and handles every other case), in a fixed number of passes over the ba
 5. the new state is one ``WriteBatch``: per key touched, the image of its last row, or a delete.
 
 ``first_row`` takes this path only when the write has no deletes (then a row matters only when its key is
-neither stored nor seen earlier in the write). Other engines, deletes under ``first_row`` and columns whose
-values Arrow cannot compare (lists, structs, maps, ...) take the row loop.
+neither stored nor seen earlier in the write). ``aggregate`` takes it when the write has no deletes and one
+row per key (what an incremental aggregation's partials are): each column merged with Arrow as the row loop's
+``Merger`` merges it (``sum``, ``min``, ``max``, ``count``, ``last_non_null``, the implicit ``last``); an
+integer sum that overflows, and several rows of one key, take the row loop. Other engines, deletes under
+``first_row`` or ``aggregate`` and columns whose values Arrow cannot compare (lists, structs, maps, ...) take
+the row loop.
 
 One documented difference from the loop, invisible in practice: when an upsert is a no-op because its values
 *compare* equal without being bit-identical (``-0.0`` vs ``0.0``), the loop keeps the stored bits and this
@@ -33,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rocksdict import Rdict, WriteBatch
 
+from runtime.core.literals import IMPLICIT_AGGREGATION
 from runtime.storage.api import CHANGE, DELETE, ROW_KINDS, UPDATE_BEFORE, TableMeta
 from runtime.storage.pk import APPLIED, ROW, from_py, pad, to_py
 
@@ -68,10 +73,16 @@ def delete_mask(kinds: Sequence[str | None] | None, n: int) -> np.ndarray:
 
 def supported(meta: TableMeta, part: pa.Table, is_del: np.ndarray) -> bool:
     """Whether this write can take the vectorised path (else the row loop of :class:`~.pk.Tablet`)."""
-    if meta.merge_engine == "first_row":
+    if meta.merge_engine in ("first_row", "aggregate"):
         if is_del.any():
             return False
     elif meta.merge_engine != "last_row":
+        return False
+    if meta.merge_engine == "aggregate" and not all(
+        pa.types.is_integer(meta.schema.field(c).type) or pa.types.is_floating(meta.schema.field(c).type)
+        for c, fn in meta.aggregations.items()
+        if fn in ("sum", "count") and c in meta.schema.names
+    ):
         return False
     return part.column_names == meta.schema.names and all(comparable(f.type) for f in meta.schema)
 
@@ -122,12 +133,15 @@ def _encode(table: pa.Table) -> list[bytes]:
     return [_DUMPS(t, _PROTO) for t in zip(*cols)]
 
 
-def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Merged:
-    """Merge ``part`` (every column of the table, in schema order) into the state held by ``db``."""
+def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Merged | None:
+    """Merge ``part`` (every column of the table, in schema order) into the state held by ``db``; None when
+    the write must take the row loop after all (``aggregate``: several rows of a key, an integer overflow)."""
     new = part.combine_chunks()
     new = pa.Table.from_arrays(new.columns, schema=pa.schema([f.with_nullable(True) for f in meta.schema]))
     n = new.num_rows
     keys = key_list(new, meta.primary_key)
+    if meta.merge_engine == "aggregate":
+        return _aggregate(meta, new, keys, db)
     ids: dict[bytes, int] = {}
     code = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64, count=n)
     uniq = list(ids)
@@ -189,6 +203,62 @@ def merge(meta: TableMeta, part: pa.Table, is_del: np.ndarray, db: Rdict) -> Mer
         _encode(new.take(pa.array(put))),
         [keys[i] for i in final[final_del]],
     )
+
+
+def _aggregate(meta: TableMeta, new: pa.Table, keys: list[bytes], db: Rdict) -> Merged | None:
+    """The ``aggregate`` engine over a write of one row per key and no deletes: per row, the stored row
+    merged with it column by column as :class:`~.pk.Merger` does; a changed row is ``-U``/``+U``, a new one
+    ``+I``, an unchanged one nothing."""
+    n = new.num_rows
+    if len(set(keys)) != n:
+        return None
+    raw = db.get(keys)
+    has_stored = np.fromiter((r is not None for r in raw), dtype=bool, count=n)
+    stored = _stored_table(new.schema, raw)
+    at = np.cumsum(has_stored) - 1
+    old = stored.take(pa.array(np.where(has_stored, at, 0), mask=~has_stored))  # aligned with ``new``
+    pk = set(meta.primary_key)
+    columns = []
+    try:
+        for f in meta.schema:
+            o, v = old.column(f.name).combine_chunks(), new.column(f.name).combine_chunks()
+            fn = meta.aggregations.get(f.name, IMPLICIT_AGGREGATION)
+            if f.name in pk or fn == IMPLICIT_AGGREGATION:
+                m = v
+            elif fn == "sum":
+                m = pc.coalesce(pc.add_checked(o, v), o, v)
+            elif fn in ("min", "max"):  # Python's min(old, new): the new value only if it is smaller
+                better = pc.less(v, o) if fn == "min" else pc.greater(v, o)
+                m = pc.coalesce(pc.if_else(better, v, o), o, v)
+            elif fn == "count":  # non-null values counted; the first row of a key counts itself
+                m = pc.add_checked(pc.coalesce(o, pa.scalar(0, f.type)), pc.cast(pc.is_valid(v), f.type))
+            else:  # last_non_null
+                m = pc.coalesce(v, o)
+            columns.append(m.cast(f.type))
+    except pa.ArrowInvalid:  # an integer sum overflows: the row loop says so as it does for every write
+        return None
+    merged = pa.Table.from_arrays(columns, schema=new.schema)
+    equal = np.zeros(n, dtype=bool)
+    si = np.flatnonzero(has_stored)
+    if len(si):
+        idx = pa.array(si)
+        equal[si] = rows_equal(old.take(idx), merged.take(idx))
+    insert, update = ~has_stored, has_stored & ~equal
+    counts = insert.astype(np.int64) + 2 * update
+    pos = np.cumsum(counts) - counts
+    rows = np.arange(n, dtype=np.int64)
+    base = pa.concat_tables([merged, old])  # merged row i at i, its stored row at n + i
+    src = np.empty(int(counts.sum()), dtype=np.int64)
+    kind = np.empty(len(src), dtype=np.int8)
+    src[pos[insert]] = rows[insert]
+    kind[pos[insert]] = _I
+    src[pos[update]] = n + rows[update]
+    kind[pos[update]] = _UB
+    src[pos[update] + 1] = rows[update]
+    kind[pos[update] + 1] = _UA
+    changelog = base.take(pa.array(src)).append_column(CHANGE, _KIND_ARRAY.take(pa.array(kind)))
+    put = np.flatnonzero(insert | update)
+    return Merged(changelog, [keys[i] for i in put], _encode(merged.take(pa.array(put))), [])
 
 
 def write_batch(merged: Merged, applied: int) -> WriteBatch:

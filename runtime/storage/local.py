@@ -299,8 +299,8 @@ class LocalTableStore(TableStore):
         update the state."""
         db = tablet.catch_up(meta)
         is_del = fastpk.delete_mask(kinds, part.num_rows)
-        if fastpk.supported(meta, part, is_del):  # last_row / first_row: vectorised
-            merged = fastpk.merge(meta, part, is_del, db)
+        merged = fastpk.merge(meta, part, is_del, db) if fastpk.supported(meta, part, is_del) else None
+        if merged is not None:  # last_row / first_row / aggregate: vectorised
             changelog = merged.changelog
 
             def commit(end: int) -> None:

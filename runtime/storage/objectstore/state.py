@@ -107,10 +107,10 @@ class Merge:
 
 def merge(meta: TableMeta, state: BucketState, part: pa.Table, kinds: list[str] | None) -> Merge:
     """The changelog of ``part`` against ``state`` (unchanged): the local store's merge code, vectorised for
-    ``last_row``/``first_row``, the row loop otherwise."""
+    ``last_row``/``first_row``/``aggregate`` where it can, the row loop otherwise."""
     is_del = fastpk.delete_mask(kinds, part.num_rows)
-    if fastpk.supported(meta, part, is_del):
-        merged = fastpk.merge(meta, part, is_del, state)
+    merged = fastpk.merge(meta, part, is_del, state) if fastpk.supported(meta, part, is_del) else None
+    if merged is not None:
         return Merge(merged.changelog, list(zip(merged.put_keys, merged.put_values)), merged.delete_keys)
     merger = Merger(meta, part.column_names)
     rows = list(zip(*[to_py(part.column(i)) for i in range(part.num_columns)]))
