@@ -16,6 +16,7 @@ import pytest
 from materializer.admission import source_options
 from materializer.handoff import Handoff, parquet_carries
 from materializer.plan import SourcePlan
+from tests._support import scale
 from tests.materializer._flowkit import (
     FLOW,
     make_events,
@@ -167,7 +168,7 @@ def test_big_batches_go_to_spark_as_files_and_equal_the_oracle(
 ):
     """local_relation_rows 20 and batches of at most 25 rows: dwd.clicks' bigger batches reach Spark as
     Parquet files, its smaller ones and the rest as local relations; the hot and lake tables equal the oracle
-    after a first run and after one with more input, and no file is left behind."""
+    after a first run (and after one with more input, TIDEHOUSE_SCALE=full), and no file is left behind."""
     from runtime.project import Project
 
     (project_dir / "tidehouse.yaml").write_text(
@@ -182,15 +183,17 @@ def test_big_batches_go_to_spark_as_files_and_equal_the_oracle(
     try:
         project.trigger(test_flow, until_idle=True, spark=spark)
         check_against_oracle(project, lines)
-        more = make_events(rng, 80, bad=1)
-        write_batch(project_dir, "part-1", more)
-        project.trigger("testflow", until_idle=True, spark=spark)
-        check_against_oracle(project, lines + more)
+        if scale(0, 1):  # CI: one run (more batches of both kinds with TIDEHOUSE_SCALE=full)
+            more = make_events(rng, 80, bad=1)
+            write_batch(project_dir, "part-1", more)
+            project.trigger("testflow", until_idle=True, spark=spark)
+            check_against_oracle(project, lines + more)
         folder = project.config.home / "tmp" / "handoff"
         assert not [p for p in folder.rglob("*") if p.is_file()], "hand-off files left behind"
     finally:
         project.close()
-    assert counts["file"] >= 4 and counts["local"] >= 1, counts
+    # ODS commits the file's 60 rows in one batch; dwd.clicks reads them as 25 + 25 (files) + 10 (local)
+    assert counts["file"] >= 2 and counts["local"] >= 1, counts
 
 
 EXPECT_FLOW = FLOW.replace(

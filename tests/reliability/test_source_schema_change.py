@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import pytest
 
 from runtime.core.errors import ErrorCode, TidehouseError
+from tests._support import scale
 from tests.materializer._flowkit import canon
 
 pytestmark = [pytest.mark.spark, pytest.mark.reliability]
@@ -197,8 +198,12 @@ def _check(project, inp: Input, *, columns: list[str]) -> None:
 
 @pytest.mark.parametrize("data_path", ["driver", "executors"])
 def test_record_shape_changes_mid_stream(spark, project_dir, seed, data_path):
-    """On both data paths (the executor path's write tasks quarantine a pass-through source's records)."""
+    """On both data paths (the executor path's write tasks quarantine a pass-through source's records; CI
+    runs that path's quarantine in tests/materializer: test_mat_run, test_mat_logs)."""
     from runtime.project import Project
+
+    if data_path == "executors" and not scale(0, 1):
+        pytest.skip("TIDEHOUSE_SCALE=full runs the record-shape changes on the executor path too")
 
     (project_dir / "tidehouse.yaml").write_text(f"materializer:\n  data_path: {data_path}\n")
     rng = random.Random(seed)
