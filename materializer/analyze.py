@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from materializer import shape as shape_mod
+from materializer.incremental.having import typed_having
 from materializer.incremental.logfacts import log_aggregate_refusal
 from materializer.plan import (
     QUARANTINE_DDL,
@@ -308,6 +309,9 @@ def build_plan(
             _check_output(name, df, action, primary_key, tspec, tloc, location_of)
             shape = sql_shape(df)
             _check_expectations(name, df, expect, tloc)
+        if shape.group_aggregate is not None and len(inputs) == 1:
+            typed, why = typed_having(shape.group_aggregate, struct_of(inputs[0].ddl))
+            shape = replace(shape, group_aggregate=typed, having_refusal=why)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
             if shape.group_aggregate is not None and not log_aggregate_refusal(

@@ -20,7 +20,7 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     windows, for one, cannot be updated in place, so they are recomputed.
 ``agg_log``
     On the driver data path, the same SQL when it is a GROUP BY of plain input columns with ``count``,
-    ``sum``, ``avg``, ``min``, ``max``, ``count(DISTINCT)`` of plain input columns and a numeric HAVING
+    ``sum``, ``avg``, ``min``, ``max``, ``count(DISTINCT)`` of plain input columns and a HAVING of comparisons
     (:mod:`materializer.incremental.logfacts` says which types): each micro-batch is pre-aggregated with
     Arrow in the driver and added to per-group partials in the hot store, without a Spark job. On the
     executor path it stays ``aggregate`` (the state in Spark's state store, the rows in the executors).
@@ -34,7 +34,7 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     tables, the log's rows being images keyed by their place in the log — so a change of the primary-key
     table revises the joined rows already written (no ``lookup`` difference).
 ``topn`` / ``agg_changelog`` / ``join_changelog``
-    A top-N (global or per PARTITION BY), or a GROUP BY with retractable aggregates and a numeric HAVING,
+    A top-N (global or per PARTITION BY), or a GROUP BY with retractable aggregates and a typed HAVING,
     over one primary-key table, or an equi-join of two primary-key tables: kept incrementally with state in
     the hot store (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`).
     Recognized from plan facts only; anything else is recomputed.
@@ -122,6 +122,7 @@ class SqlShape:
     log_aggregate: GroupAggregate | None = None
     join: EquiJoin | None = None
     join_refusal: str = ""  # why a join near the top is not kept incrementally ("": no such join)
+    having_refusal: str = ""  # why a GROUP BY's HAVING is not kept incrementally ("": it is, or no HAVING)
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -302,6 +303,8 @@ def decide(
     ):
         if node in shape.nodes:
             why.append(label)
+    if shape.having_refusal:
+        why.append(shape.having_refusal)
     if lookups and "Aggregate" in stateful:
         why.append("aggregation over a primary-key table")
     if len(appends) + len(lookups) > 1:

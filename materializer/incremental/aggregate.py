@@ -1,6 +1,6 @@
-"""The ``agg_changelog`` strategy: a GROUP BY with retractable aggregates (and a numeric HAVING) over one
-primary-key table, kept with per-key contributions and per-group accumulators (docs/architecture.md,
-"Incremental maintenance").
+"""The ``agg_changelog`` strategy: a GROUP BY with retractable aggregates (and a HAVING of comparisons with
+numbers or strings) over one primary-key table, kept with per-key contributions and per-group accumulators
+(docs/architecture.md, "Incremental maintenance").
 
 The state is a key-value table (``key string, value binary``): ``c<input key>`` → the key's contribution
 (its group and aggregated values), ``g<group>`` → the group's accumulators, ``d<agg><group><value>`` → how

@@ -28,6 +28,9 @@ _NUMBER = r"-?\d+(?:\.\d+)?(?:E-?\d+)?[LDSY]?|-?\d+BD"
 _COMPARE = re.compile(
     rf"^{_ATTR} (<=|>=|<|>|=|!=) (?:cast\(({_NUMBER}) as \w+(?:\(\d+,\d+\))?\)|({_NUMBER}))$"
 )
+# a bare literal the explain text prints without quotes: a string one only when nothing in it could be read as
+# the condition's structure (no blank, bracket, quote or '#'); anything else is not read at all
+_COMPARE_TEXT = re.compile(rf"^{_ATTR} (<=|>=|<|>|=|!=) ([\w.:@/+-]+)$")
 PASS = ("Project", "SubqueryAlias")
 WINDOW_FUNCTIONS = ("row_number", "rank", "dense_rank")
 
@@ -64,9 +67,14 @@ class Aggregation:
 
 @dataclass(frozen=True)
 class Comparison:
+    """``column op value`` in a HAVING. The explain text prints a string literal unquoted, so a bare literal
+    is read as both a number (when it looks like one) and its ``text``; which of them the comparison means is
+    decided by the column's type (:func:`materializer.incremental.having.typed_having`)."""
+
     column: str  # an Aggregate output name
     op: str
-    value: float | int
+    value: float | int | str | None  # None: the literal is not a number (a string, once typed)
+    text: str = ""  # the bare literal as printed ("" when Spark cast it: never a string)
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,8 @@ class GroupAggregate:
         )
         text = f"GROUP BY {', '.join(self.group)}: {aggs}"
         if self.having:
-            text += " HAVING " + " AND ".join(f"{c.column} {c.op} {c.value}" for c in self.having)
+            shown = [(c, repr(c.value) if isinstance(c.value, str) else c.value) for c in self.having]
+            text += " HAVING " + " AND ".join(f"{c.column} {c.op} {value}" for c, value in shown)
         return text
 
 
@@ -255,7 +264,8 @@ def _topn_output(root: Node, rank_id: str, columns: dict[str, str]) -> tuple | N
 
 
 def aggregate_facts(root: Node) -> GroupAggregate | None:
-    """A GROUP BY of input columns with retractable aggregates and an optional numeric HAVING, or None."""
+    """A GROUP BY of input columns with retractable aggregates and an optional HAVING of comparisons with
+    literals (untyped until :func:`materializer.incremental.having.typed_having`), or None."""
     top = root
     output: list[tuple[str, str]] | None = None
     if top.name == "Project" and len(top.children) == 1 and not top.inner:
@@ -275,10 +285,14 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
         for part in _conjuncts(node.text[len("Filter ") :].strip()):
             m = _COMPARE.match(part)
             if m is None:
-                return None
+                t = _COMPARE_TEXT.match(part)
+                if t is None:
+                    return None
+                having.append(Comparison(t.group(1), t.group(3), None, t.group(4)))
+                continue
             literal = (m.group(4) or m.group(5)).rstrip("LDSY").removesuffix("B")
             value = float(literal) if any(c in literal for c in ".E") else int(literal)
-            having.append(Comparison(m.group(1), m.group(3), value))
+            having.append(Comparison(m.group(1), m.group(3), value, m.group(5) or ""))
         node = _down(node.children[0])
     if node.name != "Aggregate" or len(node.children) != 1 or node.inner:
         return None

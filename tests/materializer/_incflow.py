@@ -1,6 +1,7 @@
 """A flow whose ADS tables are kept by the incremental strategies, with rows that leave their input: the
 users of dws.mid_users leave it once they reach 4 events (deletes in its changelog), so rows leave the top-N
-(global and per group), groups fall under the HAVING threshold and min/max extremes are deleted. The oracle
+(global and per group), groups fall under the HAVING threshold (a count, and a string max: 'u3' > 'u23' >
+'u2' > 'u13') and min/max extremes are deleted. The oracle
 is DuckDB SQL."""
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ params:
   at_least: {type: bigint, default: 2}
 ---*/
 SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, min(events) AS lo,
-       max(spend) AS hi, count(DISTINCT events) AS kinds
+       max(spend) AS hi, count(DISTINCT events) AS kinds, max(user_id) AS last_user
 FROM mid
 GROUP BY grp
-HAVING count(*) >= :at_least
+HAVING count(*) >= :at_least AND max(user_id) > 'u2'
 """,
     "t_top_per_grp.sql": """/*---
 name: t_top_per_grp
@@ -107,7 +108,8 @@ INC_ORACLE = {
     ),
     "ads.mid_groups": (
         "SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, min(events) AS lo, "
-        f"max(spend) AS hi, count(DISTINCT events) AS kinds FROM ({MID}) GROUP BY grp HAVING count(*) >= 2"
+        f"max(spend) AS hi, count(DISTINCT events) AS kinds, max(user_id) AS last_user FROM ({MID}) "
+        "GROUP BY grp HAVING count(*) >= 2 AND max(user_id) > 'u2'"
     ),
 }
 INC_ORACLE["ads.top_per_grp"] = (

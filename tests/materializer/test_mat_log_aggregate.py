@@ -41,7 +41,8 @@ FACTS = GroupAggregate(
         Aggregation("sum", "x", "sx"),
         Aggregation("count_distinct", "s", "ds"),
     ),
-    having=(Comparison("sx", ">", 0),),
+    # code point order: "é" > "zz" > "a" > "Z"
+    having=(Comparison("sx", ">", 0), Comparison("hi", ">", "Z", "Z")),
     output=(
         ("key", "k"),
         ("c", "c"),
@@ -116,7 +117,7 @@ def _brute(rows: list[dict]) -> dict:
             "sx": round(sum(xs), 6) if xs else None,
             "ds": len(set(ss)),
         }
-        out[k] = (row, row["sx"] is not None and row["sx"] > 0)
+        out[k] = (row, row["sx"] is not None and row["sx"] > 0 and row["hi"] is not None and row["hi"] > "Z")
     return out
 
 
@@ -249,7 +250,7 @@ SELECT item, count(*) AS n, sum(units) AS units, avg(delta) AS avg_delta, min(ts
        count(DISTINCT user_id) AS buyers, count(DISTINCT ts) AS moments
 FROM signed
 GROUP BY item
-HAVING sum(delta) > 0
+HAVING sum(delta) > 0 AND last_user > 'u3'
 """,
 }
 LOG_FLOW = flow_head("agg_log, groups entering and leaving a HAVING filter").replace(
@@ -268,7 +269,7 @@ ITEMS = (
     "count(DISTINCT user_id) AS buyers, count(DISTINCT ts) AS moments FROM ("
     "SELECT user_id, item_id AS item, price - 10.0 AS delta, CAST(round(price) AS INT) AS units, "
     "CASE WHEN price >= 1 THEN ts END AS ts FROM raw) "
-    "GROUP BY item HAVING sum(delta) > 0"
+    "GROUP BY item HAVING sum(delta) > 0 AND max(user_id) > 'u3'"
 )
 
 
@@ -281,7 +282,7 @@ def _check(project, lines) -> None:
 def _item(price: float) -> str:
     """An event of item i99, which no random event has: its total is steered in and out of HAVING."""
     return json.dumps(
-        {"user_id": "u1", "event_type": "buy", "item_id": "i99", "price": price, "ts": "2024-01-01T00:00:00Z"}
+        {"user_id": "u9", "event_type": "buy", "item_id": "i99", "price": price, "ts": "2024-01-01T00:00:00Z"}
     )
 
 
@@ -300,6 +301,7 @@ def test_agg_log_equals_the_oracle_over_runs_a_lost_state_and_a_replay(spark, pr
         items = plan.table("dws.items")
         assert items.strategy == "agg_log", items.reason
         assert "no Spark job" in items.reason and "GROUP BY item" in items.reason
+        assert "HAVING total > 0 AND last_user > 'u3'" in items.reason, items.reason  # typed
         present = []
         for run, n in enumerate((60, 70, 80, 50)):
             more = make_events(rng, n, users=12, bad=0) + steer[run]

@@ -1,0 +1,112 @@
+"""A HAVING kept incrementally is typed by the column it compares: Spark's explain text prints a string
+literal unquoted, so ``max(name) >= '5'`` must compare with the text "5", not the number 5 (a string compared
+with an int: the micro-batch failed); comparisons of other types are recomputed, saying why."""
+
+from __future__ import annotations
+
+import pytest
+
+from materializer.analyze import struct_of
+from materializer.incremental.facts import Aggregation, Comparison, GroupAggregate
+from materializer.incremental.having import output_kinds, typed_having
+
+AGGS = (
+    Aggregation("count", None, "n"),
+    Aggregation("sum", "x", "s"),
+    Aggregation("max", "name", "m"),
+    Aggregation("min", "d", "first_day"),
+    Aggregation("max", "k", "top"),
+)
+SCHEMA = struct_of("g string, x double, name string, d date, k decimal(10,2)")
+
+
+def _facts(*having: Comparison) -> GroupAggregate:
+    return GroupAggregate(("g",), AGGS, having, (("g", "g"), ("n", "n"), ("m", "m")))
+
+
+def test_output_kinds():
+    assert output_kinds(_facts(), SCHEMA) == {
+        "g": "string",
+        "n": "bigint",
+        "s": "numeric",
+        "m": "string",
+        "first_day": "date",
+        "top": "decimal",
+    }
+
+
+@pytest.mark.parametrize(
+    "comparison, value",
+    [
+        (Comparison("m", ">=", 5, "5"), "5"),  # '5' printed bare: a string column means the text
+        (Comparison("m", ">", 5, "5L"), "5L"),
+        (Comparison("m", "=", None, "abc"), "abc"),
+        (Comparison("g", "!=", None, "x.y"), "x.y"),  # a GROUP BY column
+        (Comparison("n", ">", 1, ""), 1),  # cast(1 as bigint): a number
+        (Comparison("s", ">", 1.5, "1.5"), 1.5),
+        (Comparison("top", "<=", 3, "3"), 3),
+    ],
+)
+def test_a_comparison_takes_its_columns_type(comparison, value):
+    typed, why = typed_having(_facts(comparison), SCHEMA)
+    assert why == "" and typed is not None
+    assert typed.having[0].value == value and type(typed.having[0].value) is type(value)
+
+
+@pytest.mark.parametrize(
+    "comparison, words",
+    [
+        (Comparison("first_day", ">", None, "2024-01-01"), "first_day of type date"),
+        (Comparison("s", ">", None, "abc"), "s of type numeric"),
+        (Comparison("m", ">", 5, ""), "m of type string"),  # a cast literal never compares with a string
+    ],
+)
+def test_other_comparisons_are_not_kept(comparison, words):
+    typed, why = typed_having(_facts(comparison), SCHEMA)
+    assert typed is None and words in why
+
+
+def test_no_having_is_unchanged():
+    facts = _facts()
+    assert typed_having(facts, SCHEMA) == (facts, "")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "sql, having",
+    [
+        ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) >= '5'", [("m", ">=", "5")]),
+        ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING m < 'x.y'", [("m", "<", "x.y")]),
+        (
+            "SELECT a, count(*) AS n, min(name) AS lo FROM raw GROUP BY a HAVING count(*) > 1 AND lo <= 'é'",
+            [("n", ">", 1), ("lo", "<=", "é")],
+        ),
+        ("SELECT a, max(k) AS m FROM raw GROUP BY a HAVING max(k) > '5'", [("m", ">", 5)]),
+        # not read: a blank or a quote in the literal, a date compared
+        ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) > 'x y'", None),
+        ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) > 'it''s'", None),
+        ("SELECT a, max(d) AS m FROM raw GROUP BY a HAVING max(d) > '2024-01-01'", None),
+    ],
+)
+def test_having_read_from_sparks_plan(spark, sql, having):
+    from materializer.analyze import sql_shape
+
+    s = spark.newSession()
+    ddl = "a string, name string, k bigint, d date"
+    s.createDataFrame([], struct_of(ddl)).createOrReplaceTempView("raw")
+    facts = sql_shape(s.sql(sql)).group_aggregate
+    typed = typed_having(facts, struct_of(ddl))[0] if facts is not None else None
+    if having is None:
+        assert typed is None
+    else:
+        assert typed is not None and [(c.column, c.op, c.value) for c in typed.having] == having
+
+
+def test_a_having_not_kept_is_recomputed_saying_which_comparison():
+    from materializer.shape import SqlShape, decide
+
+    why = typed_having(_facts(Comparison("first_day", ">", None, "2024-01-01")), SCHEMA)[1]
+    shape = SqlShape(nodes=frozenset({"Aggregate", "Filter"}), top="Filter", having_refusal=why)
+    decision = decide("ads.x", shape, [("rows", "primary_key")], primary_key=("g",))
+    assert decision.strategy == "recompute"
+    assert "HAVING compares first_day of type date with 2024-01-01" in decision.reason
