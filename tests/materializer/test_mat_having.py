@@ -109,4 +109,4 @@ def test_a_having_not_kept_is_recomputed_saying_which_comparison():
     shape = SqlShape(nodes=frozenset({"Aggregate", "Filter"}), top="Filter", having_refusal=why)
     decision = decide("ads.x", shape, [("rows", "primary_key")], primary_key=("g",))
     assert decision.strategy == "recompute"
-    assert "HAVING compares first_day of type date with 2024-01-01" in decision.reason
+    assert "HAVING compares first_day of type date with '2024-01-01'" in decision.reason
