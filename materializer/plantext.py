@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from materializer.incremental.facts import aggregate_facts, split_top, topn_facts
+from materializer.incremental.facts import aggregate_facts, aggregate_keys, split_top, topn_facts
 from materializer.incremental.joinfacts import join_facts
 from materializer.shape import PASS_THROUGH, SqlShape
 
@@ -154,6 +154,7 @@ def shape_of(explain: str) -> SqlShape:
         watermarks=tuple(sorted(watermarks.items())),
         topn=topn_facts(root),
         group_aggregate=aggregate_facts(root),
+        aggregate_keys=aggregate_keys(root),
         join=join,
         join_refusal=join_refusal,
     )

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from materializer.incremental.facts import GroupAggregate, TopN
+from materializer.incremental.facts import AggregateKeys, GroupAggregate, TopN
 from materializer.incremental.joinfacts import EquiJoin
 from materializer.plan import BatchException
 from runtime.core.durations import format_duration
@@ -123,6 +123,8 @@ class SqlShape:
     join: EquiJoin | None = None
     join_refusal: str = ""  # why a join near the top is not kept incrementally ("": no such join)
     having_refusal: str = ""  # why a GROUP BY's HAVING is not kept incrementally ("": it is, or no HAVING)
+    # which output columns identify the groups of the Aggregate at the top, if there is one there
+    aggregate_keys: AggregateKeys | None = None
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -243,6 +245,7 @@ def decide(
         )
     if (
         shape.top == "Aggregate"
+        and not _key_refusal(shape, primary_key, whole=True)
         and len(appends) == 1
         and not lookups
         and stateful == {"Aggregate"}
@@ -266,7 +269,12 @@ def decide(
             f"{shape.topn.describe()} over the changelog of {lookups[0]}: a buffer of the best rows kept in "
             "the hot store, the SQL run over it; O(change) per micro-batch",
         )
-    if len(lookups) == 1 and not appends and shape.group_aggregate is not None:
+    if (
+        len(lookups) == 1
+        and not appends
+        and shape.group_aggregate is not None
+        and not _key_refusal(shape, primary_key, whole=False)
+    ):
         return Decision(
             "agg_changelog",
             f"{shape.group_aggregate.describe()} over the changelog of {lookups[0]}: per-group accumulators "
@@ -305,6 +313,8 @@ def decide(
             why.append(label)
     if shape.having_refusal:
         why.append(shape.having_refusal)
+    if "Aggregate" in stateful and _key_refusal(shape, primary_key, whole=not lookups):
+        why.append(_key_refusal(shape, primary_key, whole=not lookups))
     if lookups and "Aggregate" in stateful:
         why.append("aggregation over a primary-key table")
     if len(appends) + len(lookups) > 1:
@@ -453,3 +463,10 @@ def batch_exceptions(
             )
         )
     return tuple(out)
+
+
+def _key_refusal(shape: SqlShape, primary_key: Sequence[str], *, whole: bool) -> str:
+    """Why the primary key does not name one row per group of the top Aggregate ("": it does, or the SQL has
+    no Aggregate at its top: the strategies that need one check for it)."""
+    keys = shape.aggregate_keys
+    return keys.refusal(tuple(primary_key), whole=whole) if keys is not None else ""

@@ -329,3 +329,83 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
     if any(src not in names for _, src in output):
         return None
     return GroupAggregate(tuple(group), tuple(aggs), tuple(having), tuple(output))
+
+
+# an attribute as a plan prints it: name#id, L for a long, -T<ms>ms for an event-time column with a watermark
+_KEY_ATTR = re.compile(r"^([A-Za-z_]\w*#\d+)L?(?:-T\d+ms)?$")
+_ALIAS_AT_END = re.compile(r"^(.*) AS ([A-Za-z_]\w*#\d+)L?$")
+
+
+@dataclass(frozen=True)
+class AggregateKeys:
+    """Which output columns of a GROUP BY identify its groups: what a primary key over it must be."""
+
+    groups: int  # how many GROUP BY expressions (0: a global aggregate, one row)
+    # (output column, the GROUP BY expressions it is: their indices; () for a constant) — only the columns
+    # that are a GROUP BY expression itself, renamed or not, a window's start or end, or a literal
+    keys: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def refusal(self, primary_key: tuple[str, ...] | list[str], *, whole: bool) -> str:
+        """Why ``primary_key`` does not name one row per group ("": it does). ``whole``: every key column
+        must be a group's (a streaming aggregation upserts by it, never deleting a row whose key moved);
+        else key columns beyond the groups' may change (the strategy deletes the row under the old key)."""
+        keys = dict(self.keys)
+        covered = {i for column in primary_key for i in keys.get(column, ())}
+        loose = [column for column in primary_key if column not in keys]
+        if covered != set(range(self.groups)):
+            return (
+                f"the primary key ({', '.join(primary_key)}) does not identify a group: it does not hold "
+                "every GROUP BY expression"
+            )
+        if whole and loose:
+            return (
+                f"the primary key ({', '.join(primary_key)}) holds {', '.join(loose)}, which is not a GROUP "
+                "BY expression (a streaming aggregation would keep a group's old rows under old keys)"
+            )
+        return ""
+
+
+def aggregate_keys(root: Node) -> AggregateKeys | None:
+    """The :class:`AggregateKeys` of the Aggregate at the top of a plan (under projections, aliases and a
+    HAVING filter), or None when there is none there."""
+    projections: list[Node] = []
+    node = root
+    while node.name in (*PASS, "Filter") and len(node.children) == 1 and not node.inner:
+        if node.name == "Project":
+            projections.append(node)
+        node = node.children[0]
+    if node.name != "Aggregate" or node.inner:
+        return None
+    lists = _brackets(node.text)
+    grouping, outputs = ([], lists[0]) if len(lists) == 1 else (split_top(lists[0]), lists[1])
+    index = {item: i for i, item in enumerate(grouping)}
+    keys: dict[str, tuple[int, ...]] = {}  # output attribute (name#id) -> the groups it is
+    for item in split_top(outputs):
+        expr, name = _named(item)
+        field = expr.rsplit(".", 1)[0] if expr.endswith((".start", ".end")) else None
+        if name is None:
+            continue
+        if expr in index:
+            keys[name] = (index[expr],)
+        elif field in index and field.startswith("window#"):  # a window's start or end names the window
+            keys[name] = (index[field],)
+        elif "#" not in expr and "(" not in expr:  # a literal
+            keys[name] = ()
+    for project in reversed(projections):  # bottom up: plain attributes and renames keep a key
+        passed: dict[str, tuple[int, ...]] = {}
+        for item in split_top(_brackets(project.text)[0]):
+            expr, name = _named(item)
+            source = _KEY_ATTR.match(expr)
+            if name is not None and source is not None and source.group(1) in keys:
+                passed[name] = keys[source.group(1)]
+        keys = passed
+    return AggregateKeys(len(grouping), tuple((k.split("#")[0], v) for k, v in keys.items()))
+
+
+def _named(item: str) -> tuple[str, str | None]:
+    """(expression, ``name#id`` of the attribute it outputs or None) of an output list's item."""
+    alias = _ALIAS_AT_END.match(item)
+    if alias is not None:
+        return alias.group(1), alias.group(2)
+    plain = _KEY_ATTR.match(item)
+    return item, plain.group(1) if plain is not None else None

@@ -55,10 +55,11 @@ def session(spark):
 
 def reference_facts(shape):
     """The facts the reference JVM walk reads (the incremental shapes are read from the text only: their own
-    tests are tests/materializer/test_mat_incremental*.py and test_mat_join_changelog*.py)."""
+    tests are tests/materializer/test_mat_incremental*.py, test_mat_join_changelog*.py and
+    test_mat_aggregate_keys.py)."""
     from dataclasses import replace
 
-    return replace(shape, topn=None, group_aggregate=None, join=None, join_refusal="")
+    return replace(shape, topn=None, group_aggregate=None, join=None, join_refusal="", aggregate_keys=None)
 
 
 @pytest.mark.parametrize("sql", QUERIES)

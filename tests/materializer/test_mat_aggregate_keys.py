@@ -1,0 +1,157 @@
+"""A primary key over a GROUP BY must name one row per group. A streaming aggregation (``aggregate``) upserts
+each changed group's row by the key, never deleting a row: keyed by an aggregate (``count(*) AS n``) or by
+fewer columns than the GROUP BY, it kept old rows and mixed groups — a table unequal to the batch result,
+silently. Such tables are recomputed now (equal to the batch result, a duplicate key a clear error), and
+``flow plan`` says why; a key that names the groups keeps the fast strategies."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.materializer._flowkit import (
+    ACTIONS,
+    FLOW,
+    ORACLE,
+    canon,
+    make_events,
+    oracle_connection,
+    write_batch,
+    write_project,
+)
+
+pytestmark = pytest.mark.spark
+
+CASES = [
+    # (SQL over raw(a string, b double, c timestamp), primary key, refusal for a streaming aggregation)
+    ("SELECT a, count(*) AS n FROM raw GROUP BY a", ("a",), ""),
+    ("SELECT a AS k, b, count(*) AS n FROM raw GROUP BY a, b", ("k", "b"), ""),
+    ("SELECT n, k FROM (SELECT a AS k, count(*) AS n FROM raw GROUP BY a)", ("k",), ""),
+    ("SELECT upper(a) AS u, count(*) AS n FROM raw GROUP BY upper(a)", ("u",), ""),
+    ("SELECT 'all' AS id, count(*) AS n FROM raw", ("id",), ""),  # a global aggregate: one row
+    (
+        "SELECT window.start AS ws, a, count(*) AS n FROM raw WATERMARK c DELAY OF INTERVAL 60 SECONDS "
+        "GROUP BY window(c, '1 minute'), a",
+        ("ws", "a"),
+        "",
+    ),
+    (
+        "SELECT window.start AS ws, window.end AS we, a, count(*) AS n FROM raw "
+        "GROUP BY window(c, '10 minutes', '5 minutes'), a",
+        ("we", "a"),
+        "",
+    ),
+    ("SELECT a, count(*) AS n FROM raw GROUP BY a", ("n",), "does not hold every GROUP BY expression"),
+    ("SELECT a, count(*) AS n FROM raw GROUP BY a", ("a", "n"), "holds n, which is not a GROUP BY"),
+    ("SELECT a, count(*) AS n FROM raw GROUP BY a, b", ("a",), "does not hold every GROUP BY expression"),
+    ("SELECT count(*) AS n, sum(b) AS s FROM raw", ("n",), "holds n, which is not a GROUP BY"),
+    (
+        "SELECT window.start AS ws, a, count(*) AS n FROM raw GROUP BY window(c, '1 minute'), a",
+        ("a",),
+        "does not hold every GROUP BY expression",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def session(spark):
+    from materializer.analyze import struct_of
+
+    s = spark.newSession()
+    s.createDataFrame([], struct_of("a string, b double, c timestamp")).createOrReplaceTempView("raw")
+    return s
+
+
+@pytest.mark.parametrize("sql, key, why", CASES)
+def test_which_keys_name_the_groups(session, sql, key, why):
+    from materializer.analyze import sql_shape
+    from materializer.shape import decide
+
+    shape = sql_shape(session.sql(sql))
+    assert shape.aggregate_keys is not None
+    got = shape.aggregate_keys.refusal(key, whole=True)
+    assert (why in got and got) if why else got == ""
+    decision = decide("dws.x", shape, [("rows", "log")], primary_key=key, data_path="executors")
+    if why:
+        assert decision.strategy == "recompute" and why in decision.reason
+    elif "window.start" not in sql or "WATERMARK" in sql:
+        assert decision.strategy == "aggregate", decision.reason
+
+
+def test_a_changelog_aggregate_keyed_beyond_its_groups_stays_incremental(session):
+    from materializer.analyze import sql_shape
+
+    keys = sql_shape(session.sql("SELECT a, count(*) AS n FROM raw GROUP BY a")).aggregate_keys
+    assert keys.refusal(("a", "n"), whole=False) == ""  # agg_changelog moves a row whose key changed
+    assert "does not hold every" in keys.refusal(("n",), whole=False)
+
+
+ACT = {
+    **ACTIONS,
+    "t_totals.sql": """/*---
+name: t_totals
+description: every event counted, one row
+inputs: [events]
+---*/
+SELECT count(*) AS n, sum(price) AS total FROM events
+""",
+    "t_per_user.sql": """/*---
+name: t_per_user
+description: events per user, keyed by the count
+inputs: [events]
+---*/
+SELECT user_id, count(*) AS n FROM events GROUP BY user_id
+""",
+    "t_mid_counts.sql": """/*---
+name: t_mid_counts
+description: users per event count, keyed by the users
+inputs: [activity]
+---*/
+SELECT events, count(*) AS users FROM activity GROUP BY events
+""",
+}
+TABLES = """    totals:
+      action: t_totals
+      inputs: {events: dwd.clicks}
+      primary_key: [n]
+    per_user:
+      action: t_per_user
+      inputs: {events: dwd.clicks}
+      primary_key: [user_id, n]
+    counts:
+      action: t_mid_counts
+      inputs: {activity: dws.user_activity}
+      primary_key: [events, users]
+"""
+CLEAN = ORACLE["dwd.clicks"]
+EXPECTED = {
+    "ads.totals": f"SELECT count(*) AS n, sum(price) AS total FROM ({CLEAN})",
+    "ads.per_user": f"SELECT user_id, count(*) AS n FROM ({CLEAN}) GROUP BY user_id",
+    "ads.counts": f"SELECT events, count(*) AS users FROM ({ORACLE['dws.user_activity']}) GROUP BY events",
+}
+
+
+def test_aggregates_keyed_by_their_values_equal_the_batch_result(spark, project_dir, data_path, seed):
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    flow = write_project(project_dir, FLOW.replace("  ads:\n", "  ads:\n" + TABLES), ACT)
+    project = Project.open()
+    lines: list[str] = []
+    try:
+        plan = project.plan(flow, spark=spark)
+        assert plan.table("ads.totals").strategy == "recompute"
+        assert "holds n, which is not a GROUP BY" in plan.table("ads.totals").reason
+        assert plan.table("ads.per_user").strategy == "recompute"
+        assert plan.table("ads.counts").strategy == "agg_changelog"  # keyed beyond its group: rows move
+        for run in range(3):
+            more = make_events(rng, 40, bad=0)
+            write_batch(project_dir, f"part-{run}", more)
+            lines += more
+            project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
+            con = oracle_connection(lines)
+            for name, sql in EXPECTED.items():
+                assert canon(project.store.scan(name)) == canon(con.sql(sql).to_arrow_table()), (name, run)
+    finally:
+        project.close()
