@@ -45,12 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import pickle
 import shutil
 import tempfile
 import time
 import weakref
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -244,6 +246,31 @@ def _writer_options() -> Options:
     return opts
 
 
+READERS = "kv.readers"  # per bucket: a folder per reading process, for its RocksDB secondary instance's files
+
+
+def reader_scratch(folder: Path) -> str:
+    """A new folder for this process's secondary instance under ``folder`` (``<pid>-<random>``), first
+    removing those of processes that no longer run: a process killed with ``kill -9`` leaves its folder
+    behind, and would otherwise leave it in the system's temp folder forever."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=folder)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class Tablet:
     """The key-value state of one primary-key bucket."""
 
@@ -295,7 +322,7 @@ class Tablet:
                 self._close_secondary()
         scratch = ""
         try:
-            scratch = tempfile.mkdtemp(prefix="tidehouse-kv-")
+            scratch = reader_scratch(self.log.path / READERS)
             self._secondary = Rdict(
                 str(self.path), Options(raw_mode=True), access_type=AccessType.secondary(scratch)
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -269,6 +270,37 @@ def test_reader_in_another_store_follows_the_writer(tmp_path):
     r.close()
     assert not os.path.exists(scratch)
     w2.close()
+
+
+def test_a_killed_readers_folder_is_removed_by_the_next_reader(tmp_path):
+    """A reader's secondary instance keeps its files in the bucket's ``kv.readers/<pid>-...`` (not the
+    system's temp folder, where a ``kill -9`` left one behind per process forever): the next reader removes
+    those of processes that no longer run and keeps those of live ones."""
+    import os
+    import subprocess
+    import sys
+
+    from runtime.storage.pk import READERS
+
+    root = str(tmp_path / "hot")
+    w = open_store(root, fsync=False)
+    w.create_table(pk_meta())
+    w.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    readers = Path(w._table("dws.t").logs[0].path) / READERS
+    readers.mkdir()
+    (readers / f"{dead.stdout.strip()}-x1").mkdir()  # a reader killed with kill -9 (its pid is gone)
+    (readers / f"{os.getppid()}-x2").mkdir()  # a live process's
+    r = open_store(root)
+    assert r.lookup("dws.t", pa.table({"k": ["a"]})).column("a").to_pylist() == [1]
+    scratch = r._table("dws.t").tablets[0]._scratch
+    assert Path(scratch).parent == readers and Path(scratch).name.startswith(f"{os.getpid()}-")
+    assert sorted(p.name for p in readers.iterdir()) == sorted([f"{os.getppid()}-x2", Path(scratch).name])
+    r.close()
+    assert not os.path.exists(scratch)
+    w.close()
 
 
 def test_reader_falls_back_to_read_only_without_temp_space(tmp_path, monkeypatch):
