@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from materializer import shape as shape_mod
-from materializer.incremental.having import typed_having
+from materializer.incremental import literals
 from materializer.incremental.logfacts import log_aggregate_refusal
 from materializer.plan import (
     QUARANTINE_DDL,
@@ -310,8 +310,8 @@ def build_plan(
             shape = sql_shape(df)
             _check_expectations(name, df, expect, tloc)
         if shape.group_aggregate is not None and len(inputs) == 1:
-            typed, why = typed_having(shape.group_aggregate, struct_of(inputs[0].ddl))
-            shape = replace(shape, group_aggregate=typed, having_refusal=why)
+            facts, why = literals.typed(shape.group_aggregate, struct_of(inputs[0].ddl), struct_of(out_ddl))
+            shape = replace(shape, group_aggregate=facts, having_refusal=why)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))
             if shape.group_aggregate is not None and not log_aggregate_refusal(

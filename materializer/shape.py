@@ -34,10 +34,10 @@ Strategies (the correctness oracle for each is "the batch result of the SQL over
     tables, the log's rows being images keyed by their place in the log — so a change of the primary-key
     table revises the joined rows already written (no ``lookup`` difference).
 ``topn`` / ``agg_changelog`` / ``join_changelog``
-    A top-N (global or per PARTITION BY), or a GROUP BY with retractable aggregates and a typed HAVING,
-    over one primary-key table, or an equi-join of two primary-key tables: kept incrementally with state in
-    the hot store (docs/architecture.md, "Incremental maintenance"; :mod:`materializer.incremental`).
-    Recognized from plan facts only; anything else is recomputed.
+    A top-N (global or per PARTITION BY), or a GROUP BY (or a global aggregate) with retractable aggregates
+    and a typed HAVING, over one primary-key table, or an equi-join of two primary-key tables: kept
+    incrementally with state in the hot store (docs/architecture.md, "Incremental maintenance";
+    :mod:`materializer.incremental`). Recognized from plan facts only; anything else is recomputed.
 ``recompute``
     Anything else into a primary-key table (top-N, other joins of primary-key tables, aggregations over a
     changelog, HAVING filters, window functions): each micro-batch that brings changes re-evaluates the SQL
@@ -122,7 +122,8 @@ class SqlShape:
     log_aggregate: GroupAggregate | None = None
     join: EquiJoin | None = None
     join_refusal: str = ""  # why a join near the top is not kept incrementally ("": no such join)
-    having_refusal: str = ""  # why a GROUP BY's HAVING is not kept incrementally ("": it is, or no HAVING)
+    # why a GROUP BY's HAVING or literal columns are not kept incrementally ("": they are, or there are none)
+    having_refusal: str = ""
     # which output columns identify the groups of the Aggregate at the top, if there is one there
     aggregate_keys: AggregateKeys | None = None
 

@@ -65,6 +65,8 @@ def aggregate_batch(ctx: QueryContext) -> Callable:
                 {} if fresh else {k[1:]: v for k, v in _load(ctx, state, [f"c{k}" for k in changed]).items()}
             )
             touched = {g for g, _ in old.values()} | {g for g, _ in new.values()}
+            if not facts.group:  # a global aggregate: its one row, written from the first batch on
+                touched.add(())
             groups = {} if fresh else _load(ctx, state, [f"g{g!r}" for g in touched])
             groups = {g: groups.get(f"g{g!r}") or Group(facts.aggregations) for g in touched}
             dkeys = _distinct_keys(facts, [*old.values(), *new.values()]) if counts_distinct else []

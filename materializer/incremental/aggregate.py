@@ -102,10 +102,14 @@ class Aggregator:
                 acc.best, acc.complete = acc.best[:BEST], False
 
     def output(self, group: tuple, g: Group | None, types: dict) -> dict | None:
-        """The group's output row (None: no rows, or HAVING fails)."""
+        """The group's output row (None: no rows, or HAVING fails). A global aggregate has its one row over
+        no rows too, as in SQL: counts 0, the other aggregates NULL."""
         if g is None or g.rows <= 0:
-            return None
+            if self.facts.group:
+                return None
+            g = Group(self.facts.aggregations)
         values = dict(zip(self.facts.group, group))
+        values.update(self.facts.constants)
         for agg, acc in zip(self.facts.aggregations, g.accs):
             values[agg.output] = self._final(agg, acc, g.rows, types.get(agg.output))
         for c in self.facts.having:

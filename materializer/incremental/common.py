@@ -134,6 +134,9 @@ def order_indices(
 
 
 def key_tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
+    """The rows' values of ``columns``, a tuple per row (``()`` per row for no columns)."""
+    if not columns:
+        return [()] * rows.num_rows
     return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
 
 

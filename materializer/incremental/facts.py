@@ -31,6 +31,8 @@ _COMPARE = re.compile(
 # a bare literal the explain text prints without quotes: a string one only when nothing in it could be read as
 # the condition's structure (no blank, bracket, quote or '#'); anything else is not read at all
 _COMPARE_TEXT = re.compile(rf"^{_ATTR} (<=|>=|<|>|=|!=) ([\w.:@/+-]+)$")
+# a literal output column ('all' AS id), read only when plain (as a HAVING's string literal)
+_CONSTANT = re.compile(r"^(-?[\w.:@/+]+) AS ([A-Za-z_]\w*)#\d+L?$")
 PASS = ("Project", "SubqueryAlias")
 WINDOW_FUNCTIONS = ("row_number", "rank", "dense_rank")
 
@@ -69,7 +71,7 @@ class Aggregation:
 class Comparison:
     """``column op value`` in a HAVING. The explain text prints a string literal unquoted, so a bare literal
     is read as both a number (when it looks like one) and its ``text``; which of them the comparison means is
-    decided by the column's type (:func:`materializer.incremental.having.typed_having`)."""
+    decided by the column's type (:func:`materializer.incremental.literals.typed_having`)."""
 
     column: str  # an Aggregate output name
     op: str
@@ -79,18 +81,21 @@ class Comparison:
 
 @dataclass(frozen=True)
 class GroupAggregate:
-    group: tuple[str, ...]  # input columns
+    group: tuple[str, ...]  # input columns (none: a global aggregate, one row even over no rows)
     aggregations: tuple[Aggregation, ...]
     having: tuple[Comparison, ...]
     # (output column, Aggregate output name) in output order
     output: tuple[tuple[str, str], ...]
+    # (Aggregate output name, literal) of the literal columns ('all' AS id): the literal as the plan prints
+    # it, then (:func:`materializer.incremental.literals.typed`) a value of the output column's type
+    constants: tuple[tuple[str, object], ...] = ()
 
     def describe(self) -> str:
         aggs = ", ".join(
             f"{a.function}({a.column or '*'})".replace("count_distinct(", "count(DISTINCT ")
             for a in self.aggregations
         )
-        text = f"GROUP BY {', '.join(self.group)}: {aggs}"
+        text = f"GROUP BY {', '.join(self.group)}: {aggs}" if self.group else f"global aggregate: {aggs}"
         if self.having:
             shown = [(c, repr(c.value) if isinstance(c.value, str) else c.value) for c in self.having]
             text += " HAVING " + " AND ".join(f"{c.column} {c.op} {value}" for c, value in shown)
@@ -265,7 +270,7 @@ def _topn_output(root: Node, rank_id: str, columns: dict[str, str]) -> tuple | N
 
 def aggregate_facts(root: Node) -> GroupAggregate | None:
     """A GROUP BY of input columns with retractable aggregates and an optional HAVING of comparisons with
-    literals (untyped until :func:`materializer.incremental.having.typed_having`), or None."""
+    literals (untyped until :func:`materializer.incremental.literals.typed_having`), or None."""
     top = root
     output: list[tuple[str, str]] | None = None
     if top.name == "Project" and len(top.children) == 1 and not top.inner:
@@ -297,20 +302,24 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
     if node.name != "Aggregate" or len(node.children) != 1 or node.inner:
         return None
     columns = _view_columns(node.children[0])
-    groups = _brackets(node.text)
-    if columns is None or len(groups) != 2:
+    lists = _brackets(node.text)  # a global aggregate prints its outputs only
+    if columns is None or len(lists) not in (1, 2):
         return None
     group = []
-    for item in split_top(groups[0]):
+    for item in split_top(lists[0]) if len(lists) == 2 else []:
         m = _ATTR_ONLY.match(item)
         if m is None or columns.get(m.group(2)) != m.group(1):
             return None
         group.append(m.group(1))
-    aggs, names = [], []
-    for item in split_top(groups[1]):
-        m, a = _ATTR_ONLY.match(item), _AGG.match(item)
+    aggs, names, constants = [], [], []
+    for item in split_top(lists[-1]):
+        m, a, c = _ATTR_ONLY.match(item), _AGG.match(item), _CONSTANT.match(item)
         if m is not None and m.group(1) in group:
             names.append(m.group(1))
+            continue
+        if c is not None:
+            constants.append((c.group(2), c.group(1)))
+            names.append(c.group(2))
             continue
         if a is None:
             return None
@@ -322,46 +331,56 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
             return None
         aggs.append(Aggregation("count_distinct" if distinct else fn, column, a.group(6)))
         names.append(a.group(6))
-    if not group or not aggs or any(c.column not in names for c in having):
+    if not aggs or any(c.column not in names for c in having):
         return None
     if output is None:
         output = [(n, n) for n in names]
     if any(src not in names for _, src in output):
         return None
-    return GroupAggregate(tuple(group), tuple(aggs), tuple(having), tuple(output))
+    return GroupAggregate(tuple(group), tuple(aggs), tuple(having), tuple(output), tuple(constants))
 
 
 # an attribute as a plan prints it: name#id, L for a long, -T<ms>ms for an event-time column with a watermark
 _KEY_ATTR = re.compile(r"^([A-Za-z_]\w*#\d+)L?(?:-T\d+ms)?$")
 _ALIAS_AT_END = re.compile(r"^(.*) AS ([A-Za-z_]\w*#\d+)L?$")
+# an aggregate function's result as a whole (a field of it, as latest.order_id of max_by(struct(*), ts),
+# is not one: it may be the group's key)
+_AGGREGATE_CALL = re.compile(
+    r"^(?:count|sum|avg|mean|min|max|count_if|any_value|first|last|collect_list|collect_set|array_agg|"
+    r"stddev\w*|variance|var_\w+|median|mode|percentile\w*|approx_\w+|bool_and|bool_or|every|some|"
+    r"bit_and|bit_or|bit_xor|listagg|string_agg|try_sum|try_avg|max_by|min_by)\(.*\)$"
+)
 
 
 @dataclass(frozen=True)
 class AggregateKeys:
-    """Which output columns of a GROUP BY identify its groups: what a primary key over it must be."""
+    """Which output columns of a GROUP BY are known to identify its groups, and which are known to be
+    aggregate values: what a primary key over it must, and must not, be. A column of neither kind (an
+    expression, a field of a ``max_by(struct(*), ...)``) is unknown, and never the reason for a refusal."""
 
     groups: int  # how many GROUP BY expressions (0: a global aggregate, one row)
-    # (output column, the GROUP BY expressions it is: their indices; () for a constant) — only the columns
-    # that are a GROUP BY expression itself, renamed or not, a window's start or end, or a literal
+    # (output column, the GROUP BY expressions it is: their indices; () for a literal): a GROUP BY expression
+    # itself, renamed or not, a window's start or end, or a literal
     keys: tuple[tuple[str, tuple[int, ...]], ...]
+    values: tuple[str, ...] = ()  # output columns that are an aggregate function's result, renamed or not
 
     def refusal(self, primary_key: tuple[str, ...] | list[str], *, whole: bool) -> str:
-        """Why ``primary_key`` does not name one row per group ("": it does). ``whole``: every key column
-        must be a group's (a streaming aggregation upserts by it, never deleting a row whose key moved);
-        else key columns beyond the groups' may change (the strategy deletes the row under the old key)."""
+        """Why ``primary_key`` does not name one row per group ("": it does, or that is not known).
+        ``whole``: no key column may be an aggregate value (a streaming aggregation upserts by the key and
+        never deletes a row whose key moved); else such columns may be in it (the strategy deletes the row
+        under the old key)."""
         keys = dict(self.keys)
+        shown = ", ".join(primary_key)
+        values = [column for column in primary_key if column in self.values]
+        if whole and values:
+            return (
+                f"the primary key ({shown}) holds {', '.join(values)}, an aggregate's value: a streaming "
+                "aggregation would keep a group's rows under its old values"
+            )
         covered = {i for column in primary_key for i in keys.get(column, ())}
-        loose = [column for column in primary_key if column not in keys]
-        if covered != set(range(self.groups)):
-            return (
-                f"the primary key ({', '.join(primary_key)}) does not identify a group: it does not hold "
-                "every GROUP BY expression"
-            )
-        if whole and loose:
-            return (
-                f"the primary key ({', '.join(primary_key)}) holds {', '.join(loose)}, which is not a GROUP "
-                "BY expression (a streaming aggregation would keep a group's old rows under old keys)"
-            )
+        known = all(column in keys or column in self.values for column in primary_key)
+        if known and covered != set(range(self.groups)):
+            return f"the primary key ({shown}) does not identify a group: it lacks a GROUP BY expression"
         return ""
 
 
@@ -380,6 +399,7 @@ def aggregate_keys(root: Node) -> AggregateKeys | None:
     grouping, outputs = ([], lists[0]) if len(lists) == 1 else (split_top(lists[0]), lists[1])
     index = {item: i for i, item in enumerate(grouping)}
     keys: dict[str, tuple[int, ...]] = {}  # output attribute (name#id) -> the groups it is
+    values: set[str] = set()  # output attributes that are aggregate values
     for item in split_top(outputs):
         expr, name = _named(item)
         field = expr.rsplit(".", 1)[0] if expr.endswith((".start", ".end")) else None
@@ -391,15 +411,26 @@ def aggregate_keys(root: Node) -> AggregateKeys | None:
             keys[name] = (index[field],)
         elif "#" not in expr and "(" not in expr:  # a literal
             keys[name] = ()
-    for project in reversed(projections):  # bottom up: plain attributes and renames keep a key
+        elif _AGGREGATE_CALL.match(expr):
+            values.add(name)
+    for project in reversed(projections):  # bottom up: plain attributes and renames keep what they are
         passed: dict[str, tuple[int, ...]] = {}
+        kept: set[str] = set()
         for item in split_top(_brackets(project.text)[0]):
             expr, name = _named(item)
             source = _KEY_ATTR.match(expr)
-            if name is not None and source is not None and source.group(1) in keys:
+            if name is None or source is None:
+                continue
+            if source.group(1) in keys:
                 passed[name] = keys[source.group(1)]
-        keys = passed
-    return AggregateKeys(len(grouping), tuple((k.split("#")[0], v) for k, v in keys.items()))
+            elif source.group(1) in values:
+                kept.add(name)
+        keys, values = passed, kept
+    return AggregateKeys(
+        len(grouping),
+        tuple((k.split("#")[0], v) for k, v in keys.items()),
+        tuple(sorted(v.split("#")[0] for v in values)),
+    )
 
 
 def _named(item: str) -> tuple[str, str | None]:

@@ -1,10 +1,13 @@
-"""The HAVING of a GROUP BY the incremental strategies keep, typed: which literal each comparison means.
+"""The literals of a GROUP BY the incremental strategies keep, typed: which value each HAVING comparison
+and each literal output column ('all' AS id) means.
 
 Spark's explain text prints a string literal without quotes (``HAVING max(name) >= '5'`` reads
 ``(m#9 >= 5)``), so :func:`~materializer.incremental.facts.aggregate_facts` reads a bare literal as a number
 and as text. The column compared decides: a string column compares with the text (binary order, as Spark's
 default collation and Arrow compare), a numeric one with the number; a comparison of any other type (dates,
-timestamps, booleans: Spark casts the literal, with its own rules) is not kept incrementally.
+timestamps, booleans: Spark casts the literal, with its own rules) is not kept incrementally. A literal output
+column takes the output column's type: a string or an integer (``null`` is never read: it prints as the
+string 'null' does).
 
 Pure (Spark types in), so the planner's decision stays unit-testable without Spark.
 """
@@ -52,3 +55,35 @@ def typed_having(facts: GroupAggregate, schema: StructType) -> tuple[GroupAggreg
         else:
             return None, f"HAVING compares {c.column} of type {kind or 'unknown'} with {c.text or c.value!r}"
     return replace(facts, having=tuple(typed)), ""
+
+
+_INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
+
+
+def typed_constants(facts: GroupAggregate, output: StructType) -> tuple[GroupAggregate | None, str]:
+    """(``facts``, each literal output column's value of its column's type; "") or (None, why not)."""
+    if not facts.constants:
+        return facts, ""
+    types = {f.name: f.dataType.simpleString() for f in output.fields}
+    shown = {src: out for out, src in facts.output}
+    typed = []
+    for name, text in facts.constants:
+        kind = types.get(shown.get(name, ""), "")
+        literal = str(text)
+        if literal == "null" or kind not in _INTEGRAL | {"string"}:
+            return None, f"literal column {shown.get(name, name)} of type {kind or 'unknown'} ({literal})"
+        if kind == "string":
+            typed.append((name, literal))
+        else:
+            digits = literal.removesuffix("L").removesuffix("S").removesuffix("Y")
+            if not digits.lstrip("-").isdigit():
+                return None, f"literal column {shown.get(name, name)} of type {kind} ({literal})"
+            typed.append((name, int(digits)))
+    return replace(facts, constants=tuple(typed)), ""
+
+
+def typed(facts: GroupAggregate, reads: StructType, returns: StructType) -> tuple[GroupAggregate | None, str]:
+    """The GROUP BY (over input columns ``reads``, its SQL returning ``returns``) with its HAVING and its
+    literal columns typed (:func:`typed_having`, :func:`typed_constants`), or (None, why not)."""
+    having, why = typed_having(facts, reads)
+    return typed_constants(having, returns) if having is not None else (None, why)

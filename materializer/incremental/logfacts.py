@@ -33,6 +33,10 @@ def log_aggregate_refusal(
 ) -> str:
     """Why ``agg_log`` cannot keep this GROUP BY over a log table with input ``schema`` ("": it can)."""
     types = {f.name: _kind(f.dataType.simpleString()) for f in schema.fields}
+    if not facts.group:
+        return "a global aggregate (Spark's streaming aggregation keeps its one row)"
+    if facts.constants:
+        return "a literal column"
     for column in facts.group:
         if types.get(column) not in _GROUPABLE:
             return f"GROUP BY column {column} of type {types.get(column)}"

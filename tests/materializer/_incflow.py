@@ -1,8 +1,7 @@
 """A flow whose ADS tables are kept by the incremental strategies, with rows that leave their input: the
 users of dws.mid_users leave it once they reach 4 events (deletes in its changelog), so rows leave the top-N
-(global and per group), groups fall under the HAVING threshold (a count, and a string max: 'u3' > 'u23' >
-'u2' > 'u13') and min/max extremes are deleted. The oracle
-is DuckDB SQL."""
+(global and per group), leave a global aggregate, groups fall under the HAVING threshold (a count, and a
+string max: 'u3' > 'u23' > 'u2' > 'u13') and min/max extremes are deleted. The oracle is DuckDB SQL."""
 
 from __future__ import annotations
 
@@ -40,6 +39,15 @@ SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, mi
 FROM mid
 GROUP BY grp
 HAVING count(*) >= :at_least AND max(user_id) > 'u2'
+""",
+    "t_mid_totals.sql": """/*---
+name: t_mid_totals
+description: all mid users at once (a global aggregate; rows leave it as users leave mid)
+inputs: [mid]
+---*/
+SELECT 'mid' AS id, count(*) AS users, sum(spend) AS spend, min(events) AS lo, max(user_id) AS last_user,
+       count(DISTINCT grp) AS grps
+FROM mid
 """,
     "t_top_per_grp.sql": """/*---
 name: t_top_per_grp
@@ -83,6 +91,10 @@ INC_FLOW = (
       action: t_groups
       inputs: {mid: dws.mid_users}
       primary_key: [grp]
+    mid_totals:
+      action: t_mid_totals
+      inputs: {mid: dws.mid_users}
+      primary_key: [id]
     top_per_grp:
       action: t_top_per_grp
       inputs: {mid: dws.mid_users}
@@ -112,6 +124,10 @@ INC_ORACLE = {
         "GROUP BY grp HAVING count(*) >= 2 AND max(user_id) > 'u2'"
     ),
 }
+INC_ORACLE["ads.mid_totals"] = (
+    "SELECT 'mid' AS id, count(*) AS users, sum(spend) AS spend, min(events) AS lo, "
+    f"max(user_id) AS last_user, count(DISTINCT grp) AS grps FROM ({MID})"
+)
 INC_ORACLE["ads.top_per_grp"] = (
     "SELECT * FROM (SELECT row_number() OVER (PARTITION BY grp ORDER BY spend DESC, user_id ASC) AS rank, "
     f"grp, user_id, spend FROM ({MID})) WHERE rank <= 2"
@@ -124,6 +140,7 @@ STRATEGIES = {
     "ads.top_users": "topn",
     "ads.top_mid": "topn",
     "ads.mid_groups": "agg_changelog",
+    "ads.mid_totals": "agg_changelog",  # a global aggregate
     "ads.top_per_grp": "topn",  # PARTITION BY, ranked in the driver
     "ads.ranked_per_grp": "topn",  # PARTITION BY, a computed column: Spark runs the SQL over the partitions
 }

@@ -4,11 +4,13 @@ with an int: the micro-batch failed); comparisons of other types are recomputed,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from materializer.analyze import struct_of
 from materializer.incremental.facts import Aggregation, Comparison, GroupAggregate
-from materializer.incremental.having import output_kinds, typed_having
+from materializer.incremental.literals import output_kinds, typed, typed_having
 
 AGGS = (
     Aggregation("count", None, "n"),
@@ -110,3 +112,54 @@ def test_a_having_not_kept_is_recomputed_saying_which_comparison():
     decision = decide("ads.x", shape, [("rows", "primary_key")], primary_key=("g",))
     assert decision.strategy == "recompute"
     assert "HAVING compares first_day of type date with '2024-01-01'" in decision.reason
+
+
+OUT = struct_of("id string, version int, n bigint, s double, flag boolean")
+
+
+def _global(*constants) -> GroupAggregate:
+    return GroupAggregate(
+        (),
+        (Aggregation("count", None, "n"), Aggregation("sum", "x", "s")),
+        (),
+        (("id", "id"), ("version", "version"), ("n", "n"), ("s", "s"), ("flag", "flag")),
+        constants,
+    )
+
+
+def test_literal_columns_take_their_columns_type():
+    from materializer.incremental.literals import typed_constants
+
+    typed, why = typed_constants(_global(("id", "all"), ("version", "7")), OUT)
+    assert why == "" and typed.constants == (("id", "all"), ("version", 7))
+    for constant, words in (
+        (("id", "null"), "literal column id of type string (null)"),  # NULL and 'null' print alike
+        (("flag", "true"), "literal column flag of type boolean"),
+        (("version", "7.5"), "literal column version of type int (7.5)"),
+    ):
+        typed, why = typed_constants(_global(constant), OUT)
+        assert typed is None and words in why
+
+
+def test_a_global_aggregate_has_its_row_over_no_rows():
+    from materializer.incremental.aggregate import Aggregator, Group
+
+    facts = replace(_global(("id", "all")), output=(("id", "id"), ("n", "n"), ("s", "s")))
+    agg = Aggregator(facts, ("k",))
+    assert agg.output((), None, {}) == {"id": "all", "n": 0, "s": None}
+    grouped = replace(facts, group=("g",), output=(("g", "g"), ("n", "n")))
+    assert Aggregator(grouped, ("k",)).output(("a",), Group(grouped.aggregations), {}) is None
+
+
+@pytest.mark.spark
+def test_a_global_aggregate_read_from_sparks_plan(spark):
+    from materializer.analyze import sql_shape
+
+    s = spark.newSession()
+    s.createDataFrame([], struct_of("a string, x double")).createOrReplaceTempView("raw")
+    df = s.sql("SELECT 'all' AS id, count(*) AS n, sum(x) AS s FROM raw")
+    facts = sql_shape(df).group_aggregate
+    assert facts is not None and facts.group == () and facts.constants == (("id", "all"),)
+    assert facts.describe() == "global aggregate: count(*), sum(x)"
+    got, _ = typed(facts, struct_of("a string, x double"), df.schema)
+    assert got.constants == (("id", "all"),)
