@@ -309,6 +309,9 @@ def build_plan(
             _check_output(name, df, action, primary_key, tspec, tloc, location_of)
             shape = sql_shape(df)
             _check_expectations(name, df, expect, tloc)
+        if shape.row_keys is not None and [i.kind for i in inputs] == ["primary_key"]:
+            why = shape.row_keys.refusal(primary_key, inputs[0].primary_key)
+            shape = replace(shape, row_key_refusal=why)
         if shape.group_aggregate is not None and len(inputs) == 1:
             facts, why = literals.typed(shape.group_aggregate, struct_of(inputs[0].ddl), struct_of(out_ddl))
             shape = replace(shape, group_aggregate=facts, having_refusal=why)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from materializer.incremental.facts import aggregate_facts, aggregate_keys, split_top, topn_facts
+from materializer.incremental.facts import aggregate_facts, split_top, topn_facts
 from materializer.incremental.joinfacts import join_facts
+from materializer.incremental.keyfacts import aggregate_keys, row_keys
 from materializer.shape import PASS_THROUGH, SqlShape
 
 ANALYZED = "== Analyzed Logical Plan =="
@@ -155,6 +156,7 @@ def shape_of(explain: str) -> SqlShape:
         topn=topn_facts(root),
         group_aggregate=aggregate_facts(root),
         aggregate_keys=aggregate_keys(root),
+        row_keys=row_keys(root),
         join=join,
         join_refusal=join_refusal,
     )

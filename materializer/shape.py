@@ -56,8 +56,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from materializer.incremental.facts import AggregateKeys, GroupAggregate, TopN
+from materializer.incremental.facts import GroupAggregate, TopN
 from materializer.incremental.joinfacts import EquiJoin
+from materializer.incremental.keyfacts import AggregateKeys, RowKeys
 from materializer.plan import BatchException
 from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
@@ -126,6 +127,10 @@ class SqlShape:
     having_refusal: str = ""
     # which output columns identify the groups of the Aggregate at the top, if there is one there
     aggregate_keys: AggregateKeys | None = None
+    # which output columns are input columns, for a row-wise query over one input (else None)
+    row_keys: RowKeys | None = None
+    # why the primary key cannot follow a primary-key input's changelog row by row ("": it can, or unknown)
+    row_key_refusal: str = ""
 
     @property
     def stateful(self) -> frozenset[str]:
@@ -260,7 +265,13 @@ def decide(
             f"streaming aggregation over {appends[0]} (output mode update), "
             "changed groups upserted per micro-batch",
         )
-    if not (stateful - {"Sort"}) and len(lookups) == 1 and not appends and "Join" not in shape.nodes:
+    if (
+        not (stateful - {"Sort"})
+        and len(lookups) == 1
+        and not appends
+        and "Join" not in shape.nodes
+        and not shape.row_key_refusal
+    ):
         return Decision(
             "changelog", f"follows the changelog of {lookups[0]}: before-images delete, after-images upsert"
         )
@@ -314,6 +325,8 @@ def decide(
             why.append(label)
     if shape.having_refusal:
         why.append(shape.having_refusal)
+    if shape.row_key_refusal:
+        why.append(shape.row_key_refusal)
     if "Aggregate" in stateful and _key_refusal(shape, primary_key, whole=not lookups):
         why.append(_key_refusal(shape, primary_key, whole=not lookups))
     if lookups and "Aggregate" in stateful:

@@ -59,7 +59,9 @@ def reference_facts(shape):
     test_mat_aggregate_keys.py)."""
     from dataclasses import replace
 
-    return replace(shape, topn=None, group_aggregate=None, join=None, join_refusal="", aggregate_keys=None)
+    return replace(
+        shape, topn=None, group_aggregate=None, join=None, join_refusal="", aggregate_keys=None, row_keys=None
+    )
 
 
 @pytest.mark.parametrize("sql", QUERIES)

@@ -1,13 +1,17 @@
-"""A primary key over a GROUP BY must name one row per group (and a global aggregate has one row, also over
-no input). A streaming aggregation (``aggregate``) upserts
-each changed group's row by the key, never deleting a row: keyed by an aggregate (``count(*) AS n``) or by
-fewer columns than the GROUP BY, it kept old rows and mixed groups — a table unequal to the batch result,
-silently. Such tables are recomputed now (equal to the batch result, a duplicate key a clear error), and
-``flow plan`` says why; a key that names the groups keeps the fast strategies."""
+"""A primary key must name one row of the result: per group of a GROUP BY (and a global aggregate has one
+row, also over no input), per input key of a row-wise query over a primary-key table's changelog.
+
+A streaming aggregation (``aggregate``) upserts each changed group's row by the key, never deleting a row:
+keyed by an aggregate (``count(*) AS n``) or by fewer columns than the GROUP BY, it kept old rows and mixed
+groups. The ``changelog`` strategy upserts and deletes each input row's output by the key: keyed by a non-key
+column, rows of different input keys overwrote and deleted each other. Both gave tables unequal to the
+batch result, silently. Such tables are recomputed now (equal to the batch result, a duplicate key a clear
+error), and ``flow plan`` says why; a key that names the rows keeps the fast strategies."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -175,5 +179,61 @@ def test_aggregates_keyed_by_their_values_equal_the_batch_result(spark, project_
             con = oracle_connection(lines)
             for name, sql in EXPECTED.items():
                 assert canon(project.store.scan(name)) == canon(con.sql(sql).to_arrow_table()), (name, run)
+    finally:
+        project.close()
+
+
+ROW_CASES = [
+    # (SQL over activity(user_id string, events bigint, tags array<string>) keyed by user_id, key, refusal)
+    ("SELECT user_id, events FROM activity WHERE events < 3", ("user_id",), ""),
+    ("SELECT user_id AS u, upper(user_id) AS up, events FROM activity", ("u",), ""),
+    ("SELECT * FROM (SELECT user_id, events FROM activity) WHERE events > 1", ("user_id", "events"), ""),
+    ("SELECT upper(user_id) AS up, events FROM activity", ("up",), ""),  # an expression: trusted
+    ("SELECT user_id, explode(tags) AS tag FROM activity", ("user_id", "tag"), ""),
+    ("SELECT user_id, events FROM activity WHERE events < 3", ("events",), "does not hold the input's key"),
+    ("SELECT user_id, explode(tags) AS tag FROM activity", ("user_id",), "holds no generated column"),
+]
+
+
+@pytest.mark.parametrize("sql, key, why", ROW_CASES)
+def test_which_keys_follow_a_changelog_row_by_row(spark, sql, key, why):
+    from materializer.analyze import sql_shape, struct_of
+    from materializer.shape import decide
+
+    s = spark.newSession()
+    ddl = "user_id string, events bigint, tags array<string>"
+    s.createDataFrame([], struct_of(ddl)).createOrReplaceTempView("activity")
+    shape = sql_shape(s.sql(sql))
+    assert shape.row_keys is not None
+    got = shape.row_keys.refusal(key, ("user_id",))
+    assert (why in got and got) if why else got == ""
+    decision = decide(
+        "ads.x", replace(shape, row_key_refusal=got), [("activity", "primary_key")], primary_key=key
+    )
+    assert decision.strategy == ("recompute" if why else "changelog"), decision.reason
+    if why:
+        assert why in decision.reason
+
+
+def test_a_changelog_keyed_by_a_non_key_column_fails_clearly_instead_of_losing_rows(spark, project_dir):
+    """``SELECT user_id, events ... WHERE events < 3`` keyed by events: followed row by row, two users with
+    the same count overwrote each other and one leaving deleted the other's row (the table silently held 1
+    or 2 rows of many); recomputed, the duplicate key is a clear error naming the table."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+
+    table = (
+        "    small:\n      action: t_small\n      inputs: {activity: dws.user_activity}\n"
+        "      primary_key: [events]\n"
+    )
+    flow = write_project(project_dir, FLOW.replace("  ads:\n", "  ads:\n" + table))
+    write_batch(project_dir, "part-0", make_events(random.Random(3), 60, users=30, bad=0))  # many with 1 or 2
+    project = Project.open()
+    try:
+        planned = project.plan(flow, spark=spark).table("ads.small")
+        assert planned.strategy == "recompute" and "does not hold the input's key (user_id)" in planned.reason
+        with pytest.raises(TidehouseError) as err:
+            project.trigger(flow, until_idle=True, spark=spark)
+        assert err.value.code == ErrorCode.PRIMARY_KEY_INVALID and "ads.small" in err.value.message
     finally:
         project.close()
