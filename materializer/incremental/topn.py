@@ -137,7 +137,7 @@ def topn_batch(ctx: QueryContext) -> Callable:
             local_df(session, new, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
             result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        written = write_output(ctx, output_difference(ctx, result), batch_id, origin)
+        written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
         state.write(_buffer_change(state, old, new, buffer_of.primary_key), batch_id)
         _finish(ctx, started, rows_in, written, origin)
 

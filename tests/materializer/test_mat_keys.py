@@ -118,6 +118,15 @@ inputs: [activity]
 ---*/
 SELECT 'all' AS id, 7 AS version, count(*) AS users, sum(spend) AS spend, max(events) AS most FROM activity
 """,
+    "t_ranked.sql": """/*---
+name: t_ranked
+description: the top 5 users by events, ties sharing a rank
+inputs: [activity]
+---*/
+SELECT * FROM (
+  SELECT rank() OVER (ORDER BY events DESC) AS rank, user_id, events FROM activity
+) WHERE rank <= 5
+""",
     "t_mid_counts.sql": """/*---
 name: t_mid_counts
 description: users per event count, keyed by the users
@@ -226,7 +235,7 @@ def test_a_changelog_keyed_by_a_non_key_column_fails_clearly_instead_of_losing_r
         "    small:\n      action: t_small\n      inputs: {activity: dws.user_activity}\n"
         "      primary_key: [events]\n"
     )
-    flow = write_project(project_dir, FLOW.replace("  ads:\n", "  ads:\n" + table))
+    flow = write_project(project_dir, FLOW.replace("  ads:\n", "  ads:\n" + table), ACT)
     write_batch(project_dir, "part-0", make_events(random.Random(3), 60, users=30, bad=0))  # many with 1 or 2
     project = Project.open()
     try:
@@ -235,5 +244,27 @@ def test_a_changelog_keyed_by_a_non_key_column_fails_clearly_instead_of_losing_r
         with pytest.raises(TidehouseError) as err:
             project.trigger(flow, until_idle=True, spark=spark)
         assert err.value.code == ErrorCode.PRIMARY_KEY_INVALID and "ads.small" in err.value.message
+    finally:
+        project.close()
+
+
+def test_a_top_n_with_ties_keyed_by_rank_fails_clearly_instead_of_losing_rows(spark, project_dir):
+    """rank() gives tied rows one rank: keyed by the rank, the top-N's rows overwrote each other (the table
+    held 2 of its 5+ rows, silently); the difference written is checked for one row per key first."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+
+    table = (
+        "    ranked:\n      action: t_ranked\n      inputs: {activity: dws.user_activity}\n"
+        "      primary_key: [rank]\n"
+    )
+    flow = write_project(project_dir, FLOW.replace("  ads:\n", "  ads:\n" + table), ACT)
+    write_batch(project_dir, "part-0", make_events(random.Random(1), 60, users=30, bad=0))  # many ties
+    project = Project.open()
+    try:
+        assert project.plan(flow, spark=spark).table("ads.ranked").strategy == "topn"
+        with pytest.raises(TidehouseError) as err:
+            project.trigger(flow, until_idle=True, spark=spark)
+        assert err.value.code == ErrorCode.PRIMARY_KEY_INVALID and "ads.ranked" in err.value.message
     finally:
         project.close()
