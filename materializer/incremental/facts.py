@@ -9,7 +9,7 @@ they go into the plan (``TablePlan.incremental``) and its JSON.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -150,7 +150,8 @@ def _unwrap(text: str) -> str:
 
 
 def _conjuncts(condition: str) -> list[str]:
-    """The parts of a condition joined by top-level ``AND`` (an ``OR`` stays inside one part)."""
+    """The parts of a condition joined by ``AND`` (an ``OR`` stays inside one part). Spark nests a chain of
+    them to the left, ``((a AND b) AND c)``: each part is split again."""
     text, parts, depth, start = _unwrap(condition), [], 0, 0
     for i, ch in enumerate(text):
         depth += 1 if ch == "(" else -1 if ch == ")" else 0
@@ -158,7 +159,9 @@ def _conjuncts(condition: str) -> list[str]:
             parts.append(text[start:i])
             start = i + 5
     parts.append(text[start:])
-    return [_unwrap(p.strip()) for p in parts]
+    if len(parts) == 1:
+        return [text]
+    return [c for p in parts for c in _conjuncts(p.strip())]
 
 
 def _down(node: Node) -> Node:
@@ -288,16 +291,22 @@ def aggregate_facts(root: Node) -> GroupAggregate | None:
     having: list[Comparison] = []
     if node.name == "Filter" and len(node.children) == 1 and not node.inner:
         for part in _conjuncts(node.text[len("Filter ") :].strip()):
+            negated = part.startswith("NOT (") and part.endswith(")")  # x != y prints NOT (x = y)
+            if negated:
+                part = _unwrap(part[len("NOT ") :])
             m = _COMPARE.match(part)
             if m is None:
                 t = _COMPARE_TEXT.match(part)
                 if t is None:
                     return None
-                having.append(Comparison(t.group(1), t.group(3), None, t.group(4)))
-                continue
-            literal = (m.group(4) or m.group(5)).rstrip("LDSY").removesuffix("B")
-            value = float(literal) if any(c in literal for c in ".E") else int(literal)
-            having.append(Comparison(m.group(1), m.group(3), value, m.group(5) or ""))
+                comparison = Comparison(t.group(1), t.group(3), None, t.group(4))
+            else:
+                literal = (m.group(4) or m.group(5)).rstrip("LDSY").removesuffix("B")
+                value = float(literal) if any(c in literal for c in ".E") else int(literal)
+                comparison = Comparison(m.group(1), m.group(3), value, m.group(5) or "")
+            if negated and comparison.op != "=":
+                return None
+            having.append(replace(comparison, op="!=") if negated else comparison)
         node = _down(node.children[0])
     if node.name != "Aggregate" or len(node.children) != 1 or node.inner:
         return None

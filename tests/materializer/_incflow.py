@@ -38,7 +38,7 @@ SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, mi
        max(spend) AS hi, count(DISTINCT events) AS kinds, max(user_id) AS last_user
 FROM mid
 GROUP BY grp
-HAVING count(*) >= :at_least AND max(user_id) > 'u2'
+HAVING count(*) >= :at_least AND max(user_id) > 'u2' AND count(DISTINCT events) <> 1
 """,
     "t_mid_totals.sql": """/*---
 name: t_mid_totals
@@ -121,7 +121,7 @@ INC_ORACLE = {
     "ads.mid_groups": (
         "SELECT grp, count(*) AS users, sum(events) AS total, avg(spend) AS avg_spend, min(events) AS lo, "
         f"max(spend) AS hi, count(DISTINCT events) AS kinds, max(user_id) AS last_user FROM ({MID}) "
-        "GROUP BY grp HAVING count(*) >= 2 AND max(user_id) > 'u2'"
+        "GROUP BY grp HAVING count(*) >= 2 AND max(user_id) > 'u2' AND count(DISTINCT events) <> 1"
     ),
 }
 INC_ORACLE["ads.mid_totals"] = (

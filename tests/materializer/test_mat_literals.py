@@ -84,6 +84,10 @@ def test_no_having_is_unchanged():
             [("n", ">", 1), ("lo", "<=", "é")],
         ),
         ("SELECT a, max(k) AS m FROM raw GROUP BY a HAVING max(k) > '5'", [("m", ">", 5)]),
+        # != and <> print as NOT (x = y)
+        ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) != 'x'", [("m", "!=", "x")]),
+        ("SELECT a, count(*) AS n FROM raw GROUP BY a HAVING count(*) <> 2", [("n", "!=", 2)]),
+        ("SELECT a, count(*) AS n FROM raw GROUP BY a HAVING NOT (count(*) > 2)", None),
         # not read: a blank or a quote in the literal, a date compared
         ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) > 'x y'", None),
         ("SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) > 'it''s'", None),
