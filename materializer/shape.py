@@ -323,12 +323,8 @@ def decide(
     ):
         if node in shape.nodes:
             why.append(label)
-    if shape.having_refusal:
-        why.append(shape.having_refusal)
-    if shape.row_key_refusal:
-        why.append(shape.row_key_refusal)
-    if "Aggregate" in stateful and _key_refusal(shape, primary_key, whole=not lookups):
-        why.append(_key_refusal(shape, primary_key, whole=not lookups))
+    key_refusal = _key_refusal(shape, primary_key, whole=not lookups) if "Aggregate" in stateful else ""
+    why += [r for r in (shape.having_refusal, shape.row_key_refusal, key_refusal) if r]
     if lookups and "Aggregate" in stateful:
         why.append("aggregation over a primary-key table")
     if len(appends) + len(lookups) > 1:

@@ -48,6 +48,7 @@ import math
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 import time
 import weakref
@@ -246,19 +247,21 @@ def _writer_options() -> Options:
     return opts
 
 
-READERS = "kv.readers"  # per bucket: a folder per reading process, for its RocksDB secondary instance's files
+READERS = "kv.readers"  # per bucket: a folder per reading process, for its RocksDB secondary instance
 
 
 def reader_scratch(folder: Path) -> str:
-    """A new folder for this process's secondary instance under ``folder`` (``<pid>-<random>``), first
-    removing those of processes that no longer run: a process killed with ``kill -9`` leaves its folder
-    behind, and would otherwise leave it in the system's temp folder forever."""
+    """A new folder for this process's secondary instance under ``folder`` (``<pid>@<host>-<random>``),
+    first removing those of this host's processes that no longer run: a process killed with ``kill -9``
+    leaves its folder behind, and would otherwise leave it in the system's temp folder forever. Another
+    host's folders (a root on a shared file system) are its own to remove."""
     folder.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
     for entry in folder.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        pid, _, rest = entry.name.partition("@")
+        if rest.rsplit("-", 1)[0] == host and pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=folder)
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}@{host}-", dir=folder)
 
 
 def _running(pid: int) -> bool:

@@ -273,10 +273,12 @@ def test_reader_in_another_store_follows_the_writer(tmp_path):
 
 
 def test_a_killed_readers_folder_is_removed_by_the_next_reader(tmp_path):
-    """A reader's secondary instance keeps its files in the bucket's ``kv.readers/<pid>-...`` (not the
-    system's temp folder, where a ``kill -9`` left one behind per process forever): the next reader removes
-    those of processes that no longer run and keeps those of live ones."""
+    """A reader's secondary instance keeps its files in the bucket's ``kv.readers/<pid>@<host>-...`` (not
+    the system's temp folder, where a ``kill -9`` left one behind per process forever): the next reader
+    removes those of this host's processes that no longer run, and keeps those of live ones and of other
+    hosts (a root on a shared file system)."""
     import os
+    import socket
     import subprocess
     import sys
 
@@ -288,18 +290,23 @@ def test_a_killed_readers_folder_is_removed_by_the_next_reader(tmp_path):
     w.write("dws.t", pa.table({"k": ["a"], "a": [1]}), writer="w", seq=1)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
-    )
+    ).stdout.strip()
+    host = socket.gethostname()
     readers = Path(w._table("dws.t").logs[0].path) / READERS
     readers.mkdir()
-    (readers / f"{dead.stdout.strip()}-x1").mkdir()  # a reader killed with kill -9 (its pid is gone)
-    (readers / f"{os.getppid()}-x2").mkdir()  # a live process's
+    kept = [
+        f"{os.getppid()}@{host}-x2",
+        f"{dead}@another-host.example-x3",
+    ]  # a live process's; another host's
+    for name in [f"{dead}@{host}-x1", *kept]:  # x1: a reader killed with kill -9 (its pid is gone)
+        (readers / name).mkdir()
     r = open_store(root)
     assert r.lookup("dws.t", pa.table({"k": ["a"]})).column("a").to_pylist() == [1]
-    scratch = r._table("dws.t").tablets[0]._scratch
-    assert Path(scratch).parent == readers and Path(scratch).name.startswith(f"{os.getpid()}-")
-    assert sorted(p.name for p in readers.iterdir()) == sorted([f"{os.getppid()}-x2", Path(scratch).name])
+    scratch = Path(r._table("dws.t").tablets[0]._scratch)
+    assert scratch.parent == readers and scratch.name.startswith(f"{os.getpid()}@{host}-")
+    assert sorted(p.name for p in readers.iterdir()) == sorted([*kept, scratch.name])
     r.close()
-    assert not os.path.exists(scratch)
+    assert not scratch.exists()
     w.close()
 
 
