@@ -118,6 +118,14 @@ TABLE_METRICS: tuple[Metric, ...] = (
         "table_expectation_dropped", "counter", "Rows dropped by expectations in this run.", _key("dropped")
     ),
     Metric(
+        "table_source_batches",
+        "counter",
+        "Micro-batches of a file source read in this run, by reader: arrow (the driver path's JSON Lines "
+        "reader) or spark.",
+        lambda row: row.get("source_batches") or {},
+        labels=("reader",),
+    ),
+    Metric(
         "table_late_dropped", "counter", "Rows a watermark dropped as late in this run.", _key("late_dropped")
     ),
     Metric(

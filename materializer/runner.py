@@ -30,6 +30,7 @@ from materializer.analyze import struct_of
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
 from materializer.handoff import Handoff
+from materializer.jsonlines import SPARK_SETTINGS, JsonLinesReader, refusal
 from materializer.lock import RunLock
 from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
@@ -371,8 +372,36 @@ class FlowRunner:
                 ),
                 spark_partitions=int(self.spark.conf.get("spark.sql.shuffle.partitions", "2")),
                 handoff=self._handoff(t),
+                json_reader=self._json_reader(t),
             )
         return self.contexts[t.name]
+
+    def _json_reader(self, t: TablePlan) -> JsonLinesReader | None:
+        """The driver path's Arrow reader of a table's JSON source (materializer.jsonlines), or None: Spark
+        reads the source (another path or format, materializer.arrow_json off, or a refusal, logged)."""
+        wanted = self.project.config.get("materializer.arrow_json")
+        if self.data_path != "driver" or t.strategy != "append" or not wanted:
+            return None
+        stream = next(i for i in t.inputs if i.kind in ("source", "log"))
+        if stream.kind != "source":
+            return None
+        src = self.plan.source(stream.ref.split(":", 1)[1])
+        if src.format != "json":
+            return None
+        why = refusal(src, {key: self._conf(key) for key in SPARK_SETTINGS})
+        if why:
+            log.info("flow %s: Spark parses source %s of %s: %s", self.plan.flow, src.name, t.name, why)
+            return None
+        return JsonLinesReader(src)
+
+    def _conf(self, key: str) -> str | None:
+        """A Spark SQL setting's value (its default when not set), None for a setting without a default."""
+        from pyspark.errors import PySparkException
+
+        try:
+            return self.spark.conf.get(key)
+        except PySparkException:  # SQL_CONF_NOT_FOUND
+            return None
 
     def _handoff(self, t: TablePlan) -> Handoff | None:
         """The driver path's hand-off of Arrow data to Spark (materializer.handoff), its folder emptied."""

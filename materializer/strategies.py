@@ -13,6 +13,7 @@ passes None and the store uses its commit time.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from materializer.analyze import spark_args, struct_of
 from materializer.handoff import Handoff
+from materializer.jsonlines import JsonLinesReader
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from materializer.rows import (
     Violations,
@@ -45,10 +47,13 @@ from runtime.core.literals import (
     UPDATE_BEFORE,
 )
 from runtime.lake.history import TableHistory
+from runtime.spark.filelog import source_files
 from runtime.spark.options import Place
 from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import TableStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,6 +71,7 @@ class TableStats:
     last_origin_ts: float | None = None
     last_batch_id: int | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)  # read/sql/write, summed (telemetry.py)
+    source_batches: dict[str, int] = field(default_factory=dict)  # a file source's batches by reader
     error: str | None = None
     failure: TidehouseError | None = field(default=None, repr=False)  # the error a batch raised, code kept
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -89,12 +95,14 @@ class QueryContext:
         place: Place | None = None,
         spark_partitions: int = 2,
         handoff: Handoff | None = None,
+        json_reader: JsonLinesReader | None = None,
     ) -> None:
         self.store = store
         self.history = history or TableHistory(store, None)  # reads that may need what retention deleted
         self.place = place or Place(root)  # where executor tasks open the store and the lake
         self.spark_partitions = spark_partitions  # shuffle partitions: tasks the executor path writes with
         self.handoff = handoff  # driver path: how Arrow data reaches Spark (None: a local relation)
+        self.json_reader = json_reader  # driver path: Arrow parses a JSON source's batches (None: Spark)
         self.root = root
         self.flow = plan
         self.table = table
@@ -187,6 +195,28 @@ def read_batch(ctx: QueryContext, inp: Input, batch_id: int) -> pa.Table | None:
                 for b in ctx.history.read(inp.ref, int(bucket), start, int(end), columns=user)
             )
     return pa.concat_tables(parts) if parts else None
+
+
+def read_source(ctx: QueryContext, batch_df, batch_id: int) -> pa.Table:
+    """A file source's micro-batch, in the driver: parsed by Arrow when the table has a JSON Lines reader
+    and the batch is one it reads as Spark would (:mod:`materializer.jsonlines`), else read by Spark."""
+    data, why = None, None
+    if ctx.json_reader is not None:
+        files = source_files(ctx.table.checkpoint, batch_id)
+        if files is None:
+            why = "the checkpoint does not list the batch's files"
+        else:
+            data, why = ctx.json_reader.read(files)
+    reader = "arrow" if data is not None else "spark"
+    with ctx.stats.lock:
+        first = "spark" not in ctx.stats.source_batches
+        ctx.stats.source_batches[reader] = ctx.stats.source_batches.get(reader, 0) + 1
+    if data is None:
+        if why:  # said once per run at info (the status counts the batches by reader), then at debug
+            level = logging.INFO if first else logging.DEBUG
+            log.log(level, "%s: Spark reads batch %d: %s", ctx.table.name, batch_id, why)
+        data = batch_df.toArrow()
+    return data
 
 
 def behind_retention(ctx: QueryContext, inp: Input, batch_id: int) -> bool:
@@ -352,8 +382,8 @@ def append_batch(ctx: QueryContext) -> Callable:
         started = time.time()
         session = _begin(ctx, batch_df)
         if source is not None:
-            with ctx.clock.phase("read"):  # Spark reads the source files here
-                data = batch_df.toArrow()
+            with ctx.clock.phase("read"):
+                data = read_source(ctx, batch_df, batch_id)
             rows_in = data.num_rows
             data = _quarantine_source(ctx, source, data, batch_id)
             origin = None

@@ -286,6 +286,14 @@ SETTINGS: tuple[Setting, ...] = (
         _count,
     ),
     Setting(
+        "materializer.arrow_json",
+        True,
+        "On the driver data path: a JSON source's micro-batch is parsed by Arrow in the driver when its "
+        "schema, options and records are ones Arrow reads exactly as Spark does (docs/architecture.md, "
+        '"Reading JSON sources"; a third of Spark\'s CPU per row), else by Spark; false: always Spark.',
+        _bool,
+    ),
+    Setting(
         "materializer.local_relation_rows",
         10_000,
         "On the driver data path: Arrow data the driver hands to Spark (a micro-batch's rows, a table's "

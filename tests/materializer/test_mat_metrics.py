@@ -155,6 +155,8 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
             check.equal("tidehouse_table_quarantined_rows", r["quarantined"], **labels)
             check.equal("tidehouse_table_expectation_dropped_total", r["dropped"], **labels)
             check.equal("tidehouse_table_late_dropped_total", r["late_dropped"], **labels)
+            for reader, batches in r["source_batches"].items():
+                check.equal("tidehouse_table_source_batches_total", batches, **labels, reader=reader)
             check.equal("tidehouse_table_active", int(r["state"] == "active"), **labels)
             check.equal("tidehouse_table_failed", int(bool(r["error"])), **labels)
             check.equal("tidehouse_table_freshness_target_seconds", r["freshness_s"], **labels)
