@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from materializer.analyze import struct_of
-from materializer.plan import Expectation
+from materializer.jsonlines import JsonLinesReader
+from materializer.plan import Expectation, SourcePlan
 from materializer.rows import (
     CORRUPT,
     Violations,
@@ -40,10 +41,12 @@ from materializer.strategies import (
     _finish,
     append_inputs,
     behind_retention,
+    count_reader,
     incremental,
     record_violations,
     write_quarantine,
 )
+from runtime.spark.filelog import source_files
 from runtime.spark.options import Place
 from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
@@ -168,6 +171,29 @@ class WriteTask:
             )
             return pa.concat_tables([p.select(parts[-1].column_names).cast(parts[-1].schema) for p in parts])
         return kept
+
+
+@dataclass(frozen=True)
+class ArrowIngest:
+    """``mapInArrow`` over the one row of a batch's file list (a pass-through table over a JSON source): parse
+    the files with the JSON Lines reader (:mod:`materializer.jsonlines`) and write them, in one task, so no
+    row passes through a JVM. All files are parsed before anything is written: a file the reader refuses
+    makes the task write nothing and report ``refused`` (Spark then reads the batch)."""
+
+    source: SourcePlan
+    write: WriteTask
+    change: str | None  # a primary-key table's rows are upserts
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        files = [f for b in batches for f in b.column(0).to_pylist()]
+        data, why = JsonLinesReader(self.source).read(files)
+        if data is None:
+            refused = {"kind": "refused", "reason": why, "n": 0}
+            yield pa.RecordBatch.from_pylist([refused], schema=_result_schema())
+            return
+        if self.change:
+            data = data.append_column(CHANGE, pa.array([self.change] * data.num_rows, pa.string()))
+        yield from self.write(iter(data.to_batches()))
 
 
 def _result_schema() -> pa.Schema:
@@ -322,6 +348,13 @@ def append_batch(ctx: QueryContext) -> Callable:
         started = time.time()
         session = _begin(ctx, batch_df)
         cached, check, rows_in, origin = None, None, 0, None
+        if source is not None and table.passthrough and ctx.json_reader is not None and not table.expect:
+            routed = _ingest_with_arrow(ctx, session, source, batch_id)
+            if routed is not None:
+                _finish(ctx, started, routed.received, routed.written, None)
+                return
+        elif source is not None:
+            count_reader(ctx, "spark", batch_id, None)
         if source is not None and table.passthrough:  # one pass: the write tasks quarantine what fails
             check = SourceCheck(source.name, source.format, tuple(source.required))
             good = batch_df.select(
@@ -354,6 +387,29 @@ def append_batch(ctx: QueryContext) -> Callable:
         _finish(ctx, started, routed.received if check is not None else rows_in, routed.written, origin)
 
     return run
+
+
+def _ingest_with_arrow(ctx: QueryContext, session, source: SourcePlan, batch_id: int) -> Routed | None:
+    """A pass-through JSON source's batch parsed by Arrow and written in one task (:class:`ArrowIngest`); None
+    when Spark reads it instead (the checkpoint does not list the files, or the task refused one)."""
+    files = source_files(ctx.table.checkpoint, batch_id)
+    if files is None:
+        count_reader(ctx, "spark", batch_id, "the checkpoint does not list the batch's files")
+        return None
+    check = SourceCheck(source.name, source.format, tuple(source.required))
+    table = ctx.table
+    key = tuple(table.primary_key)
+    task = WriteTask(ctx.place, table.name, table.writer_id, int(batch_id), None, key, (), check)
+    change = UPDATE_AFTER if table.kind == "primary_key" else None
+    listing = session.createDataFrame([(f,) for f in files], "file string").coalesce(1)
+    with ctx.clock.phase("write"):
+        results = listing.mapInArrow(ArrowIngest(source, task, change), RESULT).collect()
+    refused = [r.reason for r in results if r.kind == "refused"]
+    if refused:
+        count_reader(ctx, "spark", batch_id, refused[0])
+        return None
+    count_reader(ctx, "arrow", batch_id, None)
+    return _record(ctx, results, batch_id, None, check)
 
 
 def _names(ddl: str) -> set[str]:

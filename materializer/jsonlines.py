@@ -9,7 +9,8 @@ alike and hands everything else to Spark, whole batch, never part of one:
 * **When** (:func:`refusal`): format ``json`` with a declared schema of string, int, bigint, double,
   boolean and timestamp columns; no option that changes parsing (only file-selection options such as
   ``maxFilesPerTrigger``); Spark's session time zone UTC and its default date-time parsing.
-* **What** (:meth:`JsonLinesReader.read`), per file: a local file without a compression suffix, UTF-8
+* **What** (:meth:`JsonLinesReader.read`), per file: a local file without a compression suffix and not in
+  a ``key=value`` folder (Spark reads partition columns from those), UTF-8
   without a byte-order mark, ``\\n`` line ends, the first record an object; Arrow's parse must succeed with
   **one row per line** (a blank line, or two records on one line, is Spark's) and no all-null row (Spark
   quarantines a ``null`` line, Arrow would give a row); strings valid UTF-8; every timestamp in the ISO
@@ -126,6 +127,8 @@ class JsonLinesReader:
         path = local_path(uri)
         if path.suffix.lower() in _COMPRESSED:
             return None, f"{path.name} is compressed"
+        if any("=" in part for part in path.parent.parts):  # Spark adds partition columns from key=value
+            return None, f"{path} is in a key=value folder"
         try:
             data = path.read_bytes()
         except OSError as exc:

@@ -377,10 +377,10 @@ class FlowRunner:
         return self.contexts[t.name]
 
     def _json_reader(self, t: TablePlan) -> JsonLinesReader | None:
-        """The driver path's Arrow reader of a table's JSON source (materializer.jsonlines), or None: Spark
-        reads the source (another path or format, materializer.arrow_json off, or a refusal, logged)."""
-        wanted = self.project.config.get("materializer.arrow_json")
-        if self.data_path != "driver" or t.strategy != "append" or not wanted:
+        """The Arrow reader of a table's JSON source (materializer.jsonlines; in the driver on the driver
+        path, in one task on the executor path), or None: Spark reads the source (another format,
+        materializer.arrow_json off, or a refusal, logged)."""
+        if t.strategy != "append" or not self.project.config.get("materializer.arrow_json"):
             return None
         stream = next(i for i in t.inputs if i.kind in ("source", "log"))
         if stream.kind != "source":

@@ -207,16 +207,19 @@ def read_source(ctx: QueryContext, batch_df, batch_id: int) -> pa.Table:
             why = "the checkpoint does not list the batch's files"
         else:
             data, why = ctx.json_reader.read(files)
-    reader = "arrow" if data is not None else "spark"
+    count_reader(ctx, "arrow" if data is not None else "spark", batch_id, why)
+    return data if data is not None else batch_df.toArrow()
+
+
+def count_reader(ctx: QueryContext, reader: str, batch_id: int, why: str | None) -> None:
+    """Count a file source's batch by the reader that read it (``arrow``, ``spark``); the first batch Spark
+    reads in a run that the Arrow reader refused is logged at info with ``why``, later ones at debug."""
     with ctx.stats.lock:
         first = "spark" not in ctx.stats.source_batches
         ctx.stats.source_batches[reader] = ctx.stats.source_batches.get(reader, 0) + 1
-    if data is None:
-        if why:  # said once per run at info (the status counts the batches by reader), then at debug
-            level = logging.INFO if first else logging.DEBUG
-            log.log(level, "%s: Spark reads batch %d: %s", ctx.table.name, batch_id, why)
-        data = batch_df.toArrow()
-    return data
+    if why:
+        level = logging.INFO if first else logging.DEBUG
+        log.log(level, "%s: Spark reads batch %d: %s", ctx.table.name, batch_id, why)
 
 
 def behind_retention(ctx: QueryContext, inp: Input, batch_id: int) -> bool:

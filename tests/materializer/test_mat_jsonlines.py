@@ -215,6 +215,10 @@ def test_a_batch_is_read_whole_by_one_reader(tmp_path):
     gz.write_bytes(b"")
     assert reader.read([gz.as_uri()]) == (None, "d.json.gz is compressed")
     assert reader.read(["s3a://bucket/e.json"])[0] is None
+    part = tmp_path / "day=1"
+    part.mkdir()
+    (part / "f.json").write_text('{"s":"a"}\n')  # Spark would add a column day from the folder
+    assert "key=value" in reader.read([(part / "f.json").as_uri()])[1]
 
 
 @pytest.mark.parametrize(
@@ -273,3 +277,56 @@ def test_the_files_of_a_micro_batch_come_from_sparks_source_log(tmp_path):
     assert source_files(cp, 2) is None  # a log version this reader does not know
     (cp / "offsets" / "1").write_text('v1\n{}\n{"logOffset":1}\n{"table":"x","offsets":{}}')
     assert source_files(cp, 1) is None  # two sources
+
+
+FLOW = """flow: testflow
+trigger: 100ms
+sources:
+  clicks:
+    format: json
+    path: data/clicks
+    schema: "user_id string NOT NULL, event_type string, item_id string, price double, ts timestamp"
+layers:
+  ods:
+    clicks: {action: t_ingest, inputs: {raw: clicks}}
+    latest: {action: t_ingest, inputs: {raw: clicks}, primary_key: [user_id]}
+"""
+
+
+def test_the_arrow_readers_quarantine_and_upsert_as_spark_does(spark, project_dir, data_path, seed):
+    """A well-formed batch (Arrow's, in the driver or in one executor task) with records lacking the NOT
+    NULL column: those are quarantined with Spark's reason, the others written, into a log table and as
+    upserts into a primary-key table (the last record of a key wins); then the same input read by Spark
+    (materializer.arrow_json: false) into a second project gives the same tables."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, canon, make_events, write_batch, write_project
+
+    rng = random.Random(seed)
+    lines = make_events(rng, 40, bad=0)
+    lines[3] = json.dumps({"event_type": "click", "price": 1.0})  # no user_id
+    lines.insert(7, json.dumps({"user_id": None, "item_id": "i1"}))
+    path = write_project(project_dir, flow=FLOW, actions={"t_ingest.sql": ACTIONS["t_ingest.sql"]})
+    write_batch(project_dir, "part-0", lines)
+    results = []
+    for arrow in (True, False):
+        if not arrow:  # the same project, rebuilt with Spark's parser
+            with (project_dir / "tidehouse.yaml").open("a") as f:
+                f.write("  arrow_json: false\n")
+        project = Project.open()
+        refresh = () if arrow else ("ods.clicks", "ods.latest")
+        report = project.trigger(path, until_idle=True, spark=spark, full_refresh=refresh)
+        assert report.tables["ods.clicks"]["source_batches"] == {"arrow" if arrow else "spark": 1}
+        quarantine = project.store.scan("ods.clicks__quarantine").to_pylist()
+        results.append(
+            (
+                canon(project.store.scan("ods.clicks")),
+                canon(project.store.scan("ods.latest")),
+                sorted((q["raw"], q["reason"]) for q in quarantine),
+            )
+        )
+        project.close()
+    assert results[0] == results[1]
+    log, latest, quarantined = results[0]
+    assert sum(log.values()) == 39 and len(quarantined) == 2, quarantined
+    assert all("user_id" in reason for _, reason in quarantined), quarantined
+    assert sum(latest.values()) == len({json.loads(x).get("user_id") for x in lines} - {None})
