@@ -1,4 +1,4 @@
-"""The driver path's JSON Lines reader gives exactly Spark's rows, or refuses the file (materializer.jsonlines).
+"""The JSON Lines reader gives exactly Spark's rows, or refuses the file (materializer.jsonlines).
 
 Randomized files — typed values, nulls, absent and unknown fields, escapes, every timestamp form, numbers in
 every JSON spelling, and lines Spark quarantines or reads differently (``null``, ``{}``, two records on a
@@ -50,7 +50,8 @@ OTHER_TIMES = [
     "garbage",
     "",
 ]
-ALIKE_STRINGS = ["a", "", "é", "😀", "tab\there", "line\nbreak", 'quote"', "back\\slash", "\u2028", "a\x00b", "/"]
+ALIKE_STRINGS = ["a", "", "é", "😀", "tab\there", "line\nbreak", 'quote"', "back\\slash", "\u2028", "a\x00b"]
+ALIKE_STRINGS += ["/", "{not json}"]
 
 
 def _value(rng: random.Random, column: str, clean: bool):
@@ -62,17 +63,39 @@ def _value(rng: random.Random, column: str, clean: bool):
         return None
     if not clean and roll < 0.24:  # a value of another type, or a spelling only Spark reads
         return rng.choice(
-            ['"5"', "5", "1.5", "true", '{"x":1}', "[1,2]", "NaN", "Infinity", "1e400", "01", '"\\ud83d"', "''"]
+            [
+                '"5"',
+                "5",
+                "1.5",
+                "true",
+                '{"x":1}',
+                "[1,2]",
+                "NaN",
+                "Infinity",
+                "1e400",
+                "01",
+                '"\\ud83d"',
+                "''",
+            ]
         )
     if column == "s":
-        return json.dumps(rng.choice(ALIKE_STRINGS) + str(rng.randrange(100)), ensure_ascii=rng.random() < 0.5)
+        text = rng.choice(ALIKE_STRINGS) + str(rng.randrange(100))
+        return json.dumps(text, ensure_ascii=rng.random() < 0.5)
     if column == "l":
         return str(rng.choice([0, -1, 2**63 - 1, -(2**63), rng.randrange(-(10**12), 10**12)]))
     if column == "i":
         return str(rng.choice([0, -(2**31), 2**31 - 1, rng.randrange(-1000, 1000)]))
     if column == "d":
         return rng.choice(
-            [repr(rng.uniform(-1e6, 1e6)), "5", "-0.0", "1E5", "1.5e-3", "4.9e-324", repr(rng.random() * 1e300)]
+            [
+                repr(rng.uniform(-1e6, 1e6)),
+                "5",
+                "-0.0",
+                "1E5",
+                "1.5e-3",
+                "4.9e-324",
+                repr(rng.random() * 1e300),
+            ]
         )
     if column == "b":
         return rng.choice(["true", "false"])
@@ -149,7 +172,8 @@ def _rows(table) -> list[str]:
     import pyarrow as pa
 
     cols = [c for c in table.column_names if c != "file"]
-    zones = {c: table.schema.field(c).type.tz for c in cols if pa.types.is_timestamp(table.schema.field(c).type)}
+    types = {c: table.schema.field(c).type for c in cols}
+    zones = {c: t.tz for c, t in types.items() if pa.types.is_timestamp(t)}
     table = table.select(cols)
     for c in zones:
         table = table.set_column(cols.index(c), c, table.column(c).cast(pa.int64()))
