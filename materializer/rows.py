@@ -60,7 +60,17 @@ def split_corrupt(data: pa.Table, source: str, fmt: str) -> tuple[pa.Table, pa.T
     corrupt = pc.is_valid(data.column(CORRUPT))
     bad = data.filter(corrupt)
     reason = f"malformed {fmt} record: does not parse with the source schema"
-    return data.filter(pc.invert(corrupt)), quarantine_rows(bad.column(CORRUPT).to_pylist(), reason, source)
+    return data.filter(pc.invert(corrupt)), quarantine_rows(raw_texts(bad.column(CORRUPT)), reason, source)
+
+
+def raw_texts(column: pa.ChunkedArray) -> list[str]:
+    """The records Spark kept verbatim as text: its bytes, which need not be UTF-8 (a record with an invalid
+    byte is malformed for Spark's parser), are decoded with each invalid byte as U+FFFD."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        raw = column.cast(pa.binary()).to_pylist()
+        return [None if r is None else r.decode("utf-8", "replace") for r in raw]
 
 
 def split_missing(

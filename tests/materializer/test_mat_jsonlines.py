@@ -354,3 +354,33 @@ def test_the_arrow_readers_quarantine_and_upsert_as_spark_does(spark, project_di
     assert sum(log.values()) == 39 and len(quarantined) == 2, quarantined
     assert all("user_id" in reason for _, reason in quarantined), quarantined
     assert sum(latest.values()) == len({json.loads(x).get("user_id") for x in lines} - {None})
+
+
+def test_records_with_invalid_utf8_are_quarantined_not_a_failed_flow(spark, project_dir):
+    """Spark keeps a malformed record's bytes verbatim, invalid UTF-8 included (a record with an invalid byte
+    is malformed for its parser): the quarantine holds it with U+FFFD for each invalid byte. Before, reading
+    it back failed the ODS query (UnicodeDecodeError) and with it the flow."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, write_project
+
+    path = write_project(project_dir, flow=FLOW, actions={"t_ingest.sql": ACTIONS["t_ingest.sql"]})
+    good = json.dumps({"user_id": "u1", "price": 1.0, "ts": "2024-01-01T00:00:00Z"})
+    data = good.encode() + b'\n{"user_id": "u\xff2", "price": 1.0}\n{"user_id": "u3", "price": "\xfe"}\n'
+    (project_dir / "data" / "clicks" / "p0.json").write_bytes(data)
+    project = Project.open()
+    report = project.trigger(path, until_idle=True, spark=spark)
+    assert report.tables["ods.clicks"]["source_batches"] == {"spark": 1}  # the Arrow reader refuses it
+    assert project.store.scan("ods.clicks").column("user_id").to_pylist() == ["u1"]
+    raws = sorted(project.store.scan("ods.clicks__quarantine").column("raw").to_pylist())
+    assert raws == ['{"user_id": "u3", "price": "\ufffd"}', '{"user_id": "u\ufffd2", "price": 1.0}']
+    project.close()
+
+
+def test_raw_texts_decodes_invalid_utf8_with_replacement_characters():
+    import pyarrow as pa
+
+    from materializer.rows import raw_texts
+
+    column = pa.chunked_array([pa.array([b"ok", None, b"a\xffb"], pa.binary()).cast(pa.string(), safe=False)])
+    assert raw_texts(column) == ["ok", None, "a\ufffdb"]
+    assert raw_texts(pa.chunked_array([pa.array(["é"])])) == ["é"]
