@@ -25,6 +25,7 @@ file is one block here and its first record is checked to be an object before Ar
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from materializer.analyze import struct_of
-from materializer.plan import SourcePlan
+from materializer.plan import FlowPlan, SourcePlan, TablePlan
 from materializer.rows import CORRUPT
 from runtime.core.uris import local_path, scheme_of
 from runtime.spark.types import spark_to_arrow
@@ -62,6 +63,7 @@ _COMPRESSED = {".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".zstd", ".
 _OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})"
 _TIME = r"[T ]\d{2}(?::\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?"  # T19, T19:33, T19:33:17, T19:33:17.123456
 _TIMESTAMP = rf"^[1-9]\d{{3}}-\d{{2}}-\d{{2}}(?:{_TIME}{_OFFSET}?)?$"
+log = logging.getLogger(__name__)
 _FIRST_OBJECT = re.compile(rb"[ \t\n]*\{")
 # Spark settings that change how it parses JSON dates and times, and the values this reader matches
 _CONF = {
@@ -95,6 +97,32 @@ def refusal(source: SourcePlan, conf: dict[str, str | None]) -> str | None:
         if (value.upper() if key.endswith("Policy") and value else value) not in allowed:
             return f"{key} is {value}"
     return None
+
+
+def reader_of(flow: FlowPlan, table: TablePlan, spark) -> JsonLinesReader | None:
+    """The reader of ``table``'s JSON source — in the driver on the driver path, in one task on the executor
+    path —, or None: Spark reads it (not an append over a JSON source, or a refusal, logged)."""
+    stream = next((i for i in table.inputs if i.kind in ("source", "log")), None)
+    if table.strategy != "append" or stream is None or stream.kind != "source":
+        return None
+    source = flow.source(stream.ref.split(":", 1)[1])
+    if source.format != "json":
+        return None
+    why = refusal(source, {key: _setting(spark, key) for key in SPARK_SETTINGS})
+    if why:
+        log.info("flow %s: Spark parses source %s of %s: %s", flow.flow, source.name, table.name, why)
+        return None
+    return JsonLinesReader(source)
+
+
+def _setting(spark, key: str) -> str | None:
+    """A Spark SQL setting's value (its default when not set), None for a setting without a default."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.conf.get(key)
+    except PySparkException:  # SQL_CONF_NOT_FOUND
+        return None
 
 
 class JsonLinesReader:
@@ -194,4 +222,4 @@ def _timestamps(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | N
         return None
 
 
-__all__ = ["SPARK_SETTINGS", "JsonLinesReader", "refusal"]
+__all__ = ["SPARK_SETTINGS", "JsonLinesReader", "reader_of", "refusal"]

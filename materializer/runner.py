@@ -30,20 +30,20 @@ from materializer.analyze import struct_of
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
 from materializer.handoff import Handoff
-from materializer.jsonlines import SPARK_SETTINGS, JsonLinesReader, refusal
+from materializer.jsonlines import JsonLinesReader, reader_of
 from materializer.lock import RunLock
-from materializer.plan import QUARANTINE_DDL, FlowPlan, TablePlan, data_path_of
+from materializer.plan import FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
 from materializer.remote import RemoteRun, run_folder
 from materializer.rows import CORRUPT
 from materializer.selection import universe
 from materializer.status import RateMeter
 from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, guarded, recompute
+from materializer.tables import quarantine_meta, table_meta
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
 from runtime.spark.options import Place
 from runtime.spark.session import is_connect, lost_server_error, new_session, server_lost, stop_session
-from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0
@@ -60,28 +60,6 @@ class RunReport:
     tiering: dict[str, dict] = field(default_factory=dict)
     spark: str = ""  # where the queries ran: the master URL (or the Spark Connect URL)
     data_path: str = ""  # driver | executors
-
-
-def table_meta(plan: TablePlan) -> TableMeta:
-    from runtime.spark.types import spark_to_arrow
-
-    return TableMeta(
-        name=plan.name,
-        schema=spark_to_arrow(struct_of(plan.ddl)),
-        kind=plan.kind,
-        primary_key=plan.primary_key,
-        buckets=plan.buckets,
-        bucket_key=plan.bucket_key,
-        merge_engine=plan.merge_engine,
-        aggregations=dict(plan.aggregations),
-        properties={"tidehouse.fingerprint": plan.fingerprint, "tidehouse.action": plan.action},
-    )
-
-
-def quarantine_meta(name: str) -> TableMeta:
-    from runtime.spark.types import ddl_to_arrow
-
-    return TableMeta(name=name, schema=ddl_to_arrow(QUARANTINE_DDL), kind="log")
 
 
 class FlowRunner:
@@ -377,31 +355,11 @@ class FlowRunner:
         return self.contexts[t.name]
 
     def _json_reader(self, t: TablePlan) -> JsonLinesReader | None:
-        """The Arrow reader of a table's JSON source (materializer.jsonlines; in the driver on the driver
-        path, in one task on the executor path), or None: Spark reads the source (another format,
-        materializer.arrow_json off, or a refusal, logged)."""
-        if t.strategy != "append" or not self.project.config.get("materializer.arrow_json"):
+        """The Arrow reader of a table's JSON source (materializer.jsonlines), unless materializer.arrow_json
+        is off."""
+        if not self.project.config.get("materializer.arrow_json"):
             return None
-        stream = next(i for i in t.inputs if i.kind in ("source", "log"))
-        if stream.kind != "source":
-            return None
-        src = self.plan.source(stream.ref.split(":", 1)[1])
-        if src.format != "json":
-            return None
-        why = refusal(src, {key: self._conf(key) for key in SPARK_SETTINGS})
-        if why:
-            log.info("flow %s: Spark parses source %s of %s: %s", self.plan.flow, src.name, t.name, why)
-            return None
-        return JsonLinesReader(src)
-
-    def _conf(self, key: str) -> str | None:
-        """A Spark SQL setting's value (its default when not set), None for a setting without a default."""
-        from pyspark.errors import PySparkException
-
-        try:
-            return self.spark.conf.get(key)
-        except PySparkException:  # SQL_CONF_NOT_FOUND
-            return None
+        return reader_of(self.plan, t, self.spark)
 
     def _handoff(self, t: TablePlan) -> Handoff | None:
         """The driver path's hand-off of Arrow data to Spark (materializer.handoff), its folder emptied."""

@@ -1,0 +1,273 @@
+"""The executor data path's writes: rows routed by bucket to the tasks that write them (docs/architecture.md,
+"Two data paths").
+
+:func:`write_routed` takes a micro-batch's result as a Spark plan: a Python pass (:class:`Tag`) adds each
+row's bucket (THE bucket function) and its position (a one-bucket table needs no pass: bucket 0, Spark's
+``monotonically_increasing_id``), the rows are repartitioned by bucket — a primary-key table's sorted back
+into batch order —, and a second pass (:class:`WriteTask`) writes the buckets each task holds with the
+query's writer id and ``seq = batch id``. Every bucket of a batch is written by exactly one task: a retried
+task skips what it committed, a replayed batch skips everything, on either path. The tasks return counts
+and the rows to quarantine; :func:`record` writes the quarantine in the driver and counts the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from materializer.plan import Expectation
+from materializer.rows import (
+    CORRUPT,
+    Violations,
+    expectation_exprs,
+    keys_table,
+    quarantine_rows,
+    split_corrupt,
+    split_expectations,
+    split_missing,
+)
+from materializer.strategies import QueryContext, record_violations, write_quarantine
+from runtime.spark.options import Place
+from runtime.spark.writer import prepare
+from runtime.storage.api import BUCKET, CHANGE, DELETE, UPDATE_AFTER, UPDATE_BEFORE, bucket_of
+
+ORDER, SEQ = "__order", "__seq"  # the rows' order within a bucket: deletes first, then batch order
+_ROW = "__row"  # a row's index in a write task's rows
+RESULT = "kind string, bucket int, n long, raw string, reason string, name string"
+_FLAGS = "e"  # expectation columns e0, e1, ...
+
+
+@dataclass(frozen=True)
+class Tag:
+    """``mapInArrow``: each row's bucket and its position in the batch (task number, row number)."""
+
+    bucket_key: tuple[str, ...]
+    buckets: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        base = TaskContext.get().partitionId() << 36
+        for batch in batches:
+            buckets = bucket_of(batch, list(self.bucket_key), self.buckets)
+            seq = pa.array(range(base, base + batch.num_rows), pa.int64())
+            base += batch.num_rows
+            yield batch.append_column(BUCKET, buckets).append_column(SEQ, seq)
+
+
+@dataclass(frozen=True)
+class SourceCheck:
+    """In a write task of a pass-through table over a source: the records that did not parse (``q``) and
+    those lacking a column the source declares NOT NULL (``qn``) leave the rows, as the driver path's
+    quarantine rows, returned to the driver (rare, small) — one pass over the source, no cached copy."""
+
+    name: str
+    format: str
+    required: tuple[str, ...]
+
+    def split(self, data: pa.Table, flags: list[str], out: list[dict]) -> pa.Table:
+        """``data`` without the quarantined records, which go to ``out``."""
+        view = data.drop_columns(flags).append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+        view, corrupt = split_corrupt(view, self.name, self.format)
+        view, missing = split_missing(view, self.required, self.name, self.format)
+        for part, found in (("q", corrupt), ("qn", missing)):
+            out += [
+                {"kind": f"source:{part}", "raw": raw, "reason": why, "n": 1}
+                for raw, why in zip(found.column("raw").to_pylist(), found.column("reason").to_pylist())
+            ]
+        kept = data.take(view.column(_ROW)) if view.num_rows < data.num_rows else data
+        return kept.drop_columns([CORRUPT]) if CORRUPT in kept.column_names else kept
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """``mapInArrow`` over rows routed by bucket: write them, return counts and the rows to quarantine."""
+
+    place: Place
+    table: str
+    writer: str
+    seq: int
+    origin: float | None
+    primary_key: tuple[str, ...]
+    expect: tuple[Expectation, ...]
+    source: SourceCheck | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = [b for b in batches if b.num_rows]
+        if not batches:  # a partition the shuffle left without rows
+            return
+        data = pa.Table.from_batches(batches)
+        store = self.place.store()
+        meta = store.get_table(self.table)
+        flags = [c for c in data.column_names if c.startswith(_FLAGS) and c[1:].isdigit()]
+        out: list[dict[str, Any]] = [{"kind": "received", "n": data.num_rows}]
+        if self.source is not None:  # records that do not parse or lack a column: to the driver's quarantine
+            data = self.source.split(data, flags, out)
+        rows = data.drop_columns([c for c in (*flags, ORDER, SEQ) if c in data.column_names])
+        if self.expect:
+            rows = self._expectations(meta, rows, data.select(flags), out)
+        if rows.num_rows:
+            result = store.write(
+                self.table,
+                prepare(store, self.table, rows),
+                writer=self.writer,
+                seq=self.seq,
+                origin_ts=self.origin,
+            )
+            out += [{"kind": "written", "bucket": b, "n": hi - lo} for b, (lo, hi) in result.ranges.items()]
+            if result.skipped:
+                out.append({"kind": "skipped", "n": rows.num_rows})
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=result_schema())
+
+    def _expectations(self, meta, rows: pa.Table, passed: pa.Table, out: list[dict]) -> pa.Table:
+        """Rows of a batch after its table's expectations: violators dropped or quarantined (returned to the
+        driver) — for a primary-key table, a violating upsert deletes its key instead."""
+        upserts = (
+            pc.invert(pc.is_in(rows.column(CHANGE), pa.array([DELETE, UPDATE_BEFORE])))
+            if CHANGE in rows.column_names
+            else None
+        )
+        checked = rows if upserts is None else rows.filter(upserts)
+        found = split_expectations(
+            self.table, checked, passed if upserts is None else passed.filter(upserts), self.expect
+        )
+        for raw, reason, to_quarantine in zip(found.raws, found.reasons, found.quarantine):
+            out.append({"kind": "violator", "raw": raw, "reason": reason, "n": int(to_quarantine)})
+        out += [{"kind": "violation", "name": name, "n": n} for name, n in found.counts.items()]
+        if not found.raws:
+            return rows
+        kept = found.kept
+        if self.primary_key:  # an upsert that violates deletes its key (as on the driver path)
+            user = [c for c in rows.column_names if c != CHANGE]
+            deletes = rows.filter(pc.invert(upserts)) if upserts is not None else None
+            parts = [deletes] if deletes is not None and deletes.num_rows else []
+            parts.append(keys_table(meta.schema, found.violators.select(user), self.primary_key, DELETE))
+            parts.append(
+                kept
+                if CHANGE in kept.column_names
+                else keys_table(meta.schema, kept, self.primary_key, UPDATE_AFTER)
+            )
+            return pa.concat_tables([p.select(parts[-1].column_names).cast(parts[-1].schema) for p in parts])
+        return kept
+
+
+def result_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("bucket", pa.int32()),
+            ("n", pa.int64()),
+            ("raw", pa.string()),
+            ("reason", pa.string()),
+            ("name", pa.string()),
+        ]
+    )
+
+
+def write_routed(
+    ctx: QueryContext,
+    df,
+    batch_id: int,
+    origin: float | None,
+    *,
+    deletes_first: bool = False,
+    writer: str | None = None,
+    expect: bool = True,
+    source: SourceCheck | None = None,
+) -> Routed:
+    """Write the rows of ``df`` (the table's user columns, and ``__change`` for a primary-key table) from
+    Spark tasks routed by bucket. ``deletes_first``: ``df`` has an ``__order`` column (0 for deletes) that
+    orders each bucket's rows before batch order. ``expect``: check the table's expectations here (a
+    recompute checked them on its whole result already). ``source``: ``df`` is a source's records with its
+    corrupt-record column, quarantined by the tasks."""
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    table = ctx.table
+    meta = ctx.store.get_table(table.name)
+    expectations = tuple(table.expect) if expect else ()
+    if expectations:
+        df = df.selectExpr("*", *expectation_exprs(expectations))
+    key = meta.effective_bucket_key
+    if meta.buckets <= 1 or not key:  # every row in bucket 0: no Python pass to compute it
+        from pyspark.sql import functions as F
+
+        tagged = df.withColumn(BUCKET, F.lit(0)).withColumn(SEQ, F.monotonically_increasing_id())
+    else:
+        tagged = df.mapInArrow(
+            Tag(tuple(key), meta.buckets),
+            StructType(
+                [
+                    *df.schema.fields,
+                    StructField(BUCKET, IntegerType(), False),
+                    StructField(SEQ, LongType(), False),
+                ]
+            ),
+        )
+    parts = max(1, min(meta.buckets, int(ctx.spark_partitions)))
+    routed = tagged.repartition(parts, BUCKET)
+    if meta.is_primary_key:  # rows of a key apply in batch order (deletes first): the last one wins
+        routed = routed.sortWithinPartitions(BUCKET, *((ORDER,) if deletes_first else ()), SEQ)
+    task = WriteTask(
+        ctx.place,
+        table.name,
+        writer or table.writer_id,
+        int(batch_id),
+        origin,
+        tuple(table.primary_key),
+        expectations,
+        source,
+    )
+    with ctx.clock.phase("write"):
+        results = routed.drop(BUCKET).mapInArrow(task, RESULT).collect()
+    return record(ctx, results, batch_id, writer, source)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """What the write tasks of a batch did: rows they received and rows they wrote."""
+
+    received: int
+    written: int
+
+
+def record(
+    ctx: QueryContext, results, batch_id: int, writer: str | None, source: SourceCheck | None = None
+) -> Routed:
+    """The tasks' report: quarantine the violators and the source records that failed (driver, as the driver
+    path does), count the rest."""
+    written, received, counts, raws, reasons, quarantined = 0, 0, {}, [], [], []
+    records: dict[str, tuple[list[str], list[str]]] = {"q": ([], []), "qn": ([], [])}
+    for r in results:
+        if r.kind == "received":
+            received += r.n
+        elif r.kind.startswith("source:"):
+            records[r.kind.split(":", 1)[1]][0].append(r.raw)
+            records[r.kind.split(":", 1)[1]][1].append(r.reason)
+        elif r.kind == "written":
+            written += r.n
+        elif r.kind == "violation":
+            counts[r.name] = counts.get(r.name, 0) + r.n
+        elif r.kind == "violator":
+            raws.append(r.raw)
+            reasons.append(r.reason)
+            quarantined.append(bool(r.n))
+    if raws:
+        found = Violations(pa.table({}), pa.table({}), raws, reasons, quarantined, counts)
+        record_violations(ctx, found, [True] * len(raws))
+        to_quarantine = [(r, why) for r, why, q in zip(raws, reasons, quarantined) if q]
+        write_quarantine(
+            ctx,
+            quarantine_rows([r for r, _ in to_quarantine], [w for _, w in to_quarantine], ctx.table.name),
+            batch_id,
+            part="qe",
+            writer=writer,
+        )
+    if source is not None:  # the same writers and reasons as the driver path's quarantine of a source
+        for part, (raw, why) in records.items():
+            write_quarantine(ctx, quarantine_rows(raw, why, source.name), batch_id, part=part)
+    return Routed(received, written)
