@@ -34,16 +34,25 @@ def _log_offset(checkpoint: Path, batch_id: int) -> int | None:
     return offset if isinstance(offset, int) else None
 
 
+def _candidates(log: Path, k: int):
+    """Where source batch ``k``'s entries may be, in order; the folder is listed only when neither of its own
+    files is there (None: the folder cannot be listed)."""
+    yield log / str(k)
+    yield log / f"{k}.compact"
+    try:
+        compacts = sorted(int(p.name.split(".")[0]) for p in log.iterdir() if p.name.endswith(".compact"))
+    except (OSError, ValueError):
+        yield None
+        return
+    yield from (log / f"{c}.compact" for c in compacts if c > k)
+
+
 def _entries(log: Path, k: int) -> list[str] | None:
     """The paths source batch ``k`` admitted: from its own file, else from the first compact file that holds
     it (Spark compacts every few batches and deletes the files it compacted)."""
-    candidates = [log / str(k), log / f"{k}.compact"]
-    try:
-        compacts = sorted(int(p.name.split(".")[0]) for p in log.iterdir() if p.name.endswith(".compact"))
-    except OSError:
-        return None
-    candidates += [log / f"{c}.compact" for c in compacts if c > k]
-    for path in candidates:
+    for path in _candidates(log, k):
+        if path is None:
+            return None
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
