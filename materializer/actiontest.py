@@ -474,11 +474,14 @@ class _Stream:
                 case.exceptions = "; ".join(str(e) for e in t.exceptions)
             total = max(c.case.runs for c in self.cases)
             self.tables, self.runs = len(plan.tables), total
+            last_runs = {c.case.runs for c in self.cases}
             for run in range(total):
                 self._write_parts(project_dir, run)
                 self.say(f"run {run + 1}/{total} (--until-idle, {len(plan.tables)} tables)")
                 try:
-                    project.trigger(FLOW, until_idle=True, spark=self.spark, plan=plan)
+                    project.trigger(  # a case's lake is compared after its last run: tier then only
+                        FLOW, until_idle=True, spark=self.spark, plan=plan, tiering=run + 1 in last_runs
+                    )
                 except TidehouseError as exc:
                     culprits = self._culprits(exc)
                     for case in culprits or self.cases:

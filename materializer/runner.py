@@ -274,16 +274,31 @@ class FlowRunner:
                 raise self._failure(name, exc)
 
     def _drain(self, names: list[str]) -> None:
+        """Wait until each query of ``names`` (one generation: independent tables) has processed all its
+        input. The waits run side by side: an idle query's wait lasts about one trigger, so a generation of
+        N tables is drained in one wait, not N."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from pyspark.errors import StreamingQueryException
 
-        for name in names:
-            while True:
-                try:
-                    self.queries[name].processAllAvailable()
-                    break
-                except StreamingQueryException as exc:
+        def wait(name: str) -> StreamingQueryException | None:
+            try:
+                self.queries[name].processAllAvailable()
+            except StreamingQueryException as exc:
+                return exc
+            return None
+
+        while names:
+            with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="drain") as pool:
+                failed = (
+                    dict(zip(names, pool.map(wait, names))) if len(names) > 1 else {names[0]: wait(names[0])}
+                )
+            names = []
+            for name, exc in failed.items():  # a transient failure restarts its query, which is drained again
+                if exc is not None:
                     if not self._restart_if_transient(name, exc):
                         raise self._failure(name, exc) from exc
+                    names.append(name)
 
     def _failure(self, name: str, exc) -> TidehouseError:
         """The error to raise for a failed query: the TidehouseError its batch raised (its code and location
