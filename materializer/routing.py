@@ -209,7 +209,8 @@ def write_routed(
             ),
         )
     parts = max(1, min(meta.buckets, int(ctx.spark_partitions)))
-    routed = tagged.repartition(parts, BUCKET)
+    # one write task: merge the batch's partitions into it (no shuffle), else hash them there by bucket
+    routed = tagged.coalesce(1) if parts == 1 else tagged.repartition(parts, BUCKET)
     if meta.is_primary_key:  # rows of a key apply in batch order (deletes first): the last one wins
         routed = routed.sortWithinPartitions(BUCKET, *((ORDER,) if deletes_first else ()), SEQ)
     task = WriteTask(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from materializer.admission import rows_per_batch, source_options
 from materializer.analyze import struct_of
+from materializer.drain import drain
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
 from materializer.handoff import Handoff
@@ -274,27 +275,12 @@ class FlowRunner:
                 raise self._failure(name, exc)
 
     def _drain(self, names: list[str]) -> None:
-        """Wait until each query of ``names`` (one generation: independent tables) has processed all its
-        input. The waits run side by side: an idle query's wait lasts about one trigger, so a generation of
-        N tables is drained in one wait, not N."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from pyspark.errors import StreamingQueryException
-
-        def wait(name: str) -> StreamingQueryException | None:
-            try:
-                self.queries[name].processAllAvailable()
-            except StreamingQueryException as exc:
-                return exc
-            return None
-
+        """Wait until each query of ``names`` (one generation: independent tables) processed all its input;
+        a transient failure restarts its query, which is drained again."""
         while names:
-            with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="drain") as pool:
-                failed = (
-                    dict(zip(names, pool.map(wait, names))) if len(names) > 1 else {names[0]: wait(names[0])}
-                )
+            failed = drain(self.queries, names)
             names = []
-            for name, exc in failed.items():  # a transient failure restarts its query, which is drained again
+            for name, exc in failed.items():
                 if exc is not None:
                     if not self._restart_if_transient(name, exc):
                         raise self._failure(name, exc) from exc
@@ -368,6 +354,16 @@ class FlowRunner:
                 json_reader=self._json_reader(t),
             )
         return self.contexts[t.name]
+
+    def _lake_files(self):
+        """On the executor path, Spark tasks write log tables' lake files (runtime.spark.tiering)."""
+        from runtime.spark.tiering import SparkLakeFiles
+
+        if self.data_path != "executors":
+            return None
+        config = self.project.config
+        place = Place(self.root, fsync=config.get("storage.fsync"), config=config)
+        return SparkLakeFiles(self.spark, place, min_rows=config.get("tiering.executor_rows"))
 
     def _json_reader(self, t: TablePlan) -> JsonLinesReader | None:
         """The Arrow reader of a table's JSON source (materializer.jsonlines), unless materializer.arrow_json
@@ -469,7 +465,7 @@ class FlowRunner:
             tier_tables.update({t.quarantine: t.tiering_interval for t in self.plan.tables if t.quarantine})
             if tiering:
                 self.create_lake_tables()
-                self.tiering = TieringService(self.project, tier_tables)
+                self.tiering = TieringService(self.project, tier_tables, files=self._lake_files())
                 if not until_idle:
                     self.tiering.start()
             self.state = "running"

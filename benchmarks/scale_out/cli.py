@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -35,7 +36,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=list(PATHS),
         help=f"which paths, comma-separated, of {','.join(PATHS)}",
     )
-    ap.add_argument("--worker-cores", type=int, default=1, help="cores of each standalone worker")
+    ap.add_argument(
+        "--worker-cores",
+        type=int,
+        default=0,
+        help="cores of each standalone worker; 0: the machine's cores shared out among the workers (as many "
+        "task slots as SDP's local[N] on every path)",
+    )
     ap.add_argument("--worker-memory", default="2g", help="memory of each standalone worker")
     ap.add_argument("--executor-memory", default="1g", help="spark.executor.memory on the cluster")
     ap.add_argument("--run-timeout", type=float, default=7200.0, help="max seconds of one run")
@@ -125,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"work directory: {workdir}", flush=True)
         settings = {k: getattr(args, k) for k in ("rows", "file_rows", "worker_cores", "worker_memory")}
         settings["executor_memory"] = args.executor_memory
+        settings["cpu_count"] = os.cpu_count() or 1
 
         def save(paths: dict[str, dict[str, Run]], meta: dict) -> None:
             meta.update(settings, started=started, load_start=load_start)

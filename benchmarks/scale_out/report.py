@@ -106,6 +106,18 @@ class Figures:
         return self.backlog_driver_cpu / self.backlog_all_cpu if self.backlog_all_cpu > 0 else None
 
 
+def workers_text(meta: dict) -> str:
+    """The workers' cores as the run chose them (``--worker-cores``; 0: the machine's shared out)."""
+    if meta.get("worker_cores"):
+        return f"{meta['worker_cores']} core(s)"
+    n = int(meta.get("cpu_count", 2))
+    one, two = max(1, n), max(1, n // 2)
+    return (
+        f"the machine's {n} cores shared out (1 worker of {one} core(s), 2 workers of {two} core(s) each: "
+        f"the task slots of SDP's local[{n}])"
+    )
+
+
 def figures(key: str, runs: dict[str, Run]) -> Figures:
     backlog, empty = runs["backlog"], runs["empty"]
 
@@ -217,7 +229,7 @@ def report_body(paths: dict[str, dict[str, Run]], meta: dict) -> str:
         )
     out.append(
         f"Backlog: **{meta['rows']:,} rows** in files of {meta['file_rows']:,} rows "
-        f"({meta['backlog_write_s']:.0f} s to write). Workers: {meta['worker_cores']} core(s) and "
+        f"({meta['backlog_write_s']:.0f} s to write). Workers: {workers_text(meta)}, "
         f"{meta['worker_memory']} each, executors {meta['executor_memory']}. Code: {meta.get('code', '?')}.\n"
     )
     out.append(

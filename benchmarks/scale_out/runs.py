@@ -212,6 +212,11 @@ def cluster_groups(cluster) -> dict[str, Callable[[], list[int]]]:
     return {"cluster": lambda: [p.pid for p in [cluster.master, *cluster.workers] if p is not None]}
 
 
+def cores_per_worker(asked: int, workers: int) -> int:
+    """``asked``, or (0) the machine's cores shared out among ``workers``, at least 1 each."""
+    return asked or max(1, (os.cpu_count() or 1) // workers)
+
+
 @contextlib.contextmanager
 def standalone(workdir: Path, workers: int, cores: int, memory: str) -> Iterator[object]:
     """A Spark standalone master with ``workers`` workers on 127.0.0.1 (the launcher the cluster tests use,
@@ -231,7 +236,12 @@ def measure_path(key: str, workdir: Path, inputs: dict[str, Path], rows: int, ar
         if workers:
             began = time.monotonic()
             cluster = stack.enter_context(
-                standalone(workdir / f"{key}-spark", workers, args.worker_cores, args.worker_memory)
+                standalone(
+                    workdir / f"{key}-spark",
+                    workers,
+                    cores_per_worker(args.worker_cores, workers),
+                    args.worker_memory,
+                )
             )
             spark = {"master": cluster.url, "conf": {"spark.executor.memory": args.executor_memory}}
             print(f"[{label}] {cluster.url} up in {time.monotonic() - began:.0f} s", flush=True)

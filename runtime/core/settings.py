@@ -252,6 +252,14 @@ SETTINGS: tuple[Setting, ...] = (
         _int,
     ),
     Setting(
+        "tiering.executor_rows",
+        100_000,
+        "On the executor data path: a log table's tiering cycle of at least this many rows has its Iceberg "
+        'data files written by Spark tasks, which the driver commits (docs/architecture.md, "Tiering on '
+        'the executor path"); a smaller cycle is written by the driver. 0: every cycle by tasks.',
+        _count,
+    ),
+    Setting(
         "checkpoints.root",
         None,
         "Where streaming checkpoints live: a local (or mounted) path or a file:// "

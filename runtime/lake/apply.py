@@ -106,25 +106,27 @@ def write_files(tx: Transaction, table: Table, data: pa.Table, producer) -> int:
     # overwrite) the first call's file names
     counter = producer.__dict__.setdefault("_tidehouse_file_counter", itertools.count(0))
     n = 0
-    for data_file in _bucket_files(table, data, producer.commit_uuid, counter):
+    # table.metadata, not tx.table_metadata: that deep-copies the whole metadata on every access
+    for data_file in data_files(table.metadata, table.io, data, producer.commit_uuid, counter):
         producer.append_data_file(data_file)
         n += 1
     return n
 
 
-def _bucket_files(table: Table, data: pa.Table, write_uuid, counter):
-    """The data files of ``data``, one set per bucket (see :func:`write_files`)."""
+def data_files(metadata, io, data: pa.Table, write_uuid, counter):
+    """Write ``data`` as the table's Parquet data files, one set per bucket (see :func:`write_files`), named
+    ``<counter>-<write_uuid>``; yields their ``DataFile`` entries. Needs the table's metadata and file IO
+    only, so a Spark task can run it (``runtime.spark.tiering``)."""
     from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
     from pyiceberg.table import WriteTask
 
-    metadata = table.metadata  # not tx.table_metadata: that deep-copies the whole metadata on every access
     spec = metadata.spec()
     by_bucket = [f for f in spec.fields if f.name == BUCKET]
     if BUCKET not in data.column_names or (
         not spec.is_unpartitioned() and len(spec.fields) != len(by_bucket)
     ):
-        yield from _dataframe_to_data_files(metadata, data, table.io, write_uuid=write_uuid, counter=counter)
+        yield from _dataframe_to_data_files(metadata, data, io, write_uuid=write_uuid, counter=counter)
         return
     buckets = data.column(BUCKET).to_numpy()
     if len(buckets) > 1 and (np.diff(buckets) < 0).any():  # not grouped (a compaction's input): group it
@@ -155,7 +157,7 @@ def _bucket_files(table: Table, data: pa.Table, write_uuid, counter):
             )
             for batches in bin_pack_arrow_table(part, target)
         ]
-    yield from write_file(io=table.io, table_metadata=metadata, tasks=iter(tasks))
+    yield from write_file(io=io, table_metadata=metadata, tasks=iter(tasks))
 
 
 def stage_append(tx: Transaction, table: Table, rows: pa.Table, properties: dict[str, str]) -> Staged:
@@ -163,6 +165,14 @@ def stage_append(tx: Transaction, table: Table, rows: pa.Table, properties: dict
     with append_producer(tx, properties) as append:
         added = write_files(tx, table, rows, append)
     return Staged(rows.num_rows, 0, 0, added)
+
+
+def stage_files(tx: Transaction, files: Sequence, properties: dict[str, str]) -> Staged:
+    """Append data files written elsewhere (by Spark tasks: ``runtime.spark.tiering``) as one snapshot."""
+    with append_producer(tx, properties) as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+    return Staged(sum(f.record_count for f in files), 0, 0, len(files))
 
 
 def collapse_changelog(changelog: pa.Table, key_columns: Sequence[str]) -> tuple[pa.Table, pa.Table]:

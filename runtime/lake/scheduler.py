@@ -31,7 +31,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor as APThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from runtime.core.errors import ErrorCode, TidehouseError
-from runtime.lake.tiering import CycleResult, tier_table
+from runtime.lake.tiering import CycleResult, LakeFiles, tier_table
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class TieringService:
     ``source`` is a :class:`runtime.project.Project` (its ``store`` and ``lake`` are used) or a
     ``(store, lake)`` pair. ``tables`` maps ``"layer.name"`` to its interval in seconds.
     ``on_cycle(result)`` / ``on_error(table, exc)`` are called after each cycle (progress lines).
+    ``files``: who writes log tables' data files (``runtime.spark.tiering`` on the executor data path).
     """
 
     def __init__(
@@ -82,7 +83,9 @@ class TieringService:
         max_workers: int | None = None,
         on_cycle: Callable[[CycleResult], None] | None = None,
         on_error: Callable[[str, BaseException], None] | None = None,
+        files: LakeFiles | None = None,
     ) -> None:
+        self.files = files
         if isinstance(source, tuple):
             self.store, self.lake = source
         else:
@@ -101,7 +104,7 @@ class TieringService:
             stats.runs += 1
             began = time.perf_counter()
             try:
-                result = tier_table(self.store, self.lake, name)
+                result = tier_table(self.store, self.lake, name, files=self.files)
             except Exception as exc:  # one table's failure never stops the others
                 self._took(stats, began)
                 stats.errors += 1

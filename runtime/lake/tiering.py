@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-from runtime.lake.apply import LakeTransaction, stage_append, stage_changelog
+from runtime.lake.apply import LakeTransaction, stage_append, stage_changelog, stage_files
 from runtime.lake.schema import missing_columns, to_lake_arrow
 from runtime.lake.state import (
     OFFSETS_PROPERTY,
@@ -145,10 +146,23 @@ def _check_ranges(meta: TableMeta, before: list[int], ends: list[int]) -> None:
         )
 
 
+# Writes a log table's hot range [start, end) as the lake table's data files elsewhere (Spark tasks:
+# runtime.spark.tiering) and returns their DataFile entries, which this process commits; or returns None to
+# leave the range to this process (a small one).
+LakeFiles = Callable[[TableMeta, Table, list[int], list[int]], "list | None"]
+
+
 def tier_table(
-    store: TableStore, lake: Lake, table_name: str, *, lock_timeout: float = 600.0, maintain: bool = True
+    store: TableStore,
+    lake: Lake,
+    table_name: str,
+    *,
+    lock_timeout: float = 600.0,
+    maintain: bool = True,
+    files: LakeFiles | None = None,
 ) -> CycleResult:
-    """Run one tiering cycle of ``table_name`` now (see the module docstring for the protocol)."""
+    """Run one tiering cycle of ``table_name`` now (see the module docstring for the protocol). ``files``:
+    who writes a log table's data files (default: this process)."""
     started = time.monotonic()
     meta = store.get_table(table_name)
     with table_lock(lake.run_dir, table_name, timeout=lock_timeout):
@@ -178,13 +192,20 @@ def tier_table(
                 )
                 break
             since = pending_since(store, table_name, before, ends)
-            data = read_range(store, meta, before, ends)
-            props = {OFFSETS_PROPERTY: offsets_json(ends), "tidehouse.rows": str(data.num_rows)}
             tx = LakeTransaction(table)
-            if meta.is_primary_key:
-                stage_changelog(tx, table, data, meta.primary_key, props)
+            written = None
+            if files is not None and not meta.is_primary_key:
+                written = written_files(meta, table, before, ends, files)
+            if written is not None:
+                rows = sum(f.record_count for f in written)
+                stage_files(tx, written, _props(ends, rows))
             else:
-                stage_append(tx, table, to_lake_arrow(data, table.schema()), props)
+                data = read_range(store, meta, before, ends)
+                rows = data.num_rows
+                if meta.is_primary_key:
+                    stage_changelog(tx, table, data, meta.primary_key, _props(ends, rows))
+                else:
+                    stage_append(tx, table, to_lake_arrow(data, table.schema()), _props(ends, rows))
             try:
                 table = tx.commit_transaction()
             except (CommitFailedException, ValidationException) as exc:  # a concurrent commit won
@@ -217,7 +238,7 @@ def tier_table(
             ends_now = store.end_offsets(table_name)
             result = CycleResult(
                 table_name,
-                data.num_rows,
+                rows,
                 time.monotonic() - started,
                 True,
                 _snapshot_id(table),
@@ -244,6 +265,42 @@ def tier_table(
             },
         )
     return result
+
+
+def _props(ends: list[int], rows: int) -> dict[str, str]:
+    """The snapshot's properties: the offsets it covers and the rows it added."""
+    return {OFFSETS_PROPERTY: offsets_json(ends), "tidehouse.rows": str(rows)}
+
+
+def written_files(
+    meta: TableMeta, table: Table, start: list[int], end: list[int], files: LakeFiles
+) -> list | None:
+    """The data files ``files`` wrote for the range (None: it left the range to this process), checked:
+    together they hold exactly the range's rows, and each one is there for this process to read (a lake
+    warehouse that the executors write and the driver does not see would commit files nobody can read)."""
+    written = files(meta, table, start, end)
+    if written is None:
+        return None
+    expected = sum(hi - lo for lo, hi in zip(start, end))
+    got = sum(f.record_count for f in written)
+    if got != expected:
+        raise TidehouseError(
+            ErrorCode.STORAGE_CORRUPT,
+            f"hot table {meta.name}: the data files written for the range {start}..{end} hold {got} rows, "
+            f"expected {expected}",
+            location=Location(path=meta.name),
+        )
+    for data_file in written:
+        if not table.io.new_input(data_file.file_path).exists():
+            raise TidehouseError(
+                ErrorCode.LAKE_CATALOG,
+                f"lake table {meta.name}: the data file {data_file.file_path} that a Spark task wrote is not "
+                "there for the driver",
+                location=Location(path=meta.name),
+                hint="the lake's warehouse must be storage every executor and the driver share (an object "
+                "store, a shared mount)",
+            )
+    return written
 
 
 def _snapshot_id(table: Table) -> int | None:

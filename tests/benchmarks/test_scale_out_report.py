@@ -3,6 +3,7 @@ figure it prints is computed from the measured numbers."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -190,3 +191,18 @@ def test_the_command_line():
     assert args.paths == ["sdp", "cluster2"] and args.rows == 5_000_000
     with pytest.raises(SystemExit):
         parse_args(["--paths", "yarn"])
+
+
+def test_the_workers_cores_are_what_the_run_chose():
+    from benchmarks.scale_out.report import workers_text
+    from benchmarks.scale_out.runs import cores_per_worker
+
+    assert cores_per_worker(3, 2) == 3  # asked
+    assert cores_per_worker(0, 1) == max(1, os.cpu_count() or 1)
+    assert cores_per_worker(0, 10_000) == 1  # at least one each
+    assert workers_text(META) == "1 core(s)"
+    shared = workers_text({**META, "worker_cores": 0, "cpu_count": 2})
+    assert shared == (
+        "the machine's 2 cores shared out (1 worker of 2 core(s), 2 workers of 1 core(s) each: the task "
+        "slots of SDP's local[2])"
+    )
