@@ -14,11 +14,13 @@ def rows_per_batch(config, data_path: str) -> int:
     return config.get(f"materializer.{key}")
 
 
-def source_options(src: SourcePlan, config) -> dict[str, str]:
-    """A source's options, with the cap of a file source's micro-batch
-    (``materializer.source_bytes_per_batch`` as Spark's ``maxBytesPerTrigger``) unless the flow caps it."""
+def source_options(src: SourcePlan, config, data_path: str = "driver") -> dict[str, str]:
+    """A source's options, with the cap of a file source's micro-batch as Spark's ``maxBytesPerTrigger``
+    (``materializer.source_bytes_per_batch``; on the executor path
+    ``materializer.executor_source_bytes_per_batch``) unless the flow caps it."""
     options = dict(src.options)
-    cap = config.get("materializer.source_bytes_per_batch")
+    key = "executor_source_bytes_per_batch" if data_path == "executors" else "source_bytes_per_batch"
+    cap = config.get(f"materializer.{key}")
     own = {k.lower() for k in options}
     if cap and src.format in FILE_FORMATS and not own & {"maxfilespertrigger", "maxbytespertrigger"}:
         options["maxBytesPerTrigger"] = str(cap)

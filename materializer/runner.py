@@ -175,7 +175,9 @@ class FlowRunner:
 
     def _source_stream(self, session, name: str):
         src = self.plan.source(name)
-        reader = session.readStream.format(src.format).options(**source_options(src, self.project.config))
+        reader = session.readStream.format(src.format).options(
+            **source_options(src, self.project.config, self.data_path)
+        )
         if src.ddl:
             ddl = src.ddl + (f", `{CORRUPT}` string" if src.quarantines else "")
             reader = reader.schema(ddl)

@@ -294,6 +294,15 @@ SETTINGS: tuple[Setting, ...] = (
         _count,
     ),
     Setting(
+        "materializer.executor_source_bytes_per_batch",
+        128 * 1024 * 1024,
+        "The same cap on the executor data path: the driver never holds the batch (one task parses and "
+        "writes a JSON source's batch), and each micro-batch costs the driver fixed planning (measured on "
+        "the vs_sdp backlog on a cluster: 64 MiB batches took 10% more CPU than 128, 256 no less than 128; "
+        "docs/benchmarks.md, Scale-out). 0: no cap.",
+        _count,
+    ),
+    Setting(
         "materializer.arrow_json",
         True,
         "On the driver data path: a JSON source's micro-batch is parsed by Arrow in the driver when its "

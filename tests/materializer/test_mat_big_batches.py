@@ -29,12 +29,14 @@ from tests.materializer.test_mat_run import check_against_oracle
 
 
 class _Config:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
+    def __init__(self, cap: int, executors: int = -1) -> None:
+        self.caps = {
+            "materializer.source_bytes_per_batch": cap,
+            "materializer.executor_source_bytes_per_batch": executors,
+        }
 
     def get(self, name: str):
-        assert name == "materializer.source_bytes_per_batch"
-        return self.cap
+        return self.caps[name]
 
 
 def _source(fmt: str = "json", **options: str) -> SourcePlan:
@@ -54,6 +56,7 @@ def _source(fmt: str = "json", **options: str) -> SourcePlan:
 )
 def test_a_file_source_batch_is_capped_unless_the_flow_caps_it(source, cap, expected):
     assert source_options(source, _Config(cap)) == expected
+    assert source_options(source, _Config(-1, cap), "executors") == expected  # the executor path's own cap
 
 
 @pytest.mark.parametrize(
