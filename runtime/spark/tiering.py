@@ -15,6 +15,7 @@ cycle), and a range is in the lake once the commit landed, never twice.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ import pyarrow as pa
 from runtime.spark.options import Place
 from runtime.storage.api import TableMeta
 
+log = logging.getLogger(__name__)
 PIECE_ROWS = 1_000_000  # rows per task: a piece is held in one Python worker while it is written
 RESULT = "rows long, file binary"
 
@@ -103,4 +105,12 @@ class SparkLakeFiles:
         task = WritePiece(self.place, meta.name, table.metadata.model_dump_json(), dict(table.io.properties))
         listing = self.spark.createDataFrame(todo, "bucket int, lo long, hi long")
         rows = listing.repartition(len(todo)).mapInArrow(task, RESULT).collect()  # one task per piece
+        log.info(
+            "tiering %s: %d rows written as %d lake files by %d Spark tasks",
+            meta.name,
+            sum(r.rows for r in rows),
+            len(rows),
+            len(todo),
+            extra={"table": meta.name},
+        )
         return [pickle.loads(r.file) for r in rows]

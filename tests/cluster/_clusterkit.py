@@ -33,11 +33,18 @@ def assert_oracle(project, lines: list[str], when: str) -> None:
 
 
 def set_spark(project_dir: Path, spark: dict) -> None:
-    """Merge ``spark`` settings (master, remote, conf) into the project file."""
+    """Merge ``spark`` settings (master, remote, conf) into the project file. Every tiering cycle of a log
+    table is written by Spark tasks (``tiering.executor_rows: 0``: these flows' cycles are far below the
+    default threshold), so the cluster's kill tests cover the executors writing the lake too."""
     path = project_dir / "tidehouse.yaml"
     doc = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
     doc.setdefault("spark", {}).update(spark)
+    doc.setdefault("tiering", {})["executor_rows"] = 0
+    doc.setdefault("logging", {})["level"] = "info"  # TASKS_TIERED: the runs say who wrote the lake
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+TASKS_TIERED = "lake files by"  # runtime.spark.tiering's log line: Spark tasks wrote a cycle's files
 
 
 def env(home: Path) -> dict[str, str]:

@@ -20,6 +20,7 @@ import pytest
 from tests._support import scale
 from tests.cluster._clusterkit import (
     CLUSTER_CONF,
+    TASKS_TIERED,
     assert_oracle,
     assert_shop_flow,
     cli,
@@ -55,6 +56,7 @@ def test_four_layer_flow_over_connect_equals_the_oracle_run_after_run(
         done = cli(project_dir, home, "flow", "trigger", "flows/testflow.yaml", "--until-idle")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert f"on {connect_server.url} (data path: executors)" in done.stdout
+        assert TASKS_TIERED in done.stdout + done.stderr  # the lake's files came from Spark tasks
         project = Project.open()
         try:
             assert_oracle(project, lines, f"after run {part + 1}")
