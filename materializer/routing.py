@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,7 +55,7 @@ class Tag:
         base = TaskContext.get().partitionId() << 36
         for batch in batches:
             buckets = bucket_of(batch, list(self.bucket_key), self.buckets)
-            seq = pa.array(range(base, base + batch.num_rows), pa.int64())
+            seq = pa.array(np.arange(base, base + batch.num_rows, dtype=np.int64))
             base += batch.num_rows
             yield batch.append_column(BUCKET, buckets).append_column(SEQ, seq)
 
@@ -71,7 +72,9 @@ class SourceCheck:
 
     def split(self, data: pa.Table, flags: list[str], out: list[dict]) -> pa.Table:
         """``data`` without the quarantined records, which go to ``out``."""
-        view = data.drop_columns(flags).append_column(_ROW, pa.array(range(data.num_rows), pa.int64()))
+        view = data.drop_columns(flags).append_column(
+            _ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))
+        )
         view, corrupt = split_corrupt(view, self.name, self.format)
         view, missing = split_missing(view, self.required, self.name, self.format)
         for part, found in (("q", corrupt), ("qn", missing)):

@@ -55,8 +55,8 @@ def keys_table(meta_schema: pa.Schema, rows: pa.Table, key: tuple[str, ...], kin
 
 def split_corrupt(data: pa.Table, source: str, fmt: str) -> tuple[pa.Table, pa.Table]:
     """(rows that parsed, quarantine rows of the records that did not, verbatim)."""
-    if CORRUPT not in data.column_names:
-        return data, quarantine_rows([], "", source)
+    if CORRUPT not in data.column_names or data.column(CORRUPT).null_count == data.num_rows:
+        return data, quarantine_rows([], "", source)  # every record parsed: no copy of the rows
     corrupt = pc.is_valid(data.column(CORRUPT))
     bad = data.filter(corrupt)
     reason = f"malformed {fmt} record: does not parse with the source schema"
@@ -81,6 +81,8 @@ def split_missing(
     required = [c for c in required if c in data.column_names]
     if not required or data.num_rows == 0:
         return data, quarantine_rows([], "", source)
+    if not any(data.column(c).null_count for c in required):
+        return data, quarantine_rows([], "", source)  # every record has them: no copy of the rows
     missing = [pc.is_null(data.column(c)) for c in required]
     mask = missing[0]
     for m in missing[1:]:
