@@ -211,11 +211,14 @@ def _timestamps(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | N
         return None
     date_only = pc.equal(pc.utf8_length(column), 10)
     zoned = pc.match_substring_regex(column, _OFFSET + "$")
-    text = pc.if_else(
-        date_only,
-        pc.binary_join_element_wise(column, "T00:00:00Z", ""),
-        pc.if_else(zoned, column, pc.binary_join_element_wise(column, "Z", "")),
-    )
+    if pc.all(zoned).as_py() and not pc.any(date_only).as_py():  # every value names its offset: as it is
+        text = column
+    else:
+        text = pc.if_else(
+            date_only,
+            pc.binary_join_element_wise(column, "T00:00:00Z", ""),
+            pc.if_else(zoned, column, pc.binary_join_element_wise(column, "Z", "")),
+        )
     try:
         return text.cast(to)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
