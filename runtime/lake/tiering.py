@@ -8,7 +8,8 @@ Protocol (after Apache Fluss's tiering service; the lake commit is the only comm
    private state, :func:`runtime.lake.maintenance.maintain_state`).
 3. Read the hot log range ``[lake offsets, end offsets)`` of every bucket; log tables append it, primary-key
    tables apply it as a changelog (:mod:`runtime.lake.apply`), in ONE snapshot whose summary records the end
-   offsets.
+   offsets. On the executor data path Spark tasks may write a log table's data files (``files``,
+   :mod:`runtime.spark.tiering`): this process checks and commits them the same way.
 4. Commit. The commit requires the lake table's ``main`` to still be the snapshot read in step 2 (pyiceberg's
    ``AssertRefSnapshotId``, checked by the catalog atomically), and pyiceberg's own retry is disabled on
    these tables (``commit.retry.num-retries = 0``), because that retry would rebuild the append on the new
