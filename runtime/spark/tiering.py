@@ -47,28 +47,22 @@ class WritePiece:
         from pyiceberg.io import load_file_io
         from pyiceberg.table.metadata import TableMetadataUtil
 
-        from runtime.core.errors import ErrorCode, Location, TidehouseError
         from runtime.lake.apply import data_files
         from runtime.lake.schema import to_lake_arrow
+        from runtime.lake.tiering import read_range
 
         metadata = TableMetadataUtil.parse_raw(self.metadata_json)
         io = load_file_io(self.io_properties, metadata.location)
         store = self.place.store()
+        meta = store.get_table(self.table)
         counter = itertools.count(0)
         write_uuid = uuid.uuid4()  # per task attempt: a retried task never reuses a name
         for batch in batches:
             for bucket, lo, hi in zip(*(batch.column(c).to_pylist() for c in ("bucket", "lo", "hi"))):
-                parts = [b for b in store.read(self.table, bucket, lo, hi) if b.num_rows]
-                data = pa.Table.from_batches(parts) if parts else None
-                got = 0 if data is None else data.num_rows
-                if got != hi - lo:
-                    raise TidehouseError(
-                        ErrorCode.STORAGE_CORRUPT,
-                        f"hot table {self.table}: read {got} rows of bucket {bucket} [{lo}, {hi}), "
-                        f"expected {hi - lo}",
-                        location=Location(path=self.table),
-                    )
-                if data is None:
+                start, end = [0] * meta.buckets, [0] * meta.buckets
+                start[bucket], end[bucket] = lo, hi
+                data = read_range(store, meta, start, end)  # exactly hi - lo rows, else STORAGE_CORRUPT
+                if data.num_rows == 0:
                     continue
                 rows = to_lake_arrow(data, metadata.schema())
                 for data_file in data_files(metadata, io, rows, write_uuid, counter):
