@@ -21,5 +21,8 @@ def drain(queries: Mapping[str, object], names: Sequence[str]) -> dict[str, Base
 
     if len(names) == 1:
         return {names[0]: wait(names[0])}
-    with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="drain") as pool:
+    pool = ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="drain")
+    try:
         return dict(zip(names, pool.map(wait, names)))
+    finally:  # an interrupt leaves at once: the waits end when the caller stops the queries
+        pool.shutdown(wait=False, cancel_futures=True)
