@@ -41,6 +41,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from runtime.storage.api import TableStore
 
 
+def spark_conf(config: Config) -> dict:
+    """The project's ``spark.conf``; on a cluster master (``spark://``, ``yarn``, ``k8s://``) it also sets
+    Spark's Python daemon to :mod:`materializer.daemon` unless the project names its own: the executors' task
+    workers then start with the tasks' modules loaded. A Spark Connect server takes that setting as its own
+    ``--conf`` (docs/operations.md)."""
+    from materializer.daemon import TASK_DAEMON
+
+    conf = dict(config.get("spark.conf") or {})
+    if not config.get("spark.remote") and not str(config.get("spark.master")).startswith("local"):
+        conf.setdefault("spark.python.daemon.module", TASK_DAEMON)
+    return conf
+
+
 class Project:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -99,12 +112,8 @@ class Project:
         lake + hot tail)."""
         from runtime.spark.session import get_spark, register_source
 
-        spark = get_spark(
-            self.config.get("spark.master"),
-            self.config.get("spark.conf"),
-            log_dir=self.logs_dir,
-            remote=self.config.get("spark.remote"),
-        )
+        master, remote = self.config.get("spark.master"), self.config.get("spark.remote")
+        spark = get_spark(master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote)
         register_source(spark, self.config)
         return spark
 

@@ -37,7 +37,9 @@ def spark_worker_module() -> str | None:
     when it was not started as one (the driver, a test, the CLI)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
-    if name == "pyspark.daemon":  # a worker forked by Spark's daemon: the daemon's argument names its module
+    # a worker forked by Spark's daemon (or one set by spark.python.daemon.module that says it is one, as
+    # materializer.daemon does): the daemon's argument names its module
+    if name == "pyspark.daemon" or getattr(sys.modules.get("__main__"), "SPARK_DAEMON", False):
         return sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker"
     return name
 

@@ -45,6 +45,17 @@ def set_spark(project_dir: Path, spark: dict) -> None:
 
 
 TASKS_TIERED = "lake files by"  # runtime.spark.tiering's log line: Spark tasks wrote a cycle's files
+# a Connect server takes Spark's Python daemon as its own setting (docs/operations.md)
+CONNECT_SERVER_CONF = {**CLUSTER_CONF, "spark.python.daemon.module": "materializer.daemon"}
+
+
+def daemon_starts(cluster) -> int:
+    """How many times materializer.daemon started on the cluster's executors, by their stderr logs (the line
+    it prints once its task modules are loaded)."""
+    from materializer.daemon import TASK_DAEMON
+
+    logs = cluster.workdir.glob("worker-*/app-*/*/stderr")
+    return sum(p.read_text(encoding="utf-8", errors="replace").count(f"{TASK_DAEMON}: ") for p in logs)
 
 
 def env(home: Path) -> dict[str, str]:

@@ -25,6 +25,7 @@ from tests.cluster._clusterkit import (
     assert_oracle,
     assert_shop_flow,
     cli,
+    daemon_starts,
     kill_9,
     run_shop,
     set_spark,
@@ -62,6 +63,7 @@ def test_four_layer_flow_survives_kill_9_of_a_worker_and_of_the_driver(
     write_project(project_dir)
     lines = make_events(rng, 150, users=20)
     write_batch(project_dir, "part-0", lines)
+    daemons = daemon_starts(spark_cluster)
     log = tmp_path / "trigger.log"
     project = Project.open()  # a reader in the test process: offsets and, at the end, the oracle
     victim = rng.randrange(2)
@@ -102,6 +104,7 @@ def test_four_layer_flow_survives_kill_9_of_a_worker_and_of_the_driver(
     done = cli(project_dir, home, "flow", "trigger", "testflow", "--until-idle")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"on {spark_cluster.url} (data path: executors)" in done.stdout
+    assert daemon_starts(spark_cluster) > daemons  # the executors' task workers came from materializer.daemon
     project = Project.open()
     try:
         assert_oracle(project, lines, f"after kill -9 of worker {victim} and of the driver")

@@ -19,11 +19,12 @@ import pytest
 
 from tests._support import scale
 from tests.cluster._clusterkit import (
-    CLUSTER_CONF,
+    CONNECT_SERVER_CONF,
     TASKS_TIERED,
     assert_oracle,
     assert_shop_flow,
     cli,
+    daemon_starts,
     kill_9,
     run_shop,
     set_spark,
@@ -72,7 +73,8 @@ def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and
 
     rng = random.Random(seed)
     workdir = tmp_path / "connect"
-    server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CLUSTER_CONF)
+    daemons = daemon_starts(spark_cluster)
+    server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CONNECT_SERVER_CONF)
     set_spark(project_dir, {"remote": server.url})
     write_project(project_dir)
     lines = make_events(rng, 150, users=20)
@@ -140,12 +142,15 @@ def test_four_layer_flow_over_connect_survives_kill_9_of_a_worker_the_client_and
         server.stop()  # killed already, unless the test failed before: never leave a server behind
         if spark_cluster.alive_workers() < 2:
             spark_cluster.restart_worker(victim)
-    server = ConnectServer.start(workdir, master=spark_cluster.url, conf=CLUSTER_CONF, port=server.port)
+    server = ConnectServer.start(
+        workdir, master=spark_cluster.url, conf=CONNECT_SERVER_CONF, port=server.port
+    )
     try:
         project.close()
         done = cli(project_dir, home, "flow", "trigger", "testflow", "--until-idle")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert f"on {server.url} (data path: executors)" in done.stdout
+        assert daemon_starts(spark_cluster) > daemons  # the server's setting reached the executors
         project = Project.open()
         try:
             assert_oracle(project, lines, "after kill -9 of a worker, the client and the Connect server")

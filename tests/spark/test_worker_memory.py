@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 _PROBE = """
 import importlib.machinery, json, sys
 sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec(sys.argv[1], None)
+if sys.argv[1] == "materializer.daemon":  # what that module, run as __main__, says of itself
+    from materializer.daemon import SPARK_DAEMON
+    sys.modules["__main__"].SPARK_DAEMON = SPARK_DAEMON
 sys.argv = sys.argv[1:]
 import runtime.spark.datasource
 import runtime.storage.fastpk  # builds an Arrow array from a Python list at import
@@ -46,6 +49,7 @@ def _probe(*argv: str) -> dict:
         ("pyspark.sql.streaming.python_streaming_source_runner",),
         ("pyspark.daemon", "pyspark.sql.worker.create_data_source"),
         ("pyspark.daemon", "pyspark.sql.worker.plan_data_source_read"),
+        ("materializer.daemon", "pyspark.sql.worker.plan_data_source_read"),  # spark.python.daemon.module
     ],
 )
 def test_data_source_processes_never_import_pandas(argv):
@@ -54,7 +58,14 @@ def test_data_source_processes_never_import_pandas(argv):
     assert "worker_memory" in result["error"]  # a conversion that needs pandas says why it cannot have it
 
 
-@pytest.mark.parametrize("argv", [("pyspark.daemon", "pyspark.worker"), ("not.a.spark.worker",)])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("pyspark.daemon", "pyspark.worker"),
+        ("materializer.daemon", "pyspark.worker"),
+        ("not.a.spark.worker",),
+    ],
+)
 def test_other_processes_keep_pandas(argv):
     """Task workers run user code (which may use pandas) and are left alone; this also shows that the probe
     above does import pandas wherever nothing keeps it out."""

@@ -1,0 +1,79 @@
+"""Spark's Python daemon for the materializer's tasks: the modules they run imported once, before it forks.
+
+Spark starts one daemon per executor and worker module (``python -m <spark.python.daemon.module> <worker
+module>``) and forks a process from it for every Python worker it needs. With ``pyspark.daemon`` each forked
+worker then imports what its task's pickled function names (:mod:`materializer.routing` and with it
+pyiceberg, SQLAlchemy, numpy, pyarrow's modules, and PySpark's own worker modules, compiled from
+``pyspark.zip`` every time since a zip holds no byte code). py-spy on the scale-out benchmark's executor put
+those imports at 19% of its Python workers' CPU (docs/benchmarks.md). This daemon imports
+:data:`TASK_MODULES` first, so the workers it forks for ``pyspark.worker`` start with them loaded; for any
+other worker module (Spark's data-source planning workers) it preloads nothing and is ``pyspark.daemon``.
+
+``spark.python.daemon.module: materializer.daemon`` is set by the façade on a cluster master
+(:func:`runtime.project.Project.spark`); a Spark Connect server takes it as its own ``--conf``
+(docs/operations.md).
+
+Forking after these imports is safe: none of them starts a Python thread (tested), and the only native
+thread they start, jemalloc's background thread in Arrow, is re-created by jemalloc's fork handlers in the
+child as the C library allows (Arrow registers at-fork handlers for its own pools).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+import time
+
+# what the materializer's tasks unpickle and run, in the order their own imports would load them
+TASK_MODULES = (
+    "pyspark.worker",
+    "pyspark.sql.pandas.serializers",
+    "pyspark.sql.worker.plan_data_source_read",
+    "runtime.spark.datasource",
+    "runtime.spark.tiering",
+    "runtime.lake.apply",
+    "pyiceberg.catalog.sql",
+    "pyiceberg.catalog.rest",
+    "materializer.routing",
+    "materializer.ingest",
+)
+TASK_WORKER = "pyspark.worker"
+TASK_DAEMON = "materializer.daemon"  # spark.python.daemon.module's value (this module)
+SPARK_DAEMON = True  # runtime.spark.worker_memory: the worker module is this process's argument
+
+
+def preload(worker_module: str) -> tuple[str, ...]:
+    """Import the modules the workers forked for ``worker_module`` will run; returns their names. An import
+    that fails is raised: the daemon then fails to start and Spark reports its error with the task's."""
+    if worker_module != TASK_WORKER:
+        return ()
+    for name in TASK_MODULES:
+        importlib.import_module(name)
+    return TASK_MODULES
+
+
+def worker_module(argv: list[str]) -> str:
+    """The worker module Spark named for this daemon (``pyspark.worker`` when it named none)."""
+    return argv[1] if len(argv) > 1 else TASK_WORKER
+
+
+def main(argv: list[str]) -> None:
+    """Preload, freeze what is loaded, then serve Spark as ``pyspark.daemon`` does."""
+    began = time.monotonic()
+    loaded = preload(worker_module(argv))
+    gc.freeze()  # the forked workers' collections skip the preloaded objects (and leave their pages shared)
+    if loaded:  # into the executor's stderr log: which daemon forks the task workers
+        print(
+            f"{TASK_DAEMON}: {len(loaded)} task modules loaded in {time.monotonic() - began:.2f} s before "
+            f"forking {worker_module(argv)} workers",
+            file=sys.stderr,
+            flush=True,
+        )
+    from pyspark.daemon import manager
+
+    manager()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
