@@ -42,16 +42,32 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def spark_conf(config: Config) -> dict:
-    """The project's ``spark.conf``; on a cluster master (``spark://``, ``yarn``, ``k8s://``) it also sets
-    Spark's Python daemon to :mod:`materializer.daemon` unless the project names its own: the executors' task
-    workers then start with the tasks' modules loaded. A Spark Connect server takes that setting as its own
-    ``--conf`` (docs/operations.md)."""
+    """The project's ``spark.conf``, with two defaults wherever tasks run in executors (a cluster master:
+    ``spark://``, ``yarn``, ``k8s://``; or ``spark.remote``) unless the project sets them itself:
+
+    * ``spark.python.daemon.module: materializer.daemon``: the executors' task workers start with the tasks'
+      modules loaded (:mod:`materializer.daemon`). Not over Spark Connect, where it is the server's own
+      ``--conf`` (docs/operations.md).
+    * ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled: false``: Spark keys its Python daemons
+      by the workers' environment, and only its UDF runners (``mapInArrow``) add
+      ``SPARK_SIMPLIFIED_TRACEBACK``, so each executor ran two daemons (and two pools of workers), one for
+      the writes and one for the ``tidehouse`` source's reads. Off, they share one. A task's traceback then
+      shows PySpark's own frames as well; the TidehouseError it raised is read from its last lines either
+      way (materializer/failures.py).
+    """
     from materializer.daemon import TASK_DAEMON
 
     conf = dict(config.get("spark.conf") or {})
-    if not config.get("spark.remote") and not str(config.get("spark.master")).startswith("local"):
-        conf.setdefault("spark.python.daemon.module", TASK_DAEMON)
+    remote = bool(config.get("spark.remote"))
+    if remote or not str(config.get("spark.master")).startswith("local"):
+        conf.setdefault(SIMPLIFIED_TRACEBACK, "false")
+        if not remote:
+            conf.setdefault("spark.python.daemon.module", TASK_DAEMON)
     return conf
+
+
+# Spark's setting that adds SPARK_SIMPLIFIED_TRACEBACK to its UDF workers' environment (spark_conf)
+SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
 class Project:

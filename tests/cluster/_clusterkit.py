@@ -49,13 +49,17 @@ TASKS_TIERED = "lake files by"  # runtime.spark.tiering's log line: Spark tasks 
 CONNECT_SERVER_CONF = {**CLUSTER_CONF, "spark.python.daemon.module": "materializer.daemon"}
 
 
-def daemon_starts(cluster) -> int:
-    """How many times materializer.daemon started on the cluster's executors, by their stderr logs (the line
-    it prints once its task modules are loaded)."""
+def daemon_starts(cluster) -> dict[str, int]:
+    """How many times materializer.daemon started on each of the cluster's executors (by their stderr logs,
+    where it prints one line once its task modules are loaded); executors that started none are left out."""
     from materializer.daemon import TASK_DAEMON
 
-    logs = cluster.workdir.glob("worker-*/app-*/*/stderr")
-    return sum(p.read_text(encoding="utf-8", errors="replace").count(f"{TASK_DAEMON}: ") for p in logs)
+    counts = {}
+    for log in cluster.workdir.glob("worker-*/app-*/*/stderr"):
+        n = log.read_text(encoding="utf-8", errors="replace").count(f"{TASK_DAEMON}: ")
+        if n:
+            counts[str(log.relative_to(cluster.workdir))] = n
+    return counts
 
 
 def env(home: Path) -> dict[str, str]:

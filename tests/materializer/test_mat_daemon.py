@@ -12,6 +12,7 @@ import pytest
 
 from materializer import daemon
 from runtime.core.config import Config
+from runtime.project import SIMPLIFIED_TRACEBACK as SIMPLIFIED
 from runtime.project import spark_conf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,17 +68,29 @@ def test_the_daemon_names_its_worker_module():
 
 
 @pytest.mark.parametrize(
-    "spark, expected",
+    "spark, daemon, traceback",
     [
-        ({"master": "spark://10.0.0.1:7077"}, "materializer.daemon"),
-        ({"master": "local[2]"}, None),  # the driver path: few task workers, and a laptop's memory
-        ({"remote": "sc://10.0.0.1:15002"}, None),  # a static setting: the Connect server's own --conf
-        ({"master": "spark://h:7077", "conf": {"spark.python.daemon.module": "my.daemon"}}, "my.daemon"),
+        ({"master": "spark://10.0.0.1:7077"}, "materializer.daemon", "false"),
+        ({"master": "local[2]"}, None, None),  # the driver path: few task workers, and a laptop's memory
+        ({"remote": "sc://10.0.0.1:15002"}, None, "false"),  # the daemon: the Connect server's own --conf
+        (
+            {
+                "master": "spark://h:7077",
+                "conf": {"spark.python.daemon.module": "my.daemon", SIMPLIFIED: "true"},
+            },
+            "my.daemon",
+            "true",
+        ),
     ],
 )
-def test_the_facade_sets_the_daemon_on_a_cluster_master(spark, expected, tmp_path):
+def test_the_facade_sets_the_daemon_and_one_worker_environment_on_a_cluster(
+    spark, daemon, traceback, tmp_path
+):
     conf = spark_conf(Config(tmp_path, tmp_path, {f"spark.{k}": v for k, v in spark.items()}))
-    assert conf.get("spark.python.daemon.module") == expected
-    assert {k: v for k, v in conf.items() if k != "spark.python.daemon.module"} == {
-        k: v for k, v in spark.get("conf", {}).items() if k != "spark.python.daemon.module"
+    assert conf.get("spark.python.daemon.module") == daemon
+    assert conf.get(SIMPLIFIED) == traceback
+    ours = ("spark.python.daemon.module", SIMPLIFIED)
+    given = spark.get("conf", {})
+    assert {k: v for k, v in conf.items() if k not in ours} == {
+        k: v for k, v in given.items() if k not in ours
     }
