@@ -127,6 +127,11 @@ class TablePlan:
         """The hot-storage writer of this table's query; tied to the checkpoint, whose batch ids it uses."""
         return f"mat:{self.name}:{self.fingerprint[:12]}"
 
+    @property
+    def lake_tables(self) -> tuple[str, ...]:
+        """The tables this table's query writes, each tiered into the lake: itself and its quarantine."""
+        return (self.name, self.quarantine) if self.quarantine else (self.name,)
+
 
 @dataclass(frozen=True)
 class FlowPlan:

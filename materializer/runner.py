@@ -8,8 +8,8 @@ snapshot is written to ``home/run/<flow>.status.json`` every couple of seconds.
 
 Modes: until stopped (SIGINT/SIGTERM set ``stop_event``; queries and tiering stop gracefully), for a
 ``duration``, or ``until_idle``: each generation in order is drained with ``processAllAvailable()`` and
-the passes repeat until no hot end offset moves, then a final tiering cycle makes every lake table equal
-its hot table. In that mode a table that reads lookups (an ``append`` with primary-key inputs) starts only
+the passes repeat until no hot end offset moves (a drained generation's tables are tiered in the background
+meanwhile), then a final tiering cycle makes every lake table equal its hot table. In that mode a table that reads lookups (an ``append`` with primary-key inputs) starts only
 once every earlier generation has caught up, so a backfill's lookups read complete dimensions.
 """
 
@@ -463,8 +463,7 @@ class FlowRunner:
             self.full_refresh(full_refresh)
             self.check_unchanged()
             self.create_tables()
-            tier_tables = {t.name: t.tiering_interval for t in self.plan.tables}
-            tier_tables.update({t.quarantine: t.tiering_interval for t in self.plan.tables if t.quarantine})
+            tier_tables = {n: t.tiering_interval for t in self.plan.tables for n in t.lake_tables}
             if tiering:
                 self.create_lake_tables()
                 self.tiering = TieringService(self.project, tier_tables, files=self._lake_files())
@@ -563,6 +562,8 @@ class FlowRunner:
                     t = self.plan.table(name)
                     if t.strategy == "recompute":
                         self.reconcile(t)
+                if self.tiering is not None:  # drained: its lake catches up while the next layers run
+                    self.tiering.run_soon(n for name in gen for n in self.plan.table(name).lake_tables)
             ends = self._ends()
             log.info(
                 "flow %s: until-idle pass in %.1fs",

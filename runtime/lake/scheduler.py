@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -95,6 +95,9 @@ class TieringService:
         self._on_error = on_error
         self._workers = max_workers or max(1, min(len(self.stats), 8))
         self._scheduler: BackgroundScheduler | None = None
+        self._soon: ThreadPoolExecutor | None = None  # run_soon's cycles
+        self._pending: set[str] = set()  # tables whose run_soon cycle has not started yet
+        self._pending_lock = threading.Lock()
 
     # -- one cycle ---------------------------------------------------------------------------------
     def run_table(self, name: str) -> CycleResult | None:
@@ -144,6 +147,25 @@ class TieringService:
             {n: self.stats[n].last_error or "failed" for n, r in done.items() if r is None},
         )
 
+    def run_soon(self, names: Iterable[str]) -> None:
+        """Start one cycle of each of ``names`` in the background, unless one of that table's is queued and
+        has not started yet (``--until-idle`` tiers a generation as soon as it is drained, while the next
+        generations run; its final :meth:`run_all_now` waits for them, table by table, through their
+        locks). Errors are logged and counted as for any cycle."""
+        if self._soon is None:
+            self._soon = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="tier-soon")
+        for name in names:
+            with self._pending_lock:
+                if name in self._pending:
+                    continue
+                self._pending.add(name)
+            self._soon.submit(self._run_pending, name)
+
+    def _run_pending(self, name: str) -> None:
+        with self._pending_lock:  # from here a new request queues another cycle: this one may be past the
+            self._pending.discard(name)  # rows that request wants in the lake
+        self.run_table(name)
+
     # -- the schedule ------------------------------------------------------------------------------
     def start(self) -> None:
         if self._scheduler is not None:
@@ -179,6 +201,9 @@ class TieringService:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=wait)
             self._scheduler = None
+        if self._soon is not None:
+            self._soon.shutdown(wait=wait, cancel_futures=True)
+            self._soon = None
 
     @property
     def running(self) -> bool:

@@ -87,3 +87,39 @@ def test_a_failing_table_does_not_stop_the_others(mem, lake):
     with pytest.raises(TidehouseError) as info:
         report.raise_for_errors()
     assert info.value.code is ErrorCode.TIERING_FAILED and "ods.missing" in info.value.message
+
+
+def test_run_soon_tiers_in_the_background_and_the_final_cycle_finds_the_lake_caught_up(mem, lake):
+    """``--until-idle`` tiers a drained generation while the next ones run: the cycle is in the background,
+    and run_all_now afterwards waits for it and has nothing left to write."""
+    mem.write("ods.a", clicks(7), writer="w", seq=0)
+    service = TieringService((mem, lake), {"ods.a": 30, "ods.b": 30})
+    try:
+        service.run_soon(["ods.a"])
+        assert wait_until(lambda: service.stats["ods.a"].commits == 1, timeout=20)
+        assert service.stats["ods.b"].runs == 0  # only what was asked
+        report = service.run_all_now()
+    finally:
+        service.stop()
+    assert not report.results["ods.a"].committed  # caught up already
+    assert lake_offsets(lake.load("ods.a"), 1)[0] == mem.end_offsets("ods.a")
+    assert service.stats["ods.a"].runs == 2 and service.stats["ods.a"].errors == 0
+
+
+def test_run_soon_queues_one_cycle_per_table_that_has_not_started(mem, lake):
+    service = TieringService((mem, lake), {"ods.a": 30, "ods.b": 30}, max_workers=1)
+    blocker = service.stats["ods.a"].lock
+    blocker.acquire()  # the one worker takes ods.a's cycle and waits on its lock...
+    try:
+        service.run_soon(["ods.a"])
+        assert wait_until(lambda: not service._pending, timeout=20)
+        service.run_soon(["ods.b"])  # ...so ods.b's cycle is queued, and asking again queues no other
+        service.run_soon(["ods.b"])
+    finally:
+        blocker.release()
+    try:
+        assert wait_until(lambda: service.stats["ods.b"].runs >= 1, timeout=20)
+        time.sleep(0.3)
+    finally:
+        service.stop()
+    assert service.stats["ods.a"].runs == 1 and service.stats["ods.b"].runs == 1
