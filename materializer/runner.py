@@ -9,8 +9,9 @@ snapshot is written to ``home/run/<flow>.status.json`` every couple of seconds.
 Modes: until stopped (SIGINT/SIGTERM set ``stop_event``; queries and tiering stop gracefully), for a
 ``duration``, or ``until_idle``: each generation in order is drained with ``processAllAvailable()`` and
 the passes repeat until no hot end offset moves (a drained generation's tables are tiered in the background
-meanwhile), then a final tiering cycle makes every lake table equal its hot table. In that mode a table that reads lookups (an ``append`` with primary-key inputs) starts only
-once every earlier generation has caught up, so a backfill's lookups read complete dimensions.
+meanwhile), then a final tiering cycle makes every lake table equal its hot table. In that mode a table that
+reads lookups (an ``append`` with primary-key inputs) starts only once every earlier generation has caught
+up, so a backfill's lookups read complete dimensions.
 """
 
 from __future__ import annotations
