@@ -1,21 +1,24 @@
 """Spark's Python daemon for the materializer's tasks: the modules they run imported once, before it forks.
 
-Spark starts one daemon per executor and worker module (``python -m <spark.python.daemon.module> <worker
+Spark starts a daemon per executor and worker environment (``python -m <spark.python.daemon.module> <worker
 module>``) and forks a process from it for every Python worker it needs. With ``pyspark.daemon`` each forked
 worker then imports what its task's pickled function names (:mod:`materializer.routing` and with it
 pyiceberg, SQLAlchemy, numpy, pyarrow's modules, and PySpark's own worker modules, compiled from
 ``pyspark.zip`` every time since a zip holds no byte code). py-spy on the scale-out benchmark's executor put
-those imports at 19% of its Python workers' CPU (docs/benchmarks.md). This daemon imports
-:data:`TASK_MODULES` first, so the workers it forks for ``pyspark.worker`` start with them loaded; for any
-other worker module (Spark's data-source planning workers) it preloads nothing and is ``pyspark.daemon``.
+those imports at 19% of its Python workers' samples (docs/architecture.md, "The executors' Python
+workers"). This daemon imports :data:`TASK_MODULES` first and freezes them out of the garbage collector
+(``gc.freeze()``: without it the workers' collections walk the inherited objects, copying the shared
+pages, and the preload costs more CPU than it saves), so the workers it forks for ``pyspark.worker`` start
+with them loaded; for any other worker module it preloads nothing and is ``pyspark.daemon``.
 
 ``spark.python.daemon.module: materializer.daemon`` is set by the façade on a cluster master
-(:func:`runtime.project.Project.spark`); a Spark Connect server takes it as its own ``--conf``
+(:func:`runtime.project.spark_conf`); a Spark Connect server takes it as its own ``--conf``
 (docs/operations.md).
 
-Forking after these imports is safe: none of them starts a Python thread (tested), and the only native
-thread they start, jemalloc's background thread in Arrow, is re-created by jemalloc's fork handlers in the
-child as the C library allows (Arrow registers at-fork handlers for its own pools).
+Forking after these imports: none of them starts a Python thread (tested). The native threads they start,
+jemalloc's background purger in Arrow and numpy's OpenBLAS pool, are handled by those libraries' at-fork
+handlers, as in every process that forks after importing pyarrow or numpy (``multiprocessing``'s default on
+Linux before Python 3.14).
 """
 
 from __future__ import annotations
