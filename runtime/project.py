@@ -41,6 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from runtime.storage.api import TableStore
 
 
+# Spark's setting that adds SPARK_SIMPLIFIED_TRACEBACK to its UDF workers' environment (spark_conf)
+SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
+
 def spark_conf(config: Config) -> dict:
     """The project's ``spark.conf``, with two defaults wherever tasks run in executors (a cluster master:
     ``spark://``, ``yarn``, ``k8s://``; or ``spark.remote``) unless the project sets them itself:
@@ -64,10 +68,6 @@ def spark_conf(config: Config) -> dict:
         if not remote:
             conf.setdefault("spark.python.daemon.module", TASK_DAEMON)
     return conf
-
-
-# Spark's setting that adds SPARK_SIMPLIFIED_TRACEBACK to its UDF workers' environment (spark_conf)
-SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
 class Project:

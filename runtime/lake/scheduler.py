@@ -162,8 +162,10 @@ class TieringService:
             self._soon.submit(self._run_pending, name)
 
     def _run_pending(self, name: str) -> None:
-        with self._pending_lock:  # from here a new request queues another cycle: this one may be past the
-            self._pending.discard(name)  # rows that request wants in the lake
+        # from here a new request queues another cycle: this one may have read the hot end offsets before the
+        # rows that request wants in the lake were written
+        with self._pending_lock:
+            self._pending.discard(name)
         self.run_table(name)
 
     # -- the schedule ------------------------------------------------------------------------------
