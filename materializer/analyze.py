@@ -38,6 +38,7 @@ from registry.graph import FlowGraph, node_location, source_node
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import DEFAULT_MERGE_ENGINE, LOG, PRIMARY_KEY, is_system_column
 from runtime.core.sparktypes import parse_columns, parse_type
+from runtime.spark.session import new_session, stop_session
 
 log = logging.getLogger(__name__)
 PASSTHROUGH_REASON = (
@@ -274,7 +275,19 @@ def build_plan(
         spec.sources.keys(), {t: dict(s.inputs) for t, s in table_specs.items()}, location_of=location_of
     )
     spark = spark or project.spark()
-    session = spark.newSession()
+    session = new_session(spark)
+    try:
+        return _build_plan(project, resolved, graph, spark, session, upstream)
+    finally:
+        # a Spark Connect session left to the garbage collector closes its channel in ``__del__``, which at
+        # interpreter shutdown can wait forever: the CLI would hang after its work is done
+        stop_session(session)
+
+
+def _build_plan(project, resolved: ResolvedFlow, graph: FlowGraph, spark, session, upstream) -> FlowPlan:
+    spec = resolved.spec
+    location_of = getattr(spec, "location_of", None)
+    table_specs = dict(spec.tables())
     _quiet_spark_logs()
 
     sources = {name: _source_plan(project, name, src, session) for name, src in sorted(spec.sources.items())}

@@ -2,6 +2,8 @@
 client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pyspark install) as the driver.
 
 * the 4-layer test flow over a Connect server on ``local[2]``, run after run, equals the batch oracle (CI);
+* planning a flow over Connect leaves no session for the garbage collector to close at exit, where closing
+  can wait forever (CI);
 * the 4-layer test flow, with the Connect server's Spark on the standalone cluster (master + 2 workers):
   ``kill -9`` of a worker mid-run, then of the client, then of the Connect server (the driver: restarted);
   a resumed ``--until-idle`` leaves every table, hot and lake, equal to the batch oracle
@@ -13,6 +15,8 @@ client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pysp
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -25,6 +29,7 @@ from tests.cluster._clusterkit import (
     assert_shop_flow,
     cli,
     daemon_starts,
+    env,
     kill_9,
     run_shop,
     set_spark,
@@ -63,6 +68,48 @@ def test_four_layer_flow_over_connect_equals_the_oracle_run_after_run(
             assert_oracle(project, lines, f"after run {part + 1}")
         finally:
             project.close()
+
+
+# In a process of its own: plan the test flow over Spark Connect, then list the Connect sessions still
+# open that the exit hook (runtime.spark.session) would not stop. The garbage collector would close such a
+# session's gRPC channel during interpreter shutdown, which can wait forever: the CLI hung after its work.
+_LEFT_OPEN = """
+import gc
+from pyspark.sql.connect.session import SparkSession
+from runtime.project import Project
+from runtime.spark import session as sessions
+
+gc.disable()  # a session dropped in a reference cycle stays for the garbage collector to find
+project = Project.open()
+plan = project.plan("flows/testflow.yaml")
+project.close()
+tracked = set(map(id, sessions._CONNECT_SESSIONS))
+print("left open:", sum(1 for o in gc.get_objects()
+                        if isinstance(o, SparkSession) and not o.is_stopped and id(o) not in tracked))
+print("tables:", len(plan.tables))
+"""
+
+
+def test_planning_over_connect_leaves_no_session_for_the_garbage_collector_to_close(
+    connect_server, project_dir, home
+):
+    set_spark(project_dir, {"remote": connect_server.url})
+    write_project(project_dir)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _LEFT_OPEN],
+            cwd=project_dir,
+            env=env(home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the process did not exit after planning over Spark Connect: {exc.stdout!r}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tables: 0" not in done.stdout, done.stdout  # it planned the flow
+    assert "left open: 0" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
 @pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: kill -9 of worker, client and server")
