@@ -4,8 +4,10 @@ forks, and where the façade sets it. That executors run it is checked by the cl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,53 @@ def test_other_workers_daemons_load_nothing():
     result = _probe("pyspark.sql.worker.plan_data_source_read")
     assert result["loaded"] == []
     assert not [m for m in result["new"] if m.split(".")[0] in ("materializer", "runtime", "pyiceberg")]
+
+
+def _fake_pyspark(where: Path, version: str, *, zipped: bool = False) -> str:
+    text = f'__version__: str = "{version}"\n'
+    if zipped:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(where, "w") as archive:
+            archive.writestr("pyspark/version.py", text)
+    else:
+        (where / "pyspark").mkdir(parents=True)
+        (where / "pyspark" / "version.py").write_text(text)
+    return str(where)
+
+
+def test_sparks_pyspark_zip_goes_behind_an_installed_pyspark_of_the_same_version_only(tmp_path):
+    same = _fake_pyspark(tmp_path / "site", "4.3.0")
+    other = _fake_pyspark(tmp_path / "other", "3.5.1")
+    zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "4.3.0", zipped=True)
+    py4j = str(tmp_path / "spark" / "py4j-src.zip")
+    path = [zipped, py4j, other, same, "/elsewhere"]
+    assert daemon.installed_pyspark_first(path) == [py4j, other, same, zipped, "/elsewhere"]
+    assert daemon.installed_pyspark_first([zipped, py4j, other]) == [zipped, py4j, other]  # no same version
+    assert daemon.installed_pyspark_first([same, "/elsewhere"]) == [same, "/elsewhere"]  # no zip
+    broken = tmp_path / "broken" / "pyspark.zip"
+    broken.parent.mkdir()
+    broken.write_text("not a zip")
+    assert daemon.installed_pyspark_first([str(broken), same]) == [str(broken), same]
+
+
+def test_the_daemon_loads_pyspark_from_the_installed_package_when_spark_puts_its_zip_first():
+    """As Spark starts the daemon on an executor: its pyspark.zip first on PYTHONPATH (pip's pyspark ships
+    the zip Spark's workers get). The preload then compiles nothing from the zip."""
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = [str(lib / "pyspark.zip"), *map(str, sorted(lib.glob("py4j-*.zip")))]
+    probe = (
+        "import sys\nfrom materializer.daemon import installed_pyspark_first, preload\n"
+        "sys.path[:] = installed_pyspark_first(sys.path)\npreload('pyspark.worker')\n"
+        "import pyspark.worker\nprint(pyspark.__file__)\nprint(pyspark.worker.__file__)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*zips, str(REPO)]))
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    files = out.stdout.split()
+    assert files[0] == pyspark.__file__ and not any("pyspark.zip" in f for f in files), files
 
 
 def test_a_module_that_fails_to_load_fails_the_daemon(monkeypatch):
