@@ -274,6 +274,7 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
 # after its work is done).
 _CONNECT_SESSIONS: weakref.WeakSet = weakref.WeakSet()
 _CONNECT_URLS: set[str] = set()  # the servers this process is a client of
+_LOST = False  # server_lost() ran: this process closed its Connect sessions
 
 
 # How many times a Spark Connect call is retried on an unreachable server: 6 backoffs of 50 ms x4 each, about
@@ -309,13 +310,20 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
     text = "\n".join(str(e) for e in chain)
-    if not _CONNECT_URLS or not any(mark in text for mark in ("UNAVAILABLE", "Connection refused")):
+    unreachable = any(mark in text for mark in ("UNAVAILABLE", "Connection refused"))
+    closed = _LOST and "NO_ACTIVE_SESSION" in text  # a call after server_lost() closed the sessions
+    if not _CONNECT_URLS or not (unreachable or closed):
         return None
     detail = re.search(r'details = "([^"]*)"', text)
+    if detail:
+        reason = detail.group(1)
+    elif unreachable:
+        reason = text.splitlines()[0]
+    else:
+        reason = "it stopped answering and this process closed its sessions there"
     return TidehouseError(
         ErrorCode.SPARK_START,
-        f"lost the Spark Connect server {', '.join(sorted(_CONNECT_URLS))}: "
-        + (detail.group(1) if detail else text.splitlines()[0]),
+        f"lost the Spark Connect server {', '.join(sorted(_CONNECT_URLS))}: {reason}",
         hint="start the server again; the next `tidehouse flow trigger` resumes every query from its "
         "checkpoint (a batch the server was writing is written once)",
     )
@@ -323,7 +331,11 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
 
 def server_lost() -> None:
     """The Spark Connect server is gone: this process's sessions close without asking it to release them
-    (each request would wait out its retries), all at once (a close may wait 10 s for calls in flight)."""
+    (each request would wait out its retries), all at once (a close may wait 10 s for calls in flight). A
+    call still in flight elsewhere (a tiering cycle) then fails with ``NO_ACTIVE_SESSION``, which
+    :func:`lost_server_error` reads as the lost server too."""
+    global _LOST
+    _LOST = True
     sessions = list(_CONNECT_SESSIONS)
     for session in sessions:
         session.release_session_on_close = False

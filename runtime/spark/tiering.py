@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from runtime.spark.options import Place
+from runtime.spark.session import lost_server_error
 from runtime.storage.api import TableMeta
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,14 @@ class SparkLakeFiles:
             return None
         todo = pieces(start, end, self.piece_rows)
         task = WritePiece(self.place, meta.name, table.metadata.model_dump_json(), dict(table.io.properties))
-        listing = self.spark.createDataFrame(todo, "bucket int, lo long, hi long")
-        rows = listing.repartition(len(todo)).mapInArrow(task, RESULT).collect()  # one task per piece
+        try:
+            listing = self.spark.createDataFrame(todo, "bucket int, lo long, hi long")
+            rows = listing.repartition(len(todo)).mapInArrow(task, RESULT).collect()  # one task per piece
+        except Exception as exc:  # a lost Spark Connect server is one clear error, not a traceback per cycle
+            lost = lost_server_error(exc)
+            if lost is None:
+                raise
+            raise lost from None
         log.info(
             "tiering %s: %d rows written as %d lake files by %d Spark tasks",
             meta.name,

@@ -45,3 +45,40 @@ def test_other_errors_and_classic_sessions_are_left_alone(client, monkeypatch):
     assert session.lost_server_error(ValueError("division by zero")) is None
     monkeypatch.setattr(session, "_CONNECT_URLS", set())  # no Connect client in this process
     assert session.lost_server_error(RuntimeError(GRPC)) is None
+
+
+NO_SESSION = (
+    "[NO_ACTIVE_SESSION] No active Spark session found. Please create a new Spark session before running"
+)
+
+
+def test_a_call_after_the_sessions_were_closed_for_a_lost_server_is_that_server_lost(client, monkeypatch):
+    """server_lost() closes the sessions; a tiering cycle still running then meets NO_ACTIVE_SESSION."""
+    assert session.lost_server_error(RuntimeError(NO_SESSION)) is None  # not after a lost server: a bug
+    monkeypatch.setattr(session, "_LOST", True)
+    error = session.lost_server_error(RuntimeError(NO_SESSION))
+    assert error is not None and error.code is ErrorCode.SPARK_START
+    assert error.message.startswith("lost the Spark Connect server sc://spark:15002: it stopped answering")
+
+
+def test_a_tiering_cycle_that_meets_the_lost_server_fails_with_that_one_error(client, monkeypatch):
+    """Not a traceback in the run's output (the scheduler logs a TidehouseError as its message)."""
+    from types import SimpleNamespace
+
+    from runtime.spark.tiering import SparkLakeFiles
+
+    class Closed:
+        def createDataFrame(self, *args, **kwargs):
+            raise RuntimeError(NO_SESSION)
+
+    monkeypatch.setattr(session, "_LOST", True)
+    files = SparkLakeFiles(Closed(), place=None, min_rows=1)
+    table = SimpleNamespace(
+        metadata=SimpleNamespace(model_dump_json=lambda: "{}"), io=SimpleNamespace(properties={})
+    )
+    with pytest.raises(TidehouseError) as caught:
+        files(SimpleNamespace(name="ods.clicks"), table, [0], [10])
+    assert caught.value.code is ErrorCode.SPARK_START
+    monkeypatch.setattr(session, "_LOST", False)
+    with pytest.raises(RuntimeError, match="NO_ACTIVE_SESSION"):  # any other failure is left as it is
+        files(SimpleNamespace(name="ods.clicks"), table, [0], [10])
