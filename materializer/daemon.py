@@ -103,9 +103,8 @@ def worker_module(argv: list[str]) -> str:
 
 def _origin(name: str) -> str:
     """Where module ``name`` was loaded from: the ``sys.path`` entry above its package."""
-    module = sys.modules.get(name)
-    where = getattr(module, "__file__", None) or "?"
-    return os.path.dirname(os.path.dirname(where)) if where != "?" else where
+    where = getattr(sys.modules.get(name), "__file__", None)
+    return os.path.dirname(os.path.dirname(where)) if where else "?"
 
 
 def main(argv: list[str]) -> None:
