@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -83,9 +84,9 @@ class Lake:
     def open(cls, config: Config) -> Lake:
         """The lake a project's configuration names (embedded SQLite SQL catalog by default)."""
         props = config.lake_catalog_properties
-        _make_local_dirs(props)
         try:
-            catalog = load_catalog(config.get("lake.catalog_name"), **props)
+            _make_local_dirs(props)
+            catalog = _load_catalog(config.get("lake.catalog_name"), props)
         except Exception as exc:  # pyiceberg raises many kinds here (ValueError, SQLAlchemy, HTTP, ...)
             raise TidehouseError(
                 ErrorCode.LAKE_CATALOG,
@@ -260,6 +261,32 @@ def _reset_spec(tx, table: Table, meta: TableMeta) -> None:
             spec.add_identity(BUCKET)
         else:
             spec.remove_field(BUCKET)
+
+
+def _load_catalog(name: str, props: dict[str, Any], *, attempts: int = 3) -> Catalog:
+    """``load_catalog``, opened again when another process created the SQL catalog's tables meanwhile.
+
+    pyiceberg's SQL catalog checks whether its tables exist and creates them if not; two processes opening a
+    fresh catalog at once (two tiering schedulers, a flow and a scheduler) can both see none, and the later
+    ``CREATE TABLE`` fails with "already exists". Opening again then finds the tables. Any other failure, or
+    the same one ``attempts`` times, is raised.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return load_catalog(name, **props)
+        except Exception as exc:
+            if attempt == attempts or not _lost_table_creation_race(exc):
+                raise
+            log.debug("lake catalog %s: its tables were created concurrently, opening again", name)
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _lost_table_creation_race(exc: BaseException) -> bool:
+    """A SQLAlchemy error raised by a ``CREATE TABLE`` whose table (or its type) another process just made."""
+    statement = str(getattr(exc, "statement", "") or "").lstrip().upper()
+    text = str(getattr(exc, "orig", exc)).lower()
+    return statement.startswith("CREATE TABLE") and ("already exists" in text or "duplicate" in text)
 
 
 def _make_local_dirs(props: dict[str, Any]) -> None:
