@@ -19,7 +19,8 @@ Spark puts its ``pyspark.zip`` first on the workers' ``PYTHONPATH``, so they run
 holds no byte code: every module is compiled again in every process that imports it (1.1 s of the preload's
 3.5 s here). When a directory later on the path holds the same PySpark version (pip's ``pyspark`` package,
 whose zip Spark's is), the daemon moves the zip behind it before it loads anything, and PySpark comes from
-there with its cached byte code (:func:`installed_pyspark_first`); otherwise the path stays Spark's.
+there with its cached byte code (:func:`runtime.spark.launcher.installed_pyspark_first`); otherwise the path
+stays Spark's. (Started through ``tidehouse-python``, :mod:`runtime.spark.launcher`, the zip is gone already.)
 
 Forking after these imports: none of them starts a Python thread (tested). The native threads they start,
 jemalloc's background purger in Arrow and numpy's OpenBLAS pool, are handled by those libraries' at-fork
@@ -32,10 +33,10 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import re
 import sys
 import time
-import zipfile
+
+from runtime.spark.launcher import installed_pyspark_first
 
 # what the materializer's tasks unpickle and run, in the order their own imports would load them
 TASK_MODULES = (
@@ -63,37 +64,6 @@ def preload(worker_module: str) -> tuple[str, ...]:
     for name in TASK_MODULES:
         importlib.import_module(name)
     return TASK_MODULES
-
-
-def _pyspark_version(entry: str) -> str | None:
-    """The PySpark version a ``sys.path`` entry (a directory or Spark's ``pyspark.zip``) holds, else None."""
-    try:
-        if entry.endswith(".zip"):
-            with zipfile.ZipFile(entry) as archive:
-                text = archive.read("pyspark/version.py").decode("utf-8")
-        else:
-            with open(os.path.join(entry, "pyspark", "version.py"), encoding="utf-8") as fh:
-                text = fh.read()
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
-        return None
-    found = re.search(r"""__version__(?:\s*:\s*str)?\s*=\s*["']([^"']+)["']""", text)
-    return found.group(1) if found else None
-
-
-def installed_pyspark_first(path: list[str]) -> list[str]:
-    """``path`` with Spark's ``pyspark.zip`` moved right behind the first later entry that holds the same
-    PySpark version; ``path`` unchanged when no entry does (then the zip's PySpark is the one that runs)."""
-    zips = [i for i, entry in enumerate(path) if os.path.basename(entry) == "pyspark.zip"]
-    if not zips:
-        return path
-    z = zips[0]
-    version = _pyspark_version(path[z])
-    if version is None:
-        return path
-    for i in range(z + 1, len(path)):
-        if not path[i].endswith(".zip") and _pyspark_version(path[i]) == version:
-            return [*path[:z], *path[z + 1 : i + 1], path[z], *path[i + 1 :]]
-    return path
 
 
 def worker_module(argv: list[str]) -> str:

@@ -10,9 +10,9 @@ Session fixtures (registered for every test by ``tests/conftest.py``):
   (``SPARK_NO_DAEMONIZE``) on a free port, its Spark on ``local[2]``; ``.url`` (``sc://127.0.0.1:PORT``).
 
 Every process gets ``PYTHONPATH`` with this checkout first, so the executors' Python workers import the code
-under test, and ``PYSPARK_PYTHON`` = the running interpreter. A server that cannot start is a **failure**
-naming its log, never a skip. All run as children with a parent-death signal (Linux) and are stopped by the
-fixtures (SIGTERM, then SIGKILL of their process groups).
+under test, and ``PYSPARK_PYTHON`` = the running interpreter (through ``tidehouse-python``). A server that
+cannot start is a **failure** naming its log, never a skip. All run as children with a parent-death signal
+(Linux) and are stopped by the fixtures (SIGTERM, then SIGKILL of their process groups).
 
 Outside pytest (benchmarks): ``with StandaloneCluster.running(dir, workers=2) as cluster: ...``.
 """
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.spark.launcher import worker_python
 from tests.services import ServiceError, _death_signal, _tail, free_ports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ def server_env(workdir: Path) -> dict[str, str]:
         SPARK_LOG_DIR=str(workdir / "logs"),
         SPARK_PID_DIR=str(workdir / "pids"),
         SPARK_NO_DAEMONIZE="1",
-        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_PYTHON=worker_python(sys.executable),  # a Connect server's Python workers: docs/operations.md
         PYSPARK_DRIVER_PYTHON=sys.executable,
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     )

@@ -31,6 +31,7 @@ from typing import Any
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
+from runtime.spark.launcher import worker_python
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {
@@ -188,7 +189,9 @@ def get_spark(
 ):
     """Return the process's SparkSession, creating it on first use.
 
-    ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise), logs
+    ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise) when
+    unset, started through ``tidehouse-python`` when that is installed for it (:mod:`runtime.spark.launcher`:
+    the workers then import PySpark with its byte code, not from Spark's zip); logs
     are quiet (into ``log_dir/spark.log`` when given), and the ``tidehouse`` data source is registered. A
     session that already runs is returned as it is (Spark has one per process). With ``remote`` (a Spark
     Connect URL) the session is a Connect client's (:func:`connect_session`).
@@ -196,7 +199,8 @@ def get_spark(
     if remote:
         return connect_session(remote, conf)
     with _LOCK:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
+            os.environ["PYSPARK_PYTHON"] = worker_python(sys.executable)  # this interpreter, PySpark compiled
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -16,6 +16,7 @@ from materializer import daemon
 from runtime.core.config import Config
 from runtime.project import SIMPLIFIED_TRACEBACK as SIMPLIFIED
 from runtime.project import spark_conf
+from runtime.spark.launcher import installed_pyspark_first
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,13 +74,13 @@ def test_sparks_pyspark_zip_goes_behind_an_installed_pyspark_of_the_same_version
     zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "4.3.0", zipped=True)
     py4j = str(tmp_path / "spark" / "py4j-src.zip")
     path = [zipped, py4j, other, same, "/elsewhere"]
-    assert daemon.installed_pyspark_first(path) == [py4j, other, same, zipped, "/elsewhere"]
-    assert daemon.installed_pyspark_first([zipped, py4j, other]) == [zipped, py4j, other]  # no same version
-    assert daemon.installed_pyspark_first([same, "/elsewhere"]) == [same, "/elsewhere"]  # no zip
+    assert installed_pyspark_first(path) == [py4j, other, same, zipped, "/elsewhere"]
+    assert installed_pyspark_first([zipped, py4j, other]) == [zipped, py4j, other]  # no same version
+    assert installed_pyspark_first([same, "/elsewhere"]) == [same, "/elsewhere"]  # no zip
     broken = tmp_path / "broken" / "pyspark.zip"
     broken.parent.mkdir()
     broken.write_text("not a zip")
-    assert daemon.installed_pyspark_first([str(broken), same]) == [str(broken), same]
+    assert installed_pyspark_first([str(broken), same]) == [str(broken), same]
 
 
 def test_the_daemon_loads_pyspark_from_the_installed_package_when_spark_puts_its_zip_first():

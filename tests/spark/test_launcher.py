@@ -1,0 +1,121 @@
+"""``tidehouse-python`` (runtime/spark/launcher.py): Spark's Python workers import PySpark from the installed
+package, not from the ``pyspark.zip`` Spark puts first on their path — and only when both are one version."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from runtime.spark import launcher
+from runtime.spark.launcher import LAUNCHER, pythonpath_without_spark_zip, worker_python
+
+SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
+INSTALLED = str(Path(pyspark.__file__).parent.parent)  # the site-packages that holds pip's pyspark
+
+
+def _fake_pyspark(where: Path, version: str, *, zipped: bool = False) -> str:
+    text = f'__version__: str = "{version}"\n'
+    if zipped:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(where, "w") as archive:
+            archive.writestr("pyspark/__init__.py", "")
+            archive.writestr("pyspark/version.py", text)
+    else:
+        (where / "pyspark").mkdir(parents=True)
+        (where / "pyspark" / "version.py").write_text(text)
+    return str(where)
+
+
+def test_the_zip_leaves_pythonpath_only_for_the_same_version_later_on_the_path(tmp_path):
+    same = _fake_pyspark(tmp_path / "site", "4.3.0")
+    other = _fake_pyspark(tmp_path / "other", "3.5.1")
+    zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "4.3.0", zipped=True)
+    py4j = str(tmp_path / "spark" / "py4j-src.zip")
+    joined = os.pathsep.join
+    assert pythonpath_without_spark_zip(joined([zipped, py4j]), [other, same]) == py4j
+    assert pythonpath_without_spark_zip(joined([zipped, py4j]), [other]) == joined([zipped, py4j])
+    assert pythonpath_without_spark_zip(joined([zipped, py4j, same]), []) == joined([py4j, same])
+    assert pythonpath_without_spark_zip(py4j, [same]) == py4j  # no zip
+    broken = tmp_path / "broken" / "pyspark.zip"
+    broken.parent.mkdir()
+    broken.write_text("not a zip")
+    assert pythonpath_without_spark_zip(str(broken), [same]) == str(broken)  # unreadable: Spark's path
+
+
+def test_pyspark_python_names_the_launcher_only_when_it_runs_that_interpreter(tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher.sysconfig, "get_path", lambda name: str(tmp_path / "nowhere"))
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text("")
+    assert worker_python(str(python)) == str(python)  # none installed
+    script = python.parent / LAUNCHER
+    script.write_text("#!/some/other/python\nimport sys\n")
+    script.chmod(0o755)
+    assert worker_python(str(python)) == str(python)  # another interpreter's
+    script.write_text(f"#!{python}\nimport sys\n")
+    assert worker_python(str(python)) == str(script)
+    script.chmod(0o644)
+    assert worker_python(str(python)) == str(python)  # not executable
+
+
+def _installed_launcher() -> str:
+    found = worker_python(sys.executable)
+    if found == sys.executable:
+        pytest.fail(f"{LAUNCHER} is not installed for {sys.executable}: pip install -e . installs it")
+    return found
+
+
+def test_the_installed_launcher_runs_this_interpreter_with_the_installed_pyspark():
+    """As Spark starts a driver-side worker: its pyspark.zip and py4j zip first on PYTHONPATH, ``-m``."""
+    zips = [str(SPARK_LIB / "pyspark.zip"), *map(str, sorted(SPARK_LIB.glob("py4j-*.zip")))]
+    probe = "import os, sys, pyspark; print(sys.executable); print(pyspark.__file__); print(os.getcwd())"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(zips))
+    out = subprocess.run(
+        [_installed_launcher(), "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    executable, where, cwd = out.stdout.split()
+    assert executable == sys.executable
+    assert where == pyspark.__file__ and "pyspark.zip" not in where
+    assert cwd == os.getcwd()
+    # a module run as Spark runs its workers (-m), its arguments passed on
+    out = subprocess.run(
+        [_installed_launcher(), "-m", "json.tool", "--compact"],
+        input='{"a": [1, 2]}',
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == '{"a":[1,2]}'
+
+
+def test_a_zip_of_another_version_keeps_sparks_path(tmp_path):
+    zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "0.0.1", zipped=True)
+    probe = "import pyspark.version; print(pyspark.version.__version__)"
+    env = dict(os.environ, PYTHONPATH=zipped)
+    out = subprocess.run(
+        [_installed_launcher(), "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "0.0.1"
+
+
+@pytest.mark.spark
+def test_the_sessions_python_workers_run_the_installed_pyspark(spark):
+    """The shared session (get_spark) names the launcher; a task's worker imports no PySpark from the zip."""
+    assert spark.sparkContext.pythonExec == _installed_launcher()
+
+    def where(batches):
+        import pyarrow as pa
+        import pyspark as task_pyspark
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pylist([{"file": task_pyspark.__file__}])
+
+    rows = spark.range(1, numPartitions=1).mapInArrow(where, "file string").collect()
+    assert rows[0].file == pyspark.__file__, rows
