@@ -76,7 +76,8 @@ def pythonpath_without_spark_zip(pythonpath: str, rest: list[str]) -> str:
 
 def worker_python(executable: str = sys.executable) -> str:
     """What ``PYSPARK_PYTHON`` should name for ``executable``: the launcher installed next to it when there is
-    one and it runs that very interpreter (its ``#!`` line), else ``executable`` itself."""
+    one and it runs that very interpreter (its ``#!`` line names ``executable``, or another name for it in
+    the same folder: ``python3`` for ``python``), else ``executable`` itself."""
     for folder in dict.fromkeys([Path(executable).parent, Path(sysconfig.get_path("scripts"))]):
         launcher = folder / LAUNCHER
         try:
@@ -84,9 +85,19 @@ def worker_python(executable: str = sys.executable) -> str:
                 first = fh.readline().decode("utf-8", "replace").strip()
         except OSError:
             continue
-        if first == f"#!{executable}" and os.access(launcher, os.X_OK):
+        if _runs(first, executable) and os.access(launcher, os.X_OK):
             return str(launcher)
     return executable
+
+
+def _runs(shebang: str, executable: str) -> bool:
+    if not shebang.startswith("#!"):
+        return False
+    named = shebang[2:].strip()
+    if named == executable:
+        return True
+    same_folder = os.path.dirname(named) == os.path.dirname(executable)
+    return same_folder and os.path.exists(named) and os.path.realpath(named) == os.path.realpath(executable)
 
 
 def main() -> None:

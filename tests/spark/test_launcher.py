@@ -60,6 +60,15 @@ def test_pyspark_python_names_the_launcher_only_when_it_runs_that_interpreter(tm
     assert worker_python(str(python)) == str(python)  # another interpreter's
     script.write_text(f"#!{python}\nimport sys\n")
     assert worker_python(str(python)) == str(script)
+    alias = python.parent / "python3"  # the interpreter by another name in its folder
+    alias.symlink_to(python)
+    assert worker_python(str(alias)) == str(script)
+    elsewhere = tmp_path / "other" / "python"  # the same file in another folder (another venv)
+    elsewhere.parent.mkdir()
+    elsewhere.symlink_to(python)
+    script.write_text(f"#!{elsewhere}\nimport sys\n")
+    assert worker_python(str(python)) == str(python)
+    script.write_text(f"#!{python}\nimport sys\n")
     script.chmod(0o644)
     assert worker_python(str(python)) == str(python)  # not executable
 
