@@ -172,6 +172,12 @@ class SeaweedFS:
             "-s3.port.lance=0",
             "-webdav=false",
             "-master.telemetry=false",
+            # every bucket grows volumes of its own, and by default `mini` allows free disk / volume size of
+            # them (23 of 1 GiB with 24 GB free): a session's buckets ran out of volumes ("No writable volumes
+            # and no free volumes left") on a fuller disk. Fixed here, so the disk's fill does not decide;
+            # volumes are not preallocated, they take only what is written.
+            "-volume.max=400",
+            "-master.volumeSizeLimitMB=64",
             f"-bucket={BUCKET}",
             f"-s3.localSocket={workdir / 's3.sock'}",
             f"-filer.localSocket={workdir / 'filer.sock'}",
