@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from materializer import daemon
 from runtime.core.config import Config
 from runtime.project import SIMPLIFIED_TRACEBACK as SIMPLIFIED
 from runtime.project import spark_conf
-from runtime.spark.launcher import installed_pyspark_first
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,33 +52,6 @@ def test_other_workers_daemons_load_nothing():
     result = _probe("pyspark.sql.worker.plan_data_source_read")
     assert result["loaded"] == []
     assert not [m for m in result["new"] if m.split(".")[0] in ("materializer", "runtime", "pyiceberg")]
-
-
-def _fake_pyspark(where: Path, version: str, *, zipped: bool = False) -> str:
-    text = f'__version__: str = "{version}"\n'
-    if zipped:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(where, "w") as archive:
-            archive.writestr("pyspark/version.py", text)
-    else:
-        (where / "pyspark").mkdir(parents=True)
-        (where / "pyspark" / "version.py").write_text(text)
-    return str(where)
-
-
-def test_sparks_pyspark_zip_goes_behind_an_installed_pyspark_of_the_same_version_only(tmp_path):
-    same = _fake_pyspark(tmp_path / "site", "4.3.0")
-    other = _fake_pyspark(tmp_path / "other", "3.5.1")
-    zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "4.3.0", zipped=True)
-    py4j = str(tmp_path / "spark" / "py4j-src.zip")
-    path = [zipped, py4j, other, same, "/elsewhere"]
-    assert installed_pyspark_first(path) == [py4j, other, same, zipped, "/elsewhere"]
-    assert installed_pyspark_first([zipped, py4j, other]) == [zipped, py4j, other]  # no same version
-    assert installed_pyspark_first([same, "/elsewhere"]) == [same, "/elsewhere"]  # no zip
-    broken = tmp_path / "broken" / "pyspark.zip"
-    broken.parent.mkdir()
-    broken.write_text("not a zip")
-    assert installed_pyspark_first([str(broken), same]) == [str(broken), same]
 
 
 def test_the_daemon_loads_pyspark_from_the_installed_package_when_spark_puts_its_zip_first():

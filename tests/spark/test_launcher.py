@@ -13,7 +13,12 @@ import pyspark
 import pytest
 
 from runtime.spark import launcher
-from runtime.spark.launcher import LAUNCHER, pythonpath_without_spark_zip, worker_python
+from runtime.spark.launcher import (
+    LAUNCHER,
+    installed_pyspark_first,
+    pythonpath_without_spark_zip,
+    worker_python,
+)
 
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
 INSTALLED = str(Path(pyspark.__file__).parent.parent)  # the site-packages that holds pip's pyspark
@@ -30,6 +35,21 @@ def _fake_pyspark(where: Path, version: str, *, zipped: bool = False) -> str:
         (where / "pyspark").mkdir(parents=True)
         (where / "pyspark" / "version.py").write_text(text)
     return str(where)
+
+
+def test_sparks_pyspark_zip_goes_behind_an_installed_pyspark_of_the_same_version_only(tmp_path):
+    same = _fake_pyspark(tmp_path / "site", "4.3.0")
+    other = _fake_pyspark(tmp_path / "other", "3.5.1")
+    zipped = _fake_pyspark(tmp_path / "spark" / "pyspark.zip", "4.3.0", zipped=True)
+    py4j = str(tmp_path / "spark" / "py4j-src.zip")
+    path = [zipped, py4j, other, same, "/elsewhere"]
+    assert installed_pyspark_first(path) == [py4j, other, same, zipped, "/elsewhere"]
+    assert installed_pyspark_first([zipped, py4j, other]) == [zipped, py4j, other]  # no same version
+    assert installed_pyspark_first([same, "/elsewhere"]) == [same, "/elsewhere"]  # no zip
+    broken = tmp_path / "broken" / "pyspark.zip"
+    broken.parent.mkdir()
+    broken.write_text("not a zip")
+    assert installed_pyspark_first([str(broken), same]) == [str(broken), same]
 
 
 def test_the_zip_leaves_pythonpath_only_for_the_same_version_later_on_the_path(tmp_path):
