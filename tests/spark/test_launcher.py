@@ -68,6 +68,24 @@ def test_the_zip_leaves_pythonpath_only_for_the_same_version_later_on_the_path(t
     assert pythonpath_without_spark_zip(str(broken), [same]) == str(broken)  # unreadable: Spark's path
 
 
+def test_sparks_own_jars_leave_pythonpath_with_its_zip_only(tmp_path):
+    """Spark adds the jar of its ``PythonUtils`` (``$SPARK_HOME/jars``) to the path: it goes with the zip."""
+    same = _fake_pyspark(tmp_path / "site", "4.3.0")
+    other = _fake_pyspark(tmp_path / "other", "3.5.1")
+    home = tmp_path / "spark"
+    zipped = _fake_pyspark(home / "python" / "lib" / "pyspark.zip", "4.3.0", zipped=True)
+    py4j = str(home / "python" / "lib" / "py4j-src.zip")
+    core = str(home / "jars" / "spark-core_2.13-4.3.0.jar")
+    user_jar = str(tmp_path / "mine" / "tools.jar")  # not one of Spark's: kept
+    joined = os.pathsep.join
+    assert pythonpath_without_spark_zip(joined([zipped, py4j, core, user_jar]), [same]) == joined(
+        [py4j, user_jar]
+    )
+    # the zip stays (another version later on the path): Spark's path as it is, jar included
+    assert pythonpath_without_spark_zip(joined([zipped, py4j, core]), [other]) == joined([zipped, py4j, core])
+    assert pythonpath_without_spark_zip(joined([py4j, core]), [same]) == joined([py4j, core])  # no zip
+
+
 def test_pyspark_python_names_the_launcher_only_when_it_runs_that_interpreter(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher.sysconfig, "get_path", lambda name: str(tmp_path / "nowhere"))
     python = tmp_path / "bin" / "python"
@@ -148,3 +166,14 @@ def test_the_sessions_python_workers_run_the_installed_pyspark(spark):
 
     rows = spark.range(1, numPartitions=1).mapInArrow(where, "file string").collect()
     assert rows[0].file == pyspark.__file__, rows
+
+    def jars(batches):
+        import sys as task_sys
+
+        import pyarrow as pa
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pylist([{"jars": [e for e in task_sys.path if e.endswith(".jar")]}])
+
+    # Spark put its spark-core jar on the worker's PYTHONPATH; the launcher took it off with the zip
+    assert spark.range(1, numPartitions=1).mapInArrow(jars, "jars array<string>").collect()[0].jars == []
