@@ -172,18 +172,39 @@ def frame_crc_ok(frame: bytes | memoryview, header: Header) -> bool:
     return crc == header.crc
 
 
+_CHECK_CHUNK = 1 << 20  # read_frame_at checks a frame's CRC this many bytes at a time
+
+
 def read_frame_at(fd: int, position: int, size: int) -> tuple[Header, bytes] | None:
-    """Read and verify the frame at ``position`` of an open segment of ``size`` bytes; None if not whole."""
+    """Verify the frame at ``position`` of an open segment of ``size`` bytes: (its header, its first bytes —
+    the header and the writer id, :func:`writer_of`), or None if it is not whole.
+
+    The frame is read in chunks of 1 MiB into one buffer and checked as it goes: a tail frame of a
+    micro-batch is tens of MB, which a whole read (and the slice its CRC took) copied twice into fresh
+    memory for every reader that looked at it before its index entry was written."""
     if position + HEADER_SIZE > size:
         return None
     head = os.pread(fd, HEADER_SIZE, position)
     header = parse_header(head)
     if header is None or position + header.frame_len > size:
         return None
-    frame = os.pread(fd, header.frame_len, position)
-    if len(frame) != header.frame_len or not frame_crc_ok(frame, header):
+    if header.frame_len <= _CHECK_CHUNK:  # small: one read, as it was
+        frame = os.pread(fd, header.frame_len, position)
+        if len(frame) != header.frame_len or not frame_crc_ok(memoryview(frame), header):
+            return None
+        return header, frame[: HEADER_SIZE + header.writer_len]
+    crc = _crc32(head[:_CRC_SPAN])
+    view = memoryview(bytearray(_CHECK_CHUNK))
+    at, end = position + HEADER_SIZE, position + header.frame_len
+    while at < end:
+        n = os.preadv(fd, [view[: min(_CHECK_CHUNK, end - at)]], at)
+        if n <= 0:  # truncated meanwhile (a writer repairing its torn tail)
+            return None
+        crc = _crc32(view[:n], crc)
+        at += n
+    if crc != header.crc:
         return None
-    return header, frame
+    return header, head + os.pread(fd, header.writer_len, position + HEADER_SIZE)
 
 
 def valid_frame_after(fd: int, position: int, size: int) -> int | None:
