@@ -179,7 +179,7 @@ def read_frame_at(fd: int, position: int, size: int) -> tuple[Header, bytes] | N
     """Verify the frame at ``position`` of an open segment of ``size`` bytes: (its header, its first bytes —
     the header and the writer id, :func:`writer_of`), or None if it is not whole.
 
-    The frame is read in chunks of 1 MiB into one buffer and checked as it goes: a tail frame of a
+    The frame is read in chunks of at most 1 MiB into one buffer and checked as it goes: a tail frame of a
     micro-batch is tens of MB, which a whole read (and the slice its CRC took) copied twice into fresh
     memory for every reader that looked at it before its index entry was written."""
     if position + HEADER_SIZE > size:
@@ -188,16 +188,11 @@ def read_frame_at(fd: int, position: int, size: int) -> tuple[Header, bytes] | N
     header = parse_header(head)
     if header is None or position + header.frame_len > size:
         return None
-    if header.frame_len <= _CHECK_CHUNK:  # small: one read, as it was
-        frame = os.pread(fd, header.frame_len, position)
-        if len(frame) != header.frame_len or not frame_crc_ok(memoryview(frame), header):
-            return None
-        return header, frame[: HEADER_SIZE + header.writer_len]
     crc = _crc32(head[:_CRC_SPAN])
-    view = memoryview(bytearray(_CHECK_CHUNK))
     at, end = position + HEADER_SIZE, position + header.frame_len
+    view = memoryview(bytearray(min(_CHECK_CHUNK, end - at)))
     while at < end:
-        n = os.preadv(fd, [view[: min(_CHECK_CHUNK, end - at)]], at)
+        n = os.preadv(fd, [view[: end - at]], at)
         if n <= 0:  # truncated meanwhile (a writer repairing its torn tail)
             return None
         crc = _crc32(view[:n], crc)
