@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from materializer import duck
 from materializer.analyze import spark_args, struct_of
 from materializer.handoff import Handoff
 from materializer.jsonlines import JsonLinesReader
@@ -520,14 +521,12 @@ def recompute(ctx: QueryContext, session, seq: int, *, writer: str | None, origi
 def output_difference(ctx: QueryContext, new: pa.Table, *, unique: bool = False) -> pa.Table | None:
     """The writes that turn the table's current rows into ``new`` (deletes first), or None when equal.
     ``unique``: first check that ``new`` holds one row per primary key (an action's SQL may yield several)."""
-    import duckdb
-
     table = ctx.table
     meta = ctx.store.get_table(table.name)
     new = prepare(ctx.store, table.name, new)
     old = ctx.store.scan(table.name).select(meta.schema.names)
     key = ", ".join(f'"{k}"' for k in table.primary_key)
-    con = duckdb.connect()
+    con = duck.cursor()
     try:
         con.register("new_rows", new)
         con.register("old_rows", old)
