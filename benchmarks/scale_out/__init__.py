@@ -20,8 +20,12 @@ process or ``spark-pipelines``, with their JVM and Python workers) and the clust
 executors and their Python workers); rows per CPU second is the rate least disturbed by other work on the
 machine.
 
-    .venv/bin/python -m benchmarks.scale_out                 # full: 5M rows, 20-40 min on 2 cores
+    .venv/bin/python -m benchmarks.scale_out --repeat 3      # full: 5M rows, 3 interleaved rounds, ~11 min
+    .venv/bin/python -m benchmarks.scale_out                 # one round, ~4 min on 2 cores
     .venv/bin/python -m benchmarks.scale_out --rows 200000   # reduced
+
+With ``--repeat N`` the paths run in N interleaved rounds; the report shows each path's median round (by
+backlog cost) and lists every round, since two runs of one path on this machine differ by up to a quarter.
 
 Modules: ``cpu`` (process-tree CPU), ``runs`` (the backlog, one run, one path), ``report`` (figures and the
 section of docs/benchmarks.md; no Spark), ``cli`` (the command line).

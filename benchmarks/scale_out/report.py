@@ -193,6 +193,10 @@ from after its Spark session started to the end of the run (`flow trigger` print
 * Cluster paths: a Spark standalone master and N workers on this machine (127.0.0.1; the launcher of the
   cluster tests), `spark.master: spark://…` in the project file, `materializer.data_path: auto` (=
   executors). The 2 machine cores are shared by the driver, the master, the workers and the executors.
+* Rounds (`--repeat N`): the paths run N times, interleaved (SDP, local, 1 worker, 2 workers, then again),
+  because two runs of the same path on this machine can differ by a quarter. The tables show, per path, the
+  round whose backlog cost is the median (the lower middle one for an even N); the targets are read from
+  those, and the table of rounds lists every round's rate, ratio to the same round's SDP and driver share.
 * CPU: `utime + stime` from `/proc`, sampled every 0.5 s per process; **driver** = the `tidehouse` process
   (or `spark-pipelines`) and everything it started (its JVM — in local mode also the tasks — and Python
   workers); **all** = driver + cluster (master, workers, executors, their Python workers). Per million rows
@@ -204,8 +208,67 @@ from after its Spark session started to the end of the run (`flow trigger` print
 """
 
 
-def report_body(paths: dict[str, dict[str, Run]], meta: dict) -> str:
-    figs = {key: figures(key, runs) for key, runs in paths.items() if {"backlog", "empty"} <= set(runs)}
+Paths = dict[str, dict[str, Run]]  # path key -> "empty"/"backlog" -> its run
+
+
+def complete(runs: dict[str, Run]) -> bool:
+    return {"backlog", "empty"} <= set(runs)
+
+
+def median_round(rounds: list[Paths]) -> Paths:
+    """Per path, the runs of the round whose backlog cost (wall) is the median of that path's complete
+    rounds — the lower middle one for an even count; a path with no complete round keeps its last runs."""
+    out: Paths = {}
+    for key in dict.fromkeys(k for r in rounds for k in r):
+        done = [r[key] for r in rounds if key in r and complete(r[key])]
+        if not done:
+            out[key] = next(r[key] for r in reversed(rounds) if key in r)
+            continue
+        done.sort(key=lambda runs: figures(key, runs).work_s)
+        out[key] = done[(len(done) - 1) // 2]
+    return out
+
+
+def rounds_table(rounds: list[Paths]) -> str:
+    """Every round's figures per path: backlog cost, rate, ratio to the same round's SDP, driver share."""
+    rows = []
+    for n, paths in enumerate(rounds, 1):
+        figs = {key: figures(key, runs) for key, runs in paths.items() if complete(runs)}
+        sdp = figs.get("sdp")
+        for key, f in figs.items():
+            rows.append(
+                [
+                    str(n),
+                    f.label,
+                    num(f.work_s, 1),
+                    num(f.rate),
+                    "—" if key == "sdp" else times(ratio(f.rate, sdp.rate if sdp else None)),
+                    pct(f.driver_share) if PATHS[key][1] else "—",
+                ]
+            )
+    return f"Every round ({len(rounds)}), in the order run:\n\n" + markdown_table(
+        ["round", "path", "backlog cost, wall (s)", "rows/s, wall", "× SDP, same round", "driver share"], rows
+    )
+
+
+def spread(rounds: list[Paths], key: str, value) -> str:
+    """`value(figures of key, figures of SDP)` in each round that has both, formatted, or "" with one."""
+    seen = []
+    for paths in rounds:
+        if key in paths and complete(paths[key]):
+            sdp = paths.get("sdp")
+            seen.append(
+                value(figures(key, paths[key]), figures("sdp", sdp) if sdp and complete(sdp) else None)
+            )
+    return f" (each round: {', '.join(seen)})" if len(seen) > 1 else ""
+
+
+def report_body(paths: Paths, meta: dict, rounds: list[Paths] | None = None) -> str:
+    """The section: ``paths`` as measured, or (``rounds``) the median round of each path and every round."""
+    rounds = rounds or [paths]
+    if len(rounds) > 1:
+        paths = median_round(rounds)
+    figs = {key: figures(key, runs) for key, runs in paths.items() if complete(runs)}
     sdp = figs.get("sdp")
     sdp_rate = sdp.rate if sdp else None
     sdp_cpu_rate = sdp.cpu_rate if sdp else None
@@ -293,7 +356,9 @@ def report_body(paths: dict[str, dict[str, Run]], meta: dict) -> str:
     )
     out.append("\n" + kinds_table(paths))
     out.append("\n" + batches_table(paths))
-    out.append("\n" + "\n".join(conclusions(figs)))
+    if len(rounds) > 1:
+        out.append("\n" + rounds_table(rounds))
+    out.append("\n" + "\n".join(conclusions(figs, rounds)))
     busy = ", ".join(f"{f.label} {pct(f.others_share)}" for f in figs.values())
     if busy:
         out.append(
@@ -347,8 +412,9 @@ def verdict_of(pairs: list[tuple[str, float | None, str]], target: float) -> str
     return f"**met** {', '.join(met)}; **not met** {', '.join(missed)}"
 
 
-def conclusions(figs: dict[str, Figures]) -> list[str]:
-    """The ratios the issue asks for, with its targets, by every measure of speed."""
+def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> list[str]:
+    """The ratios the issue asks for, with its targets, by every measure of speed (and each round's)."""
+    rounds = rounds or []
     lines = []
     one, two, sdp, local = (figs.get(k) for k in ("cluster1", "cluster2", "sdp", "local"))
     if one and two:
@@ -358,18 +424,20 @@ def conclusions(figs: dict[str, Figures]) -> list[str]:
             continue
         if sdp is not None:
             pairs = compare(f, sdp)
+            each = spread(rounds, f.key, lambda x, s: times(ratio(x.rate, s.rate if s else None)))
             lines.append(
                 f"* Target {f.label} ≥ {SDP_RATIO_TARGET:.1f}× SDP: {spelled(pairs)} — "
-                f"{verdict_of(pairs, SDP_RATIO_TARGET)}."
+                f"{verdict_of(pairs, SDP_RATIO_TARGET)}{each}."
             )
         if local is not None:
             lines.append(f"* {f.label} ÷ local driver path: {spelled(compare(f, local))}.")
         share = f.driver_share
         ok = share is not None and share <= DRIVER_SHARE_TARGET
+        each = spread(rounds, f.key, lambda x, _: pct(x.driver_share))
         lines.append(
             f"* Target driver CPU ≤ {DRIVER_SHARE_TARGET:.0%} of all CPU, {f.label}: {pct(share)} of the CPU "
             f"the backlog added ({num(f.driver_cpu, 1)} of {num(f.all_cpu, 1)} s; "
-            f"{pct(f.backlog_driver_share)} of the whole run) — {verdict(ok)}."
+            f"{pct(f.backlog_driver_share)} of the whole run) — {verdict(ok)}{each}."
         )
     if local is not None and sdp is not None:
         lines.append(f"* Local driver path ÷ SDP: {spelled(compare(local, sdp))}.")

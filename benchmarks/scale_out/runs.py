@@ -227,8 +227,12 @@ def standalone(workdir: Path, workers: int, cores: int, memory: str) -> Iterator
         yield cluster
 
 
-def measure_path(key: str, workdir: Path, inputs: dict[str, Path], rows: int, args) -> dict[str, Run]:
-    """The empty run and the backlog run of one path (``PATHS``), each on a fresh state."""
+def measure_path(
+    key: str, workdir: Path, inputs: dict[str, Path], rows: int, args, round_: int = 1
+) -> dict[str, Run]:
+    """The empty run and the backlog run of one path (``PATHS``), each on a fresh state; ``round_``: which
+    round of ``--repeat`` (its files are named after it from the second on)."""
+    tag = "" if round_ == 1 else f"-r{round_}"
     label, workers = PATHS[key]
     runs: dict[str, Run] = {}
     with contextlib.ExitStack() as stack:
@@ -237,7 +241,7 @@ def measure_path(key: str, workdir: Path, inputs: dict[str, Path], rows: int, ar
             began = time.monotonic()
             cluster = stack.enter_context(
                 standalone(
-                    workdir / f"{key}-spark",
+                    workdir / f"{key}{tag}-spark",
                     workers,
                     cores_per_worker(args.worker_cores, workers),
                     args.worker_memory,
@@ -247,7 +251,7 @@ def measure_path(key: str, workdir: Path, inputs: dict[str, Path], rows: int, ar
             print(f"[{label}] {cluster.url} up in {time.monotonic() - began:.0f} s", flush=True)
         for kind in ("empty", "backlog"):
             n = rows if kind == "backlog" else 0
-            base = workdir / f"{key}-{kind}"
+            base = workdir / f"{key}-{kind}{tag}"
             print(f"[{label}] {kind} run ({n:,} rows)...", flush=True)
             if key == "sdp":
                 run = run_sdp(label, base, inputs[kind], n, args.run_timeout)
@@ -270,7 +274,7 @@ def measure_path(key: str, workdir: Path, inputs: dict[str, Path], rows: int, ar
                 base / "sdp.log",
             ]:
                 if found.is_file():  # kept for a look at what a run did, after its state is deleted
-                    shutil.copy(found, logs / f"{key}-{kind}-{found.name}")
+                    shutil.copy(found, logs / f"{key}-{kind}{tag}-{found.name}")
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
     return runs

@@ -206,3 +206,48 @@ def test_the_workers_cores_are_what_the_run_chose():
         "the machine's 2 cores shared out (1 worker of 2 core(s), 2 workers of 1 core(s) each: the task "
         "slots of SDP's local[2])"
     )
+
+
+def rounds_of_three() -> list[dict[str, dict[str, Run]]]:
+    """Three rounds; the 1-worker backlog costs 300, 200 and 150 s (rates 16,667, 25,000, 33,333 rows/s),
+    SDP always 100 s (50,000 rows/s)."""
+    rounds = []
+    for backlog_wall in (340, 240, 190):
+        paths = fake_paths()
+        del paths["local"], paths["cluster2"]
+        paths["cluster1"]["backlog"] = run(backlog_wall, 50, 300, tiering=11.0)
+        rounds.append(paths)
+    return rounds
+
+
+def test_the_median_round_of_each_path_is_shown_and_every_round_is_listed():
+    from benchmarks.scale_out.report import median_round
+
+    rounds = rounds_of_three()
+    assert median_round(rounds)["cluster1"] is rounds[1]["cluster1"]  # 200 s: the middle of 300, 200, 150
+    assert median_round(rounds[:2])["cluster1"] is rounds[1]["cluster1"]  # even: the lower middle (200)
+    body = report_body(median_round(rounds), META, rounds)
+    assert "| Tidehouse cluster, 1 worker | executors | 240.0 | 40.0 | 200.0 |" in body
+    assert "Every round (3), in the order run:" in body
+    for n, cost, rate, times_sdp in ((1, "300.0", "16,667", "0.33×"), (3, "150.0", "33,333", "0.67×")):
+        assert f"| {n} | Tidehouse cluster, 1 worker | {cost} | {rate} | {times_sdp} | 10.0% |" in body
+    assert "| 2 | SDP (spark-pipelines, local[2]) | 100.0 | 50,000 | — | — |" in body
+    assert "**not met** (each round: 0.33×, 0.50×, 0.67×)." in body
+    assert "— **met** (each round: 10.0%, 10.0%, 10.0%)." in body
+    one = report_body(rounds[0], META)  # one round: no rounds table, no per-round lists
+    assert "Every round" not in one and "each round" not in one
+
+
+def test_results_with_rounds_and_without_load_back(tmp_path):
+    from benchmarks.scale_out.cli import saved_rounds
+
+    rounds = rounds_of_three()
+
+    def dump(paths):
+        return {k: {kind: r.to_json() for kind, r in runs.items()} for k, runs in paths.items()}
+
+    assert saved_rounds({"paths": dump(rounds[0])}) == [rounds[0]]  # a file from before --repeat
+    assert saved_rounds({"paths": dump(rounds[1]), "rounds": [dump(r) for r in rounds]}) == rounds
+    assert parse_args(["--repeat", "3"]).repeat == 3 and parse_args([]).repeat == 1
+    with pytest.raises(SystemExit):
+        parse_args(["--repeat", "0"])
