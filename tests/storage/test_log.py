@@ -133,6 +133,35 @@ def test_bucket_of_vectorised_paths_match_the_definition(seed):
             assert bucket_of(t, cols, buckets).to_pylist() == ref, (cols, buckets)
 
 
+def test_bucket_of_hashes_each_distinct_key_once_with_the_same_result(seed):
+    """Repeated keys over several chunks (a Table's columns) and a RecordBatch: the rows take their key's
+    bucket, equal to the documented rule applied row by row."""
+    import hashlib
+    import random
+
+    rng = random.Random(seed)
+    users = [f"user_{i}" for i in range(50)] + [None, ""]
+    chunks = [
+        pa.record_batch(
+            {
+                "u": pa.array([rng.choice(users) for _ in range(n)], pa.string()),
+                "n": pa.array([rng.choice([None, 1, 2, 3]) for _ in range(n)], pa.int64()),
+            }
+        )
+        for n in (300, 0, 200)
+    ]
+    table = pa.Table.from_batches(chunks)
+    assert table.column("u").num_chunks == 3
+    for data in (table, chunks[0], table.slice(0, 0)):
+        for cols in (["u"], ["u", "n"], ["n"]):
+            ref = []
+            for row in zip(*(data.column(c).to_pylist() for c in cols)):
+                raw = "\x1f".join("\x00" if v is None else str(v) for v in row).encode()
+                ref.append(int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little") % 7)
+            got = bucket_of(data, cols, 7)
+            assert got.type == pa.int32() and got.to_pylist() == ref, cols
+
+
 def test_write_validation(store):
     store.create_table(log_meta())
     cases = [
