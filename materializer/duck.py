@@ -1,7 +1,8 @@
 """DuckDB for the driver's small relational steps (:func:`materializer.strategies.output_difference`).
 
 ``duckdb.connect()`` builds a new in-memory database each time: ~14 ms of CPU on this machine, paid by every
-micro-batch of a table that diffs its output (a top-N, a recompute on the driver path). A cursor of one
+micro-batch of a table that diffs its output (a recompute on the driver path, a top-N, and the incremental
+strategies when they rebuild a result). A cursor of one
 database per process costs ~2 ms, and what a cursor registers is its own (DuckDB's registered relations are
 connection-local), so concurrent queries' batches cannot see each other's rows. A forked child (a Spark
 Python worker) opens its own database: a DuckDB handle does not survive a fork.

@@ -127,12 +127,16 @@ def measure(args: argparse.Namespace, workdir: Path, save) -> tuple[list[Paths],
     return rounds, meta
 
 
+def dump(paths: Paths) -> dict:
+    return {k: {kind: r.to_json() for kind, r in runs.items()} for k, runs in paths.items()}
+
+
+def load(paths: dict) -> Paths:
+    return {k: {kind: Run.from_json(r) for kind, r in runs.items()} for k, runs in paths.items()}
+
+
 def saved_rounds(saved: dict) -> list[Paths]:
     """The rounds of a results file (one written before rounds existed holds one, as ``paths``)."""
-
-    def load(paths: dict) -> Paths:
-        return {k: {kind: Run.from_json(r) for kind, r in runs.items()} for k, runs in paths.items()}
-
     return [load(p) for p in saved["rounds"]] if "rounds" in saved else [load(saved["paths"])]
 
 
@@ -161,10 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         def save(rounds: list[Paths], meta: dict) -> None:
             meta.update(settings, started=started, load_start=load_start)
             meta.update(wall=time.time() - started, load_end=load_average())
-
-            def dump(paths: Paths) -> dict:
-                return {k: {kind: r.to_json() for kind, r in runs.items()} for k, runs in paths.items()}
-
             doc = {
                 "command": command,
                 "meta": meta,

@@ -239,13 +239,9 @@ def test_the_median_round_of_each_path_is_shown_and_every_round_is_listed():
 
 
 def test_results_with_rounds_and_without_load_back(tmp_path):
-    from benchmarks.scale_out.cli import saved_rounds
+    from benchmarks.scale_out.cli import dump, saved_rounds
 
     rounds = rounds_of_three()
-
-    def dump(paths):
-        return {k: {kind: r.to_json() for kind, r in runs.items()} for k, runs in paths.items()}
-
     assert saved_rounds({"paths": dump(rounds[0])}) == [rounds[0]]  # a file from before --repeat
     assert saved_rounds({"paths": dump(rounds[1]), "rounds": [dump(r) for r in rounds]}) == rounds
     assert parse_args(["--repeat", "3"]).repeat == 3 and parse_args([]).repeat == 1
