@@ -264,10 +264,9 @@ def spread(rounds: list[Paths], key: str, value) -> str:
 
 
 def report_body(paths: Paths, meta: dict, rounds: list[Paths] | None = None) -> str:
-    """The section: ``paths`` as measured, or (``rounds``) the median round of each path and every round."""
+    """The section: ``paths`` in its tables (with rounds: each path's :func:`median_round`), and every round
+    of ``rounds`` listed when there are several."""
     rounds = rounds or [paths]
-    if len(rounds) > 1:
-        paths = median_round(rounds)
     figs = {key: figures(key, runs) for key, runs in paths.items() if complete(runs)}
     sdp = figs.get("sdp")
     sdp_rate = sdp.rate if sdp else None
