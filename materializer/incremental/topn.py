@@ -3,9 +3,10 @@
 
 The buffer — at most ``capacity`` rows of the input, keyed by the input's primary key, in the hidden state
 table — is always a *prefix* of the input in the order (ORDER BY columns, then the primary key). Per
-micro-batch the changed keys leave it, their new rows enter when they sort before its last remaining row, and
-the action's SQL runs over the buffer whenever the buffer decides the top N; otherwise (too many of the best
-rows left at once, or the input is small) it is refilled from the input's state. The output is diffed with
+micro-batch the changed keys leave it, their new rows enter when they sort up to its last row as it was (every
+key it does not hold and the batch did not change sorts after that row), and the action's SQL runs over the
+buffer whenever the buffer decides the top N; otherwise (too many of the best rows left without better ones
+coming in, or the input is small) it is refilled from the input's state. The output is diffed with
 the result (ranks that shift are updates) and written before the buffer's own change.
 """
 
@@ -83,18 +84,24 @@ class Buffer:
         return rows.slice(0, max(size, decided(rows, self.facts) or rows.num_rows))
 
     def apply(self, buffer: pa.Table, images: pa.Table, keys: pa.Table) -> pa.Table | None:
-        """The buffer after the changed keys' new ``images``, or None when it must be refilled."""
+        """The buffer after the changed keys' new ``images``, or None when it must be refilled.
+
+        Every key outside the buffer that the batch did not change sorts after the buffer's last row as it
+        was (the buffer is a prefix of the input's total order), so the rows of the unchanged buffer rows and
+        the new images that sort up to that old last row are a prefix of the new order — also when every
+        buffered key changed (a top-N of growing totals), without reading the input's state."""
+        if buffer.num_rows == 0:
+            return None
         changed = set(key_tuples(keys, self.primary_key))
         kept_mask = [k not in changed for k in key_tuples(buffer, self.primary_key)]
-        rest = buffer.filter(pa.array(kept_mask, pa.bool_())) if buffer.num_rows else buffer
-        if rest.num_rows == 0:
+        rest = buffer.filter(pa.array(kept_mask, pa.bool_()))
+        bound = buffer.slice(buffer.num_rows - 1)  # the old last row: the end of what the buffer knows
+        both = pa.concat_tables([rest, images.select(rest.column_names).cast(rest.schema), bound])
+        order = order_indices(both, self.order, self.primary_key)  # stable: ``bound`` after an equal row
+        known = order.to_pylist().index(both.num_rows - 1)
+        if known == 0:
             return None
-        both = pa.concat_tables([rest, images.select(rest.column_names).cast(rest.schema)])
-        marks = pa.array([True] * rest.num_rows + [False] * images.num_rows, pa.bool_())
-        order = order_indices(both, self.order, self.primary_key)
-        is_rest = marks.take(order).to_pylist()
-        last = max(i for i, r in enumerate(is_rest) if r)  # rows after the last kept row are not known best
-        merged = self.cut(both.take(order).slice(0, last + 1))
+        merged = self.cut(both.take(order.slice(0, known)))
         return merged if decided(merged, self.facts) is not None else None
 
     def refill(self, state: pa.Table) -> pa.Table:

@@ -79,6 +79,26 @@ def test_topn_buffer_follows_random_changes(seed):
         assert applies > refills > 0  # both paths ran
 
 
+def test_topn_buffer_keeps_up_with_growing_totals_without_a_refill(seed):
+    """Every batch raises the scores of many keys, the buffered ones among them (a top-N of totals that only
+    grow, as spend per user): the buffer is every row up to its old last row, never a scan of the state."""
+    rng = random.Random(seed)
+    facts = TopN("row_number", 3, (OrderKey("score", True, False), OrderKey("id", False, True)))
+    buf = Buffer(facts, ("id",))
+    state = {k: {"id": k, "score": rng.randrange(50), "grp": "a", "x": None} for k in range(200)}
+    buffer = buf.refill(pa.Table.from_pylist(list(state.values()), schema=SCHEMA))
+    for step in range(40):
+        best = [r["id"] for r in buffer.to_pylist()]
+        changed = sorted(set(best) | set(rng.sample(range(200), 60)))
+        for k in changed:
+            state[k]["score"] += rng.randrange(1, 30)
+        images = pa.Table.from_pylist([state[k] for k in changed], schema=SCHEMA)
+        new = buf.apply(buffer, images, pa.table({"id": changed}))
+        assert new is not None, (step, seed)  # decided from the old last row on: no refill
+        buffer = new
+        assert _topn(buffer.to_pylist(), facts) == _topn(list(state.values()), facts), (step, seed)
+
+
 def test_decided_needs_a_row_past_the_ties():
     facts = TopN("rank", 2, (OrderKey("score", True, False),))
     rows = pa.table({"score": [9, 5, 5, 5]})
