@@ -39,7 +39,7 @@ from materializer.progress import ProgressListener
 from materializer.remote import RemoteRun, run_folder
 from materializer.rows import CORRUPT
 from materializer.selection import universe
-from materializer.status import RateMeter
+from materializer.status import StatusMemory
 from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, guarded, recompute
 from materializer.tables import quarantine_meta, table_meta
 from runtime.core.errors import ErrorCode, TidehouseError
@@ -86,7 +86,7 @@ class FlowRunner:
         self.stats: dict[str, TableStats] = {t.name: TableStats() for t in plan.tables}
         self.queries: dict[str, object] = {}
         self.contexts: dict[str, QueryContext] = {}
-        self.rates = RateMeter()
+        self.status_memory = StatusMemory()
         self._status_failure: str | None = None
         self.tiering = None
         self.lock = lock or RunLock(project.config.run_dir, plan.flow)

@@ -309,33 +309,61 @@ def _snapshot_id(table: Table) -> int | None:
     return snap.snapshot_id if snap is not None else None
 
 
-def lake_status(store: TableStore, lake: Lake, table: str, *, window_s: float = STATUS_WINDOW_S) -> dict:
-    """Per-table tiering figures for ``flow status``: offsets, backlog, lake delay now and its recent max."""
+@dataclass(frozen=True)
+class LakeSnapshot:
+    """What a table's lake copy says now: whether it exists, the hot offsets its current snapshot covers, and
+    that snapshot (a catalog call and a metadata read; :func:`lake_status` adds the hot figures)."""
+
+    exists: bool
+    offsets: list[int]
+    snapshot_id: int | None = None
+    snapshot_at: float | None = None
+
+
+def lake_snapshot(lake: Lake, table: str, buckets: int) -> LakeSnapshot:
+    try:
+        ice = lake.load(table)  # one catalog call: a missing table is TABLE_UNKNOWN, not a second lookup
+    except TidehouseError as exc:
+        if exc.code is not ErrorCode.TABLE_UNKNOWN:
+            raise
+        return LakeSnapshot(False, [0] * buckets)
+    offsets, _ = lake_offsets(ice, buckets)
+    snap = ice.current_snapshot()
+    if snap is None:
+        return LakeSnapshot(True, offsets)
+    return LakeSnapshot(True, offsets, snap.snapshot_id, snap.timestamp_ms / 1000.0)
+
+
+def lake_status(
+    store: TableStore,
+    lake: Lake,
+    table: str,
+    *,
+    window_s: float = STATUS_WINDOW_S,
+    snapshot: LakeSnapshot | None = None,
+) -> dict:
+    """Per-table tiering figures for ``flow status``: offsets, backlog, lake delay now and its recent max.
+    ``snapshot``: the lake's side as the caller last read it (a running flow's status, which knows when its
+    tiering committed), else read here."""
     meta = store.get_table(table)
     ends = store.end_offsets(table)
-    lake_exists = lake.exists(table)
-    snap = None
-    offsets = [0] * meta.buckets
-    if lake_exists:
-        ice = lake.load(table)
-        offsets, _ = lake_offsets(ice, meta.buckets)
-        snap = ice.current_snapshot()
+    snap = snapshot if snapshot is not None else lake_snapshot(lake, table, meta.buckets)
     now = time.time()
-    delay = lake_delay(store, table, offsets, ends, now)
+    delay = lake_delay(store, table, snap.offsets, ends, now)
     history = read_history(lake.run_dir, table, since=now - window_s)
     last = next((h for h in reversed(history) if h.get("committed")), None)
     peaks = [max(h.get("delay", 0.0), h.get("delay_at_commit", 0.0)) for h in history]
     return {
         "table": table,
-        "lake_table": lake_exists,
-        "lake_offsets": offsets,
+        "lake_table": snap.exists,
+        "lake_offsets": snap.offsets,
         "hot_end_offsets": ends,
-        "pending_rows": sum(max(0, e - o) for o, e in zip(offsets, ends)),
+        "pending_rows": sum(max(0, e - o) for o, e in zip(snap.offsets, ends)),
         "lake_delay_s": round(delay, 3),
         "max_lake_delay_s": round(max([delay, *peaks]), 3),  # over the last window_s seconds
         "window_s": window_s,
-        "last_snapshot_id": snap.snapshot_id if snap else None,
-        "last_snapshot_at": snap.timestamp_ms / 1000.0 if snap else None,
+        "last_snapshot_id": snap.snapshot_id,
+        "last_snapshot_at": snap.snapshot_at,
         "last_cycle_rows": last["rows"] if last else None,
         "last_cycle_seconds": last["seconds"] if last else None,
         "cycles_in_window": len(history),

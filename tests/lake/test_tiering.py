@@ -7,8 +7,9 @@ import random
 import pyarrow as pa
 import pytest
 
+from materializer.status import LakeSnapshots
 from runtime.lake.state import lake_offsets
-from runtime.lake.tiering import lake_status, tier_table
+from runtime.lake.tiering import lake_snapshot, lake_status, tier_table
 from runtime.storage.api import CHANGE, TableMeta
 from tests.lake._lakekit import ACTIVITY, ALL_CATALOGS, CLICKS, clicks, data_files_stored, lake_rows, rows_of
 
@@ -155,6 +156,32 @@ def test_lake_status_reports_backlog_and_delay(store, lake):
     assert status["lake_offsets"] == store.end_offsets("ods.clicks")
     offsets, snap = lake_offsets(lake.load("ods.clicks"), 2)
     assert offsets == status["lake_offsets"] and snap.snapshot_id == status["last_snapshot_id"]
+
+
+def test_a_running_flows_status_rereads_the_lake_after_a_commit_or_a_while(store, lake, monkeypatch):
+    store.create_table(TableMeta("ods.clicks", CLICKS, buckets=2, bucket_key=("user_id",)))
+    store.write("ods.clicks", clicks(10), writer="w", seq=0)
+    reads = []
+    real = lake.load
+    monkeypatch.setattr(lake, "load", lambda name: reads.append(name) or real(name))
+    memory = LakeSnapshots(reread_s=10.0)
+    assert memory.get(lake, "ods.clicks", 2, commits=0, now=1000.0) == lake_snapshot(lake, "ods.clicks", 2)
+    assert not memory.get(lake, "ods.clicks", 2, commits=0, now=1000.0).exists
+    tier_table(store, lake, "ods.clicks")
+    reads.clear()
+    # the same commit count within 10 s: the last read, no catalog call (the commit was another process's)
+    assert memory.get(lake, "ods.clicks", 2, commits=0, now=1009.0).offsets == [0, 0] and reads == []
+    # the flow's tiering committed: read again, and the status shows the new offsets
+    seen = memory.get(lake, "ods.clicks", 2, commits=1, now=1011.0)
+    assert seen.exists and seen.offsets == store.end_offsets("ods.clicks") and reads == ["ods.clicks"]
+    status = lake_status(store, lake, "ods.clicks", snapshot=seen)
+    assert status == {**lake_status(store, lake, "ods.clicks"), "lake_delay_s": status["lake_delay_s"]}
+    assert status["pending_rows"] == 0 and status["last_snapshot_id"] == seen.snapshot_id
+    store.write("ods.clicks", clicks(5, start=100), writer="w", seq=1)
+    tier_table(store, lake, "ods.clicks")  # committed by another process: seen after at most 10 s
+    assert memory.get(lake, "ods.clicks", 2, commits=1, now=1020.0) == seen
+    later = memory.get(lake, "ods.clicks", 2, commits=1, now=1021.5)
+    assert later.offsets == store.end_offsets("ods.clicks") and later.snapshot_id != seen.snapshot_id
 
 
 def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake):
