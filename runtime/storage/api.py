@@ -108,7 +108,7 @@ def bucket_of(keys: pa.Table | pa.RecordBatch, key_columns: Sequence[str], bucke
     """
     n = keys.num_rows
     if buckets <= 1 or not key_columns:
-        return pa.array([0] * n, pa.int32())
+        return pa.array(np.zeros(n, np.int32))
     columns = [keys.column(c) for c in key_columns]
     if all(
         pa.types.is_integer(c.type) or pa.types.is_string(c.type) or pa.types.is_large_string(c.type)
