@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from materializer.analyze import struct_of
 from materializer.incremental.common import (
@@ -98,7 +99,7 @@ class Buffer:
         bound = buffer.slice(buffer.num_rows - 1)  # the old last row: the end of what the buffer knows
         both = pa.concat_tables([rest, images.select(rest.column_names).cast(rest.schema), bound])
         order = order_indices(both, self.order, self.primary_key)  # stable: ``bound`` after an equal row
-        known = order.to_pylist().index(both.num_rows - 1)
+        known = pc.index(order, pa.scalar(both.num_rows - 1, order.type)).as_py()
         if known == 0:
             return None
         merged = self.cut(both.take(order.slice(0, known)))
