@@ -121,13 +121,19 @@ def _installed_launcher() -> str:
 def test_the_installed_launcher_runs_this_interpreter_with_the_installed_pyspark():
     """As Spark starts a driver-side worker: its pyspark.zip and py4j zip first on PYTHONPATH, ``-m``."""
     zips = [str(SPARK_LIB / "pyspark.zip"), *map(str, sorted(SPARK_LIB.glob("py4j-*.zip")))]
-    probe = "import os, sys, pyspark; print(sys.executable); print(pyspark.__file__); print(os.getcwd())"
+    probe = (
+        "import os, sys, pyspark; print(sys.executable); print(sys.prefix); print(pyspark.__file__); "
+        "print(os.getcwd())"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(zips))
     out = subprocess.run(
         [_installed_launcher(), "-c", probe], env=env, capture_output=True, text=True, check=True
     )
-    executable, where, cwd = out.stdout.split()
-    assert executable == sys.executable
+    executable, prefix, where, cwd = out.stdout.split()
+    # this interpreter, maybe by another of its names in its folder (pip writes `python3` into the shebang
+    # when it runs as .venv/bin/pip, `python` as .venv/bin/python -m pip)
+    assert prefix == sys.prefix and Path(executable).parent == Path(sys.executable).parent
+    assert os.path.samefile(executable, sys.executable)
     assert where == pyspark.__file__ and "pyspark.zip" not in where
     assert cwd == os.getcwd()
     # a module run as Spark runs its workers (-m), its arguments passed on
