@@ -129,7 +129,10 @@ class Project:
         from runtime.spark.session import get_spark, register_source
 
         master, remote = self.config.get("spark.master"), self.config.get("spark.remote")
-        spark = get_spark(master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote)
+        archive = "make" if self.config.get("spark.class_archive") else "off"
+        spark = get_spark(
+            master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote, class_archive=archive
+        )
         register_source(spark, self.config)
         return spark
 

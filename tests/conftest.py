@@ -35,7 +35,8 @@ def spark():
     """The one SparkSession of the test session (Spark takes ~14 s to start)."""
     from runtime.spark.session import get_spark
 
-    session = get_spark("local[2]")
+    # from the class archive when one was made (a long session would hold the claim to make it for long)
+    session = get_spark("local[2]", class_archive="use")
     yield session
     session.stop()
 

@@ -171,6 +171,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
     Setting(
+        "spark.class_archive",
+        True,
+        "Start the driver JVM from a class-data-sharing archive of the classes Spark loads, made by the "
+        "first start that finds none (~150 MB in ~/.cache/tidehouse/jvm, per Java and Spark installation): "
+        "Spark starts ~2 s faster with ~30% less CPU. false: start without one.",
+        _bool,
+    ),
+    Setting(
         "registry.url",
         None,
         "SQLAlchemy URL of the registry database; default: SQLite under the home.",

@@ -31,6 +31,7 @@ from typing import Any
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
+from runtime.spark.classarchive import driver_options
 from runtime.spark.launcher import worker_python
 
 _LOCK = threading.Lock()
@@ -141,14 +142,18 @@ def _log4j_file(log_dir: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def spark_jars() -> Path:
+    """The jars folder of the Spark the driver runs: ``$SPARK_HOME/jars``, else pip's pyspark's."""
+    import pyspark
+
+    return Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "jars"
+
+
 @functools.cache
 def local_checkpoint_conf() -> dict[str, str]:
     """Settings for checkpoints on a local disk (see ``_CHECKPOINT_MANAGERS``); empty if this Spark has no
     FileSystem checkpoint manager under a known name."""
-    import pyspark
-
-    jars = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "jars"
-    for jar in sorted(jars.glob("spark-sql_*.jar")):
+    for jar in sorted(spark_jars().glob("spark-sql_*.jar")):
         with zipfile.ZipFile(jar) as archive:
             names = set(archive.namelist())
         for cls in _CHECKPOINT_MANAGERS:
@@ -161,11 +166,17 @@ def local_checkpoint_conf() -> dict[str, str]:
 
 
 def session_conf(
-    master: str, conf: Mapping[str, Any] | None = None, log_dir: str | os.PathLike | None = None
+    master: str,
+    conf: Mapping[str, Any] | None = None,
+    log_dir: str | os.PathLike | None = None,
+    *,
+    class_archive: str = "off",
 ) -> dict[str, str]:
     """The full configuration ``get_spark`` starts Spark with: defaults, :func:`local_checkpoint_conf`
     (checkpoints are always on a local or mounted disk: ``checkpoints.root`` refuses other schemes), then the
-    project's ``conf``; Spark's log goes to ``log_dir`` if given."""
+    project's ``conf``; Spark's log goes to ``log_dir`` if given. ``class_archive``: ``make`` starts the
+    driver JVM from the class archive of :mod:`runtime.spark.classarchive` or makes it, ``use`` only starts
+    from one (a long-lived process, whose claim would hold for long), ``off`` neither."""
     merged = {**DEFAULT_CONF, **local_checkpoint_conf(), **{str(k): str(v) for k, v in (conf or {}).items()}}
     if not master.startswith("local"):  # a cluster: executors must reach the driver by its real address
         for key in ("spark.driver.host", "spark.driver.bindAddress"):
@@ -175,8 +186,13 @@ def session_conf(
             merged["spark.driver.extraJavaOptions"] = CLUSTER_DRIVER_JAVA_OPTIONS
     quiet = f"-Dlog4j2.configurationFile=file:{_log4j_file(log_dir)}"
     user_opts = merged.get("spark.driver.extraJavaOptions", "")
+    archive = ""
+    if class_archive in ("make", "use"):
+        extra = merged.get("spark.driver.extraClassPath", "")
+        archive = driver_options(spark_jars(), user_opts, extra, make=class_archive == "make")
     if "log4j2.configurationFile" not in user_opts:
-        merged["spark.driver.extraJavaOptions"] = f"{user_opts} {quiet}".strip()
+        user_opts = f"{user_opts} {quiet}"
+    merged["spark.driver.extraJavaOptions"] = f"{user_opts} {archive}".strip()
     return merged
 
 
@@ -186,6 +202,7 @@ def get_spark(
     app_name: str = "tidehouse",
     log_dir: str | os.PathLike | None = None,
     remote: str | None = None,
+    class_archive: str = "make",
 ):
     """Return the process's SparkSession, creating it on first use.
 
@@ -194,7 +211,8 @@ def get_spark(
     the workers then import PySpark with its byte code, not from Spark's zip); logs
     are quiet (into ``log_dir/spark.log`` when given), and the ``tidehouse`` data source is registered. A
     session that already runs is returned as it is (Spark has one per process). With ``remote`` (a Spark
-    Connect URL) the session is a Connect client's (:func:`connect_session`).
+    Connect URL) the session is a Connect client's (:func:`connect_session`). ``class_archive`` is
+    :func:`session_conf`'s.
     """
     if remote:
         return connect_session(remote, conf)
@@ -209,7 +227,7 @@ def get_spark(
             from pyspark.sql import SparkSession
 
             builder = SparkSession.builder.master(master).appName(app_name)
-            for key, value in session_conf(master, conf, log_dir).items():
+            for key, value in session_conf(master, conf, log_dir, class_archive=class_archive).items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
         except Exception as exc:  # Java missing, bad master URL, port clash...
