@@ -177,10 +177,12 @@ malformed), written before any run, through the same four layers (ODS land raw �
 user → ADS top 100). Each path runs twice on a fresh state, one after the other on this machine: over an
 empty input directory, then over the backlog. **backlog cost** = the backlog run's wall time minus the
 empty run's (process start to exit), so JVM and Spark start-up, table creation, query start and shutdown
-are not in it; **rows/s, wall** = backlog rows ÷ that cost. The same by each run's **own clock**, which
-leaves out the start of the JVMs and of the Spark session and the exit (noisy on a busy machine): Tidehouse
-from after its Spark session started to the end of the run (`flow trigger` prints "finished in"), SDP from
-"Starting run..." to "Run is COMPLETED." in its log (stamped in whole seconds).
+are not in it (Tidehouse's runs start their driver JVM without the class archive, `spark.class_archive:
+false`, so that the empty and the backlog run start alike); **rows/s, wall** = backlog rows ÷ that cost.
+The same by each run's **own clock**, which leaves out the start of the JVMs and of the Spark session and
+the exit (noisy on a busy machine): Tidehouse from after its Spark session started to the end of the run
+(`flow trigger` prints "finished in"), SDP from "Starting run..." to "Run is COMPLETED." in its log
+(stamped in whole seconds).
 
 * Tidehouse: `tidehouse flow trigger flows/vs_sdp.yaml --until-idle` (benchmarks/vs_sdp_flow, its trigger
   100 ms and `materializer.max_rows_per_batch` default): every layer drained in order, each layer's tables

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.scale_out.cli import command_line, parse_args
 from benchmarks.scale_out.cpu import CpuMeter, CpuReading
 from benchmarks.scale_out.report import Run, figures, report_body, verdict_of
-from benchmarks.scale_out.runs import parse_sdp_log, parse_trigger_log
+from benchmarks.scale_out.runs import parse_sdp_log, parse_trigger_log, tidehouse_project
 
 ROWS = 5_000_000
 
@@ -247,3 +247,13 @@ def test_results_with_rounds_and_without_load_back(tmp_path):
     assert parse_args(["--repeat", "3"]).repeat == 3 and parse_args([]).repeat == 1
     with pytest.raises(SystemExit):
         parse_args(["--repeat", "0"])
+
+
+@pytest.mark.parametrize("spark", [None, {"master": "spark://127.0.0.1:7077"}])
+def test_every_tidehouse_run_starts_its_driver_without_the_class_archive(tmp_path, spark):
+    """The backlog run minus the empty run must not count one run making the archive the other one uses."""
+    import yaml
+
+    project, _ = tidehouse_project(tmp_path, tmp_path / "input", spark)
+    settings = yaml.safe_load((project / "tidehouse.yaml").read_text())
+    assert settings["spark"] == {**(spark or {}), "class_archive": False}
