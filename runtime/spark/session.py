@@ -224,8 +224,11 @@ def get_spark(
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
         try:
+            from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
+            if SparkContext._active_spark_context is not None:  # its JVM runs: no start, no archive to claim
+                class_archive = "off"
             builder = SparkSession.builder.master(master).appName(app_name)
             for key, value in session_conf(master, conf, log_dir, class_archive=class_archive).items():
                 builder = builder.config(key, value)

@@ -126,6 +126,15 @@ def test_session_conf_adds_the_options_only_when_asked(tmp_path, monkeypatch):
     assert "Archive" not in session_conf("local[2]", class_archive="use")["spark.driver.extraJavaOptions"]
 
 
+def test_a_process_whose_jvm_runs_claims_nothing(spark, tmp_path, monkeypatch):
+    """``get_spark`` again in a process with a SparkContext starts no JVM: it must not claim the archive."""
+    from runtime.spark.session import get_spark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert get_spark("local[2]", class_archive="make") is not None
+    assert not (tmp_path / "tidehouse").exists()
+
+
 _START = """
 import sys
 from runtime.spark.session import get_spark
