@@ -36,6 +36,8 @@ read it is an error naming it, never a silent skip. ``Trigger.AvailableNow`` is 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
@@ -355,6 +357,18 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict) -> None:
         """Nothing to release: hot log retention is driven by tiering, not by readers."""
+
+    def stop(self) -> None:
+        """Spark's source runner calls this as its loop ends, which only an exception ends: ``EOFError`` when
+        the JVM closed the runner's socket (the query stopped). The runner then writes that "error" back to
+        the closed socket and, when the JVM already went, Python prints the ``BrokenPipeError``'s traceback
+        on the terminal of ``flow trigger`` — a race between Spark's close and the SIGTERM that follows it.
+        After an EOF there is nobody left to tell anything, so this process's stderr goes to /dev/null; any
+        other error still reaches the JVM (and the user) through the socket as before."""
+        if isinstance(sys.exc_info()[1], EOFError):
+            silent = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(silent, 2)
+            os.close(silent)
 
     def _check_incarnation(self, start: dict) -> str:
         current = self.opts.store().incarnation(self.table)

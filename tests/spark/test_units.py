@@ -419,3 +419,32 @@ def test_python_workers_get_time_to_connect_back_on_a_loaded_machine():
         ]
         == "30s"
     )
+
+
+_RUNNER_END = """
+import sys
+from runtime.spark.datasource import StreamReader
+
+reader = StreamReader.__new__(StreamReader)
+try:  # as pyspark's python_streaming_source_runner ends: its loop's finally, then its error handler
+    try:
+        raise {error}("the JVM closed the socket")
+    finally:
+        reader.stop()
+except BaseException:
+    raise BrokenPipeError("writing the error back to the closed socket")
+"""
+
+
+@pytest.mark.parametrize("error, printed", [("EOFError", False), ("RuntimeError", True)])
+def test_a_stopped_queries_source_runner_prints_no_traceback(error, printed):
+    """After an EOF (the JVM closed the runner's socket) the runner's failure to report it is not printed; a
+    real error still is."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _RUNNER_END.format(error=error)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode != 0
+    assert ("Traceback" in out.stderr) is printed, out.stderr
