@@ -31,7 +31,7 @@ from typing import Any
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
-from runtime.spark.classarchive import driver_options
+from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.launcher import worker_python
 
 _LOCK = threading.Lock()
@@ -239,6 +239,9 @@ def get_spark(
                 f"could not start Spark: {exc}",
                 hint="check that Java 17 is installed and spark.master is right",
             ) from exc
+        if class_archive == "make":  # the archive this process claimed, dumped from its JVM now
+            gateway = getattr(spark.sparkContext._gateway, "proc", None)
+            dump_when_started(getattr(gateway, "pid", None))
         if log_dir is None:  # with a log file, WARN lines belong in it
             spark.sparkContext.setLogLevel("ERROR")
         _register_sources(spark)

@@ -33,14 +33,40 @@ def _key(jars: Path, options: str = "") -> str:
     return ca.archive_key(ca.java_binary(), jars, options, "")
 
 
+@pytest.fixture(autouse=True)
+def _nothing_pending():
+    yield
+    ca._PENDING.clear()
+
+
+CLAIMED = ("-XX:+RecordDynamicDumpInfo ", "-XX:ArchiveClassesAtExit=")
+
+
 def test_the_first_start_claims_and_makes_it_at_exit_and_the_others_start_without(tmp_path, jars):
     folder = tmp_path / "cache"
     first = ca.driver_options(jars, "-XX:+UseSerialGC", folder=folder)
     key = _key(jars, "-XX:+UseSerialGC")
-    assert first == f"-XX:ArchiveClassesAtExit={folder / f'{key}.{os.getpid()}.part'} {ca.QUIET}"
+    assert first == f"-XX:+RecordDynamicDumpInfo {ca.QUIET}"  # jcmd dumps it once the session is up
+    part = folder / f"{key}.{os.getpid()}.part"
+    pending = {"jcmd": ca.java_binary().parent / "jcmd", "part": part, "archive": folder / f"{key}.jsa"}
+    assert dict(ca._PENDING, claim=None) == dict(pending, claim=None)
+    assert ca._PENDING["claim"] == folder / f"{key}.claim"
     assert (folder / f"{key}.claim").read_text() == str(os.getpid())
     assert ca.driver_options(jars, "-XX:+UseSerialGC", folder=folder) == ""  # claimed by a live process
-    assert ca.driver_options(jars, "", folder=folder).startswith("-XX:ArchiveClassesAtExit=")  # other key
+    assert ca.driver_options(jars, "", folder=folder).startswith(CLAIMED)  # another key
+
+
+def test_a_java_without_jcmd_dumps_at_the_jvms_exit(tmp_path, jars, monkeypatch):
+    java = tmp_path / "jre" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("")
+    monkeypatch.setattr(ca, "java_binary", lambda: java)
+    folder = tmp_path / "cache"
+    key = ca.archive_key(java, jars, "", "")
+    part = folder / f"{key}.{os.getpid()}.part"
+    assert ca.driver_options(jars, "", folder=folder) == f"-XX:ArchiveClassesAtExit={part} {ca.QUIET}"
+    assert not ca._PENDING
+    assert ca.dump_when_started(12345) is None  # nothing to dump from this process
 
 
 def test_a_whole_part_of_a_finished_process_becomes_the_archive(tmp_path, jars):
@@ -77,17 +103,23 @@ def test_a_claim_whose_process_is_gone_or_that_is_old_is_taken_over(tmp_path, ja
     folder.mkdir()
     claim = folder / f"{key}.claim"
     claim.write_text(str(_dead_pid()))
-    assert ca.driver_options(jars, "", folder=folder).startswith("-XX:ArchiveClassesAtExit=")
+    assert ca.driver_options(jars, "", folder=folder).startswith(CLAIMED)
     claim.write_text(str(os.getppid()))  # alive, but claimed longer ago than a flow should keep it
     old = time.time() - ca.CLAIM_S - 1
     os.utime(claim, (old, old))
-    assert ca.driver_options(jars, "", folder=folder).startswith("-XX:ArchiveClassesAtExit=")
+    assert ca.driver_options(jars, "", folder=folder).startswith(CLAIMED)
     assert claim.read_text() == str(os.getpid())
 
 
 def test_what_is_left_alone(tmp_path, jars):
     folder = tmp_path / "cache"
-    for theirs in ("-XX:SharedArchiveFile=/x.jsa", "-XX:ArchiveClassesAtExit=/y.jsa", "-Xshare:off"):
+    theirs_all = (
+        "-XX:SharedArchiveFile=/x.jsa",
+        "-XX:ArchiveClassesAtExit=/y",
+        "-XX:+RecordDynamicDumpInfo",
+        "-Xshare:off",
+    )
+    for theirs in theirs_all:
         assert ca.driver_options(jars, f"-XX:+UseSerialGC {theirs}", folder=folder) == ""
     assert not folder.exists()
     assert ca.driver_options(jars, "", folder=folder, make=False) == ""  # use only: nothing made
@@ -113,7 +145,7 @@ def test_other_keys_files_unused_for_long_are_swept_when_an_archive_is_made(tmp_
     recent.write_bytes(ca.MAGIC)
     old = time.time() - ca.KEEP_S - 1
     os.utime(stale, (old, old))
-    assert ca.driver_options(jars, "", folder=folder).startswith("-XX:ArchiveClassesAtExit=")
+    assert ca.driver_options(jars, "", folder=folder).startswith(CLAIMED)
     assert not stale.exists() and recent.exists()
 
 
@@ -122,7 +154,7 @@ def test_session_conf_adds_the_options_only_when_asked(tmp_path, monkeypatch):
     assert "Archive" not in session_conf("local[2]")["spark.driver.extraJavaOptions"]
     made = session_conf("local[2]", class_archive="make")["spark.driver.extraJavaOptions"]
     assert made.startswith("-XX:+UseSerialGC -Dlog4j2.configurationFile=")
-    assert "-XX:ArchiveClassesAtExit=" in made and made.endswith(ca.QUIET)
+    assert "-XX:+RecordDynamicDumpInfo" in made and made.endswith(ca.QUIET)
     assert "Archive" not in session_conf("local[2]", class_archive="use")["spark.driver.extraJavaOptions"]
 
 
@@ -147,11 +179,12 @@ print(pid, any(sys.argv[1] in line for line in open(f"/proc/{pid}/maps")))
 
 @pytest.mark.slow
 def test_the_first_driver_makes_the_archive_the_next_one_maps(tmp_path):
-    """Two real driver JVMs on a fresh cache: the first writes a whole part as it exits, the next maps it."""
+    """Two real driver JVMs on a fresh cache: the first dumps the archive once its session is up (jcmd), the
+    next maps it."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
     folder = tmp_path / "tidehouse" / "jvm"
 
-    def start() -> tuple[int, bool]:
+    def start() -> bool:
         out = subprocess.run(
             [sys.executable, "-c", _START, str(folder)],
             env=env,
@@ -162,17 +195,33 @@ def test_the_first_driver_makes_the_archive_the_next_one_maps(tmp_path):
         )
         assert out.returncode == 0, out.stderr[-3000:]
         assert "cds" not in out.stdout + out.stderr  # the JVM's CDS messages reach no terminal
-        pid, mapped = out.stdout.split()[-2:]
-        return int(pid), mapped == "True"
+        return out.stdout.split()[-1] == "True"
 
-    jvm, mapped = start()
-    assert not mapped
-    deadline = time.time() + 60  # the JVM writes the archive as it exits, after its Python process
-    while time.time() < deadline and ca._alive(jvm):
-        time.sleep(0.2)
-    parts = list(folder.glob("*.part"))
-    assert len(parts) == 1 and parts[0].read_bytes()[:4] == ca.MAGIC, sorted(folder.iterdir())
-    _, mapped = start()
-    assert mapped, sorted(folder.iterdir())
-    assert [p.suffix for p in folder.iterdir()] == [".jsa"]
+    assert not start()
+    archives = list(folder.iterdir())  # the process waited for its dump at exit
+    assert [p.suffix for p in archives] == [".jsa"] and archives[0].read_bytes()[:4] == ca.MAGIC, archives
+    assert start()
+    assert list(folder.iterdir()) == archives
     assert spark_jars().is_dir()
+
+
+@pytest.mark.parametrize("when", ["timer", "exit"])
+def test_the_claimer_dumps_once_after_its_start_or_at_its_exit(tmp_path, monkeypatch, when):
+    """``jcmd <pid> VM.cds dynamic_dump PART`` (a stand-in that writes a whole archive), then PART becomes
+    the archive and the claim goes; the timer and the exit never dump twice."""
+    jcmd = tmp_path / "jcmd"
+    calls = tmp_path / "calls"
+    jcmd.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nprintf \'\\250\\253\\013\\360rest\' > "$4"\n')
+    jcmd.chmod(0o755)
+    part, archive, claim = tmp_path / "k.1.part", tmp_path / "k.jsa", tmp_path / "k.claim"
+    claim.write_text("1")
+    monkeypatch.setattr(ca, "DUMP_AFTER_S", 0.05 if when == "timer" else 60.0)
+    monkeypatch.setattr(ca, "_DUMPS", [])
+    ca._PENDING.update(jcmd=jcmd, part=part, archive=archive, claim=claim)
+    timer = ca.dump_when_started(4242)
+    if when == "timer":
+        timer.join(timeout=30)
+    ca._dump_at_exit()
+    assert calls.read_text().split() == ["4242", "VM.cds", "dynamic_dump", str(part)]  # once
+    assert archive.read_bytes().startswith(ca.MAGIC) and not part.exists() and not claim.exists()
+    assert not ca._PENDING and ca.dump_when_started(4242) is None  # nothing claimed any more
