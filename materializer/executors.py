@@ -28,6 +28,7 @@ from materializer.strategies import (
     behind_retention,
     count_reader,
     incremental,
+    spark_rows,
     write_quarantine,
 )
 from runtime.spark.session import is_connect
@@ -77,6 +78,8 @@ def append_batch(ctx: QueryContext) -> Callable:
                 return
         elif source is not None:
             count_reader(ctx, "spark", batch_id, None)
+        if source is not None:
+            batch_df = spark_rows(ctx, batch_df, batch_id)
         if source is not None and table.passthrough:  # one pass: the write tasks quarantine what fails
             check = SourceCheck(source.name, source.format, tuple(source.required))
             good = batch_df.select(

@@ -37,8 +37,8 @@ from materializer.lock import RunLock
 from materializer.plan import FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
 from materializer.remote import RemoteRun, run_folder
-from materializer.rows import CORRUPT
 from materializer.selection import universe
+from materializer.sources import source_stream
 from materializer.status import StatusMemory
 from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, guarded, recompute
 from materializer.tables import quarantine_meta, table_meta
@@ -174,21 +174,6 @@ class FlowRunner:
             reader = reader.option("maxRowsPerTrigger", str(max_rows))
         return reader.load()
 
-    def _source_stream(self, session, name: str):
-        src = self.plan.source(name)
-        reader = session.readStream.format(src.format).options(
-            **source_options(src, self.project.config, self.data_path)
-        )
-        if src.ddl:
-            ddl = src.ddl + (f", `{CORRUPT}` string" if src.quarantines else "")
-            reader = reader.schema(ddl)
-            if src.quarantines:
-                reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-        if src.path:
-            Path(src.path).mkdir(parents=True, exist_ok=True) if "://" not in src.path else None
-            return reader.load(src.path)
-        return reader.load()
-
     def start_query(self, t: TablePlan):
         from pyspark.sql import functions as F
 
@@ -199,7 +184,11 @@ class FlowRunner:
         if t.strategy == "append":
             stream_input = next(i for i in t.inputs if i.kind in ("source", "log"))
             if stream_input.kind == "source":
-                stream = self._source_stream(session, stream_input.ref.split(":", 1)[1])
+                src = self.plan.source(stream_input.ref.split(":", 1)[1])
+                options = source_options(src, self.project.config, self.data_path)
+                stream, ctx.spark_files = source_stream(
+                    session, src, options, t.checkpoint, t.name, self.project.config
+                )
             else:  # bound the batch: a cap per data path (max_rows_per_batch)
                 stream = self._tidehouse_stream(session, stream_input.ref, max_rows=self.max_rows_per_batch)
         elif t.strategy == "aggregate":

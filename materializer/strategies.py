@@ -104,6 +104,7 @@ class QueryContext:
         self.spark_partitions = spark_partitions  # shuffle partitions: tasks the executor path writes with
         self.handoff = handoff  # driver path: how Arrow data reaches Spark (None: a local relation)
         self.json_reader = json_reader  # driver path: Arrow parses a JSON source's batches (None: Spark)
+        self.spark_files = None  # a source Tidehouse lists: how Spark reads a batch (materializer.sources)
         self.root = root
         self.flow = plan
         self.table = table
@@ -209,7 +210,13 @@ def read_source(ctx: QueryContext, batch_df, batch_id: int) -> pa.Table:
         else:
             data, why = ctx.json_reader.read(files)
     count_reader(ctx, "arrow" if data is not None else "spark", batch_id, why)
-    return data if data is not None else batch_df.toArrow()
+    return data if data is not None else spark_rows(ctx, batch_df, batch_id).toArrow()
+
+
+def spark_rows(ctx: QueryContext, batch_df, batch_id: int):
+    """A file source's micro-batch as Spark reads it: the batch DataFrame of Spark's file source, or, over
+    Tidehouse's listing (whose rows are the batch's files), Spark's reader over those files."""
+    return batch_df if ctx.spark_files is None else ctx.spark_files(batch_df, batch_id)
 
 
 def count_reader(ctx: QueryContext, reader: str, batch_id: int, why: str | None) -> None:

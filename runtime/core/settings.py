@@ -319,6 +319,19 @@ SETTINGS: tuple[Setting, ...] = (
         _bool,
     ),
     Setting(
+        "materializer.list_sources",
+        True,
+        "A file source in a local folder is listed by Tidehouse (os.scandir; a file is stat'ed once, when it "
+        "is new) instead of by Spark's file source, which lists and stats every file of the folder at every "
+        "trigger, so an idle flow over a folder that keeps its files costs its driver more every day "
+        '(docs/architecture.md, "Listing a source folder"). Files are admitted as Spark admits them and the '
+        "checkpoint keeps Spark's own file log. Spark's file source still lists a folder that holds "
+        "key=value folders, a glob path, a remote URI, a source with a listing option Tidehouse does not "
+        "implement (latestFirst, maxFileAge, cleanSource, ...) and every source over Spark Connect; "
+        "false: Spark's file source always.",
+        _bool,
+    ),
+    Setting(
         "materializer.local_relation_rows",
         10_000,
         "On the driver data path: Arrow data the driver hands to Spark (a micro-batch's rows, a table's "

@@ -409,6 +409,8 @@ def register_source(session, config=None) -> None:
     registry directly.
     """
     from runtime.spark.datasource import TidehouseDataSource
+    from runtime.spark.filesource import NAME as FILES
+    from runtime.spark.filesource import FolderSource
     from runtime.spark.options import NAME
 
     source_cls = (
@@ -421,7 +423,13 @@ def register_source(session, config=None) -> None:
         return
     jsession = session._jsparkSession
     manager = jsession.sessionState().dataSourceManager()
-    if config is not None or not manager.dataSourceExists(NAME):
+    _register(session, manager, NAME, source_cls, again=config is not None)
+    _register(session, manager, FILES, FolderSource)  # flow sources Tidehouse lists (classic sessions)
+
+
+def _register(session, manager, name: str, source_cls, *, again: bool = False) -> None:
+    """Put a Python data source into ``session``'s own registry (``again``: even when one is there)."""
+    if again or not manager.dataSourceExists(name):
         from pyspark.sql.udf import _wrap_function
 
         source = (
@@ -429,10 +437,10 @@ def register_source(session, config=None) -> None:
                 _wrap_function(session.sparkContext, source_cls)
             )
         )
-        manager.registerDataSource(NAME, source)
-    if not manager.dataSourceExists(NAME):
+        manager.registerDataSource(name, source)
+    if not manager.dataSourceExists(name):
         raise TidehouseError(
             ErrorCode.SPARK_START,
-            f"the {NAME} data source could not be registered with a Spark session",
+            f"the {name} data source could not be registered with a Spark session",
             hint="report this with your Spark version (tidehouse info)",
         )

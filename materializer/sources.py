@@ -1,0 +1,139 @@
+"""A flow source's stream, and a file source's micro-batch read by Spark.
+
+A file source in a local folder is listed by Tidehouse (:mod:`runtime.spark.filesource`: each file stat'ed
+once, when it is new) when the listing admits its files exactly as Spark's file source would; otherwise, and
+with ``materializer.list_sources: false``, Spark's file source lists it (docs/architecture.md, "Listing a
+source folder"). Either way the query's checkpoint holds Spark's file log, so the batch functions find a
+batch's files there (:func:`runtime.spark.filelog.source_files`). Over Tidehouse's listing the micro-batch's
+rows are the files' paths: when Tidehouse does not parse them itself, :class:`SparkFiles` reads them with
+Spark's reader and the source's schema and options — the rows Spark's file source would have produced.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from materializer.plan import SourcePlan
+from materializer.rows import CORRUPT
+from registry.specs.flow import FILE_FORMATS
+from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.uris import scheme_of
+from runtime.spark.filelog import source_files
+from runtime.spark.filesource import NAME as FILES
+from runtime.spark.filesource import has_partition_folders, uri_path
+
+log = logging.getLogger(__name__)
+
+# options of Spark's file source that change which files a micro-batch takes: Tidehouse's listing does not
+# implement them, so a source that sets one is listed by Spark
+LISTING_OPTIONS = frozenset(
+    k.lower()
+    for k in (
+        "latestFirst",
+        "maxFileAge",
+        "fileNameOnly",
+        "maxCachedFiles",
+        "discardCachedInputRatio",
+        "cleanSource",
+        "sourceArchiveDir",
+        "pathGlobFilter",
+        "recursiveFileLookup",
+        "modifiedBefore",
+        "modifiedAfter",
+    )
+)
+ADMISSION = frozenset({"maxfilespertrigger", "maxbytespertrigger"})  # both listings apply these
+_GLOB = re.compile(r"[*?\[\]{}\\]")
+
+
+def listing_refusal(src: SourcePlan, options: dict[str, str], config, *, connect: bool) -> str | None:
+    """Why Spark's file source lists ``src`` instead of Tidehouse (None: Tidehouse lists it)."""
+    if src.format not in FILE_FORMATS or not src.path:
+        return "not a file source"
+    if not config.get("materializer.list_sources"):
+        return "materializer.list_sources is false"
+    if connect:
+        return "over Spark Connect the server's file source lists it"
+    if scheme_of(src.path) not in ("", "file"):
+        return f"{src.path} is not a local folder"
+    if _GLOB.search(src.path):
+        return f"{src.path} is a glob pattern"
+    own = sorted(k for k in options if k.lower() in LISTING_OPTIONS)
+    if own:
+        return f"the source sets the option {own[0]}"
+    if has_partition_folders(_local(src.path)):
+        return f"{src.path} holds key=value folders (Spark adds their partition columns)"
+    return None
+
+
+def _local(path: str) -> str:
+    return uri_path(path) if path.startswith("file:") else path
+
+
+def _configured(reader, src: SourcePlan, options: dict[str, str]):
+    """A Spark reader (batch or stream) of ``src``'s format, options and schema (a quarantining source's
+    schema has the corrupt-record column, and Spark's permissive mode fills it)."""
+    reader = reader.format(src.format).options(**options)
+    if src.ddl:
+        reader = reader.schema(src.ddl + (f", `{CORRUPT}` string" if src.quarantines else ""))
+        if src.quarantines:
+            reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+    return reader
+
+
+def source_stream(session, src: SourcePlan, options: dict[str, str], checkpoint: str, table: str, config):
+    """The stream of flow source ``src`` for the query of ``table`` (checkpoint ``checkpoint``), and how its
+    micro-batch's rows are read by Spark: Tidehouse's listing and a :class:`SparkFiles` when
+    :func:`listing_refusal` has no reason against it, else Spark's file source (its batch DataFrame is the
+    rows: None)."""
+    from runtime.spark.session import is_connect
+
+    if src.path and "://" not in src.path:
+        Path(src.path).mkdir(parents=True, exist_ok=True)
+    why = listing_refusal(src, options, config, connect=is_connect(session))
+    if why is None:
+        log.info("%s: Tidehouse lists the source folder %s", table, src.path)
+        admission = {k: v for k, v in options.items() if k.lower() in ADMISSION}
+        stream = (
+            session.readStream.format(FILES)
+            .option("path", _local(src.path))
+            .option("log", str(Path(checkpoint) / "sources" / "0"))
+            .options(**admission)
+            .load()
+        )
+        return stream, SparkFiles(src, options, checkpoint)
+    if src.format in FILE_FORMATS:
+        log.info("%s: Spark's file source lists %s: %s", table, src.path, why)
+    reader = _configured(session.readStream, src, options)
+    return (reader.load(src.path) if src.path else reader.load()), None
+
+
+_HADOOP_GLOB = re.compile(r"([\\*?\[\]{}])")
+
+
+class SparkFiles:
+    """A micro-batch of a source Tidehouse lists, read by Spark: its files (from the checkpoint's file log)
+    through Spark's reader with the source's schema and options."""
+
+    def __init__(self, src: SourcePlan, options: dict[str, str], checkpoint: str) -> None:
+        self.src, self.checkpoint = src, checkpoint
+        self.options = {k: v for k, v in options.items() if k.lower() not in ADMISSION}
+
+    def __call__(self, batch_df, batch_id: int):
+        files = source_files(self.checkpoint, batch_id)
+        if files is None:
+            raise TidehouseError(
+                ErrorCode.STORAGE_CORRUPT,
+                f"the checkpoint {self.checkpoint} does not list the files of micro-batch {batch_id} of "
+                f"source {self.src.name}",
+                hint="the checkpoint was changed by hand; `tidehouse flow trigger --full-refresh` rebuilds "
+                "the table from its source folder",
+            )
+        # Spark's reader takes paths as glob patterns: a file named x[1].json is escaped to be itself
+        paths = [_HADOOP_GLOB.sub(r"\\\1", uri_path(f)) for f in files]
+        return _configured(batch_df.sparkSession.read, self.src, self.options).load(paths)
+
+
+__all__ = ["LISTING_OPTIONS", "SparkFiles", "listing_refusal", "source_stream"]
