@@ -56,6 +56,8 @@ def listing_refusal(src: SourcePlan, options: dict[str, str], config, *, connect
         return "materializer.list_sources is false"
     if connect:
         return "over Spark Connect the server's file source lists it"
+    if not src.ddl:  # Spark's source infers the schema once, from the folder; a batch read would per batch
+        return "the source declares no schema"
     if scheme_of(src.path) not in ("", "file"):
         return f"{src.path} is not a local folder"
     if _GLOB.search(src.path):

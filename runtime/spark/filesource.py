@@ -43,12 +43,19 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from pyspark.sql.types import StructType
 
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.spark.worker_memory import keep_pandas_out
+
+# a source query's runner process runs only this source's methods: no pandas there (see worker_memory)
+keep_pandas_out()
 
 NAME = "tidehouse_files"
 SCHEMA = "path string"
 COMPACT_INTERVAL = 10  # Spark's spark.sql.streaming.fileSource.log.compactInterval
 MAX_FILE_AGE_MS = 7 * 24 * 3600 * 1000  # Spark's maxFileAge default
 KEEP_BATCHES = 100  # plain log files kept behind a compaction (Spark's minBatchesToRetain)
+# a folder whose modification time (a name added, removed or renamed) is what it was at the last listing, and
+# more than this far in the past (a file system's clock may tick coarsely), is not listed again
+SETTLED_NS = 2_000_000_000
 OLD_RECHECK_S = 10.0  # how often a file too old to be new is stat'ed again (a newer file of that name is new)
 # java.net.URI's legal path characters (unreserved, punct, "/", "@"); others are %-quoted as UTF-8
 _QUOTED_CATEGORIES = ("Zs", "Zl", "Zp", "Cc", "Cs")  # Character.isSpaceChar, isISOControl, unpaired
@@ -245,6 +252,17 @@ def list_files(root: str) -> Iterator[os.DirEntry]:
             yield entry
 
 
+def _folder_mtime(root: str) -> int:
+    try:
+        return os.stat(root).st_mtime_ns
+    except FileNotFoundError:
+        raise TidehouseError(
+            ErrorCode.SOURCE_INVALID,
+            f"the source folder {root} does not exist (any more)",
+            hint="create it again; the files the query admitted are in its checkpoint",
+        ) from None
+
+
 def has_partition_folders(root: str) -> bool:
     """Whether any folder under ``root`` is named ``key=value`` (Spark reads partition columns from it)."""
     for _folder, names, _ in os.walk(root):
@@ -271,6 +289,8 @@ class FolderStream(DataSourceStreamReader):
         self.last = -1
         self.old: set[str] = set()  # listed files too old to be new: stat'ed again every OLD_RECHECK_S
         self.old_checked = time.monotonic()
+        self.listed: int | None = None  # the folder's modification time when it was last listed
+        self.pending = False  # the last listing found more new files than one batch takes
 
     def _restore(self) -> SeenFiles:
         if self.seen is None:
@@ -297,6 +317,14 @@ class FolderStream(DataSourceStreamReader):
         recheck = time.monotonic() - self.old_checked >= OLD_RECHECK_S
         if recheck:
             self.old, self.old_checked = set(), time.monotonic()
+        folder = _folder_mtime(self.root)
+        if (
+            not recheck
+            and not self.pending
+            and folder == self.listed
+            and time.time_ns() - folder > SETTLED_NS
+        ):
+            return {"logOffset": self.last}  # no name came or went since the last listing
         new = []
         for entry in list_files(self.root):
             path = entry.path  # absolute: the root is
@@ -311,9 +339,12 @@ class FolderStream(DataSourceStreamReader):
                 new.append((mtime, path, stat.st_size))
             else:
                 self.old.add(path)
+        self.listed = folder
         if new:
             new.sort()
-            self._admit(admitted(new, limit))
+            taken = admitted(new, limit)
+            self.pending = len(taken) < len(new)  # the rest is new at the next call, whatever the folder
+            self._admit(taken)
         return {"logOffset": self.last}
 
     def _admit(self, files: list[tuple[int, str, int]]) -> None:

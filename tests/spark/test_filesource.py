@@ -198,3 +198,28 @@ def test_a_missing_folder_is_an_error(tmp_path):
 def test_paths_are_spelled_as_sparks_log_spells_them(name, uri):
     assert spark_uri(f"/d/{name}") == uri
     assert uri_path(uri) == f"/d/{name}"
+
+
+def test_a_folder_no_name_came_to_is_not_listed_again(tmp_path, monkeypatch):
+    """The folder's modification time changes when a name is added, removed or renamed: while it is what it
+    was at the last listing (and settled: 2 s old), a trigger lists nothing — unless the last listing left
+    new files for the next batch, or old names are due to be stat'ed again."""
+    inp = tmp_path / "in"
+    for i in range(3):
+        _file(inp, f"f{i}.json", age_s=30 - i)
+    past = time.time() - 10
+    os.utime(inp, (past, past))
+    listings = []
+    real = filesource.list_files
+    monkeypatch.setattr(filesource, "list_files", lambda root: listings.append(root) or real(root))
+    stream = _stream(tmp_path, max_files=2)
+    ends = [stream.latestOffset({}, ReadMaxFiles(2))["logOffset"] for _ in range(4)]
+    assert ends == [0, 1, 1, 1] and len(listings) == 2  # the second listing took the file the first left
+    _file(inp, "g.json")  # a new name: the folder's time moves
+    assert stream.latestOffset({}, ReadMaxFiles(2))["logOffset"] == 2 and len(listings) == 3
+    assert _files(stream, 1, 2) == ["g.json"]
+    stream.old_checked -= filesource.OLD_RECHECK_S
+    past = time.time() - 10
+    os.utime(inp, (past, past))
+    stream.latestOffset({}, ReadMaxFiles(2))
+    assert len(listings) == 4  # due to stat old names again
