@@ -348,16 +348,21 @@ class FolderStream(DataSourceStreamReader):
         return {"logOffset": self.last}
 
     def _admit(self, files: list[tuple[int, str, int]]) -> None:
+        """Log batch ``k`` = the next one: as Spark does, a compaction batch is written as ``k.compact`` only,
+        which holds every admitted file still within the age and all of batch ``k``'s."""
         k = self.last + 1
         entries = [{"path": spark_uri(path), "timestamp": mtime, "batchId": k} for mtime, path, _ in files]
-        self.log.write(k, entries)
+        if (k + 1) % COMPACT_INTERVAL == 0:
+            floor = max(self.seen.latest, *(e["timestamp"] for e in entries)) - self.seen.max_age_ms
+            kept = [e for e in self.seen.entries.values() if int(e["timestamp"]) >= floor]
+            self.log.write(k, kept + entries, compact=True)
+            self.log.prune(k)
+        else:
+            self.log.write(k, entries)
         self.last = k
         for entry in entries:
             self.seen.add(entry)
         self.seen.purge()
-        if (k + 1) % COMPACT_INTERVAL == 0:
-            self.log.write(k, list(self.seen.entries.values()), compact=True)
-            self.log.prune(k)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = int(start.get("logOffset", -1)) + 1, int(end["logOffset"])

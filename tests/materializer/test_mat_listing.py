@@ -186,3 +186,35 @@ def test_a_folder_with_partition_folders_is_listed_by_spark(spark, project_dir, 
     assert project.store.scan("ods.clicks").num_rows == 3
     project.close()
     shutil.rmtree(project_dir / "data")
+
+
+def test_sparks_listing_goes_on_after_tidehouses_compacted_its_log(spark, project_dir, home, seed):
+    """One file per micro-batch (maxFilesPerTrigger: 1), 12 files: Tidehouse's log reaches a compaction
+    (batch 9 is ``9.compact`` only, as Spark writes it); Spark's file source then restores from it and reads
+    only the file that came after, and Tidehouse's listing again after Spark's."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, write_project
+
+    rng = random.Random(seed)
+    flow = FLOW.replace(
+        "    path: data/clicks\n", "    path: data/clicks\n    options: {maxFilesPerTrigger: 1}\n"
+    )
+    path = write_project(
+        project_dir, flow=flow, actions={k: ACTIONS[k] for k in ("t_ingest.sql", "t_clean.sql")}
+    )
+    folder = project_dir / "data" / "clicks"
+    for i in range(12):
+        _put(folder, f"f{i:02d}.json", _lines(rng, 2, bad=False))
+    written = 24
+    for run, listing in enumerate((True, False, True)):
+        (project_dir / "tidehouse.yaml").write_text(f"materializer:\n  list_sources: {json.dumps(listing)}\n")
+        if run:
+            _put(folder, f"run{run}.json", _lines(rng, 3, bad=False))
+            written += 3
+        project = Project.open()
+        report = project.trigger(path, until_idle=True, spark=spark)
+        assert project.store.scan("ods.clicks").num_rows == written, (run, listing)
+        assert report.tables["ods.clicks"]["batches"] == (12 if run == 0 else 1)
+        project.close()
+    logs = {p.name for p in home.glob("checkpoints/**/ods.clicks/*/sources/0/*")}
+    assert "9.compact" in logs and "9" not in logs, sorted(logs)
