@@ -231,11 +231,7 @@ def list_files(root: str) -> Iterator[os.DirEntry]:
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
-        raise TidehouseError(
-            ErrorCode.SOURCE_INVALID,
-            f"the source folder {root} does not exist (any more)",
-            hint="create it again; the files the query admitted are in its checkpoint",
-        ) from None
+        raise _missing(root) from None
     for entry in entries:
         if hidden(entry.name):
             continue
@@ -256,11 +252,15 @@ def _folder_mtime(root: str) -> int:
     try:
         return os.stat(root).st_mtime_ns
     except FileNotFoundError:
-        raise TidehouseError(
-            ErrorCode.SOURCE_INVALID,
-            f"the source folder {root} does not exist (any more)",
-            hint="create it again; the files the query admitted are in its checkpoint",
-        ) from None
+        raise _missing(root) from None
+
+
+def _missing(root: str) -> TidehouseError:
+    return TidehouseError(
+        ErrorCode.SOURCE_INVALID,
+        f"the source folder {root} does not exist (any more)",
+        hint="create it again; the files the query admitted are in its checkpoint",
+    )
 
 
 def has_partition_folders(root: str) -> bool:
