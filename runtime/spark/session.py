@@ -400,7 +400,9 @@ def new_session(spark):
 
 def register_source(session, config=None) -> None:
     """Register the ``tidehouse`` data source with ``session`` (bound to a project's ``config`` when given:
-    its home and project directory become the source's default options), and check it can be found there.
+    its home and project directory become the source's default options), and check it can be found there;
+    on a classic session also ``tidehouse_files``, the listing of flow sources' folders
+    (:mod:`runtime.spark.filesource`).
 
     ``session.dataSource.register`` cannot do it for a session made by ``newSession()``: Spark checks
     for an existing source in the *active* session (which has it, and refuses with
