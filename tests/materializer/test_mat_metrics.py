@@ -183,9 +183,11 @@ def test_the_metrics_of_a_running_flow_are_the_figures_of_flow_status(spark, pro
         phases = dwd["batch_seconds"]
         assert all(phases[p] > 0 for p in ("plan", "read", "sql", "write", "commit", "total")), phases
         assert phases["total"] >= phases["read"] + phases["sql"] + phases["write"], phases
-        # a hot input's batches waited for their trigger at least as long as Spark planned them; a file
-        # source's are not measured
-        assert phases["wait"] >= phases["plan"] > 0 and ods["batch_seconds"]["wait"] == 0, (phases, ods)
+        # a hot input's batches waited (from the commit of their oldest row to the batch function) and a file
+        # source's are not measured. Not "wait >= plan": plan sums every micro-batch Spark planned
+        # (spark_batches), wait only those that read hot rows, and the latestOffset that finds the rows can
+        # begin before they are committed (measured here: wait 0.1148 s against plan 0.116 s)
+        assert phases["wait"] > 0 and phases["plan"] > 0 and ods["batch_seconds"]["wait"] == 0, (phases, ods)
         assert status["tiering"]["dwd.clicks"]["runs"] == 1 and status["tiering"]["dwd.clicks"]["errors"] == 0
         assert dwd["freshness_s"] == 2.0 and dwd["fresh"] is False and "lake" in dwd["freshness_missed"]
         assert ods["freshness_s"] == 3600.0 and ods["fresh"] is True
