@@ -43,6 +43,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from pyspark.sql.types import StructType
 
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.files import fsync_dir
 from runtime.spark.worker_memory import keep_pandas_out
 
 # a source query's runner process runs only this source's methods: no pandas there (see worker_memory)
@@ -178,7 +179,7 @@ class FileLog:
             ) from exc
         finally:
             os.unlink(tmp)
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def prune(self, compacted: int) -> None:
         """After compact file ``compacted``: drop older compact files and plain files more than
@@ -189,14 +190,6 @@ class FileLog:
         for name in doomed:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / name).unlink()
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SeenFiles:

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.files import fsync_dir
 from runtime.core.literals import (
     LOG,
     MERGE_ENGINES,
@@ -235,14 +236,6 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _checksum(body: dict[str, Any]) -> str:
