@@ -41,7 +41,7 @@ from runtime.core.settings import default
 from runtime.storage import batches, fastpk
 from runtime.storage import meta as metamod
 from runtime.storage.api import BatchInfo, TableMeta, TableStore, WriteResult
-from runtime.storage.frames import NO_ORIGIN
+from runtime.storage.frames import NO_ORIGIN, ipc_streams
 from runtime.storage.log import BucketLog
 from runtime.storage.pk import Merger, Tablet, from_py, lookup_keys, rows_to_table, to_py
 
@@ -67,11 +67,9 @@ def _append(
 ) -> tuple[int, int]:
     """Append ``rows`` as one frame (Arrow IPC stream) to the bucket's log; its offset range."""
     batch = batches.one_batch(rows)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
+    payload, _ = ipc_streams([batch])
     return log.append(
-        sink.getvalue(),
+        payload,
         rows=batch.num_rows,
         schema_id=meta.schema_id,
         writer=writer,

@@ -347,3 +347,27 @@ def test_write_over_the_frame_limit_is_refused_and_writes_nothing(store, monkeyp
     assert store.end_offsets("ods.events") == [5] and store.last_seq("ods.events", "w") == 1
     assert store.write("ods.events", rows(5, 5), writer="w", seq=2).rows == 5  # the seq was not consumed
     assert store.scan("ods.events").column("id").to_pylist() == list(range(10))
+
+
+def test_ipc_streams_are_the_bytes_a_growing_stream_writes():
+    """Frames and objects are written into a buffer of their exact size (runtime/storage/frames.ipc_streams):
+    the same bytes, stream by stream and padding by padding, as writing them to a BufferOutputStream."""
+    from runtime.storage.frames import ipc_streams
+
+    batch = pa.record_batch({"id": pa.array(range(1000)), "name": pa.array([f"n{i}" for i in range(1000)])})
+    chunked = pa.Table.from_batches([batch.slice(0, 300), batch.slice(300)])
+    empty = batch.slice(0, 0)
+    for parts, align in (([batch], 1), ([chunked], 1), ([empty], 1), ([batch, empty, batch.slice(7, 3)], 8)):
+        sink, spans = pa.BufferOutputStream(), []
+        for part in parts:
+            start = sink.tell()
+            with pa.ipc.new_stream(sink, part.schema) as w:
+                w.write(part)
+            spans.append((start, sink.tell() - start))
+            sink.write(b"\0" * ((-sink.tell()) % align))
+        buf, got = ipc_streams(parts, align=align)
+        assert got == spans and buf.equals(sink.getvalue())
+        for part, (position, length) in zip(parts, spans):
+            assert pa.ipc.open_stream(buf.slice(position, length)).read_all().equals(pa.Table.from_batches(
+                part.to_batches() if isinstance(part, pa.Table) else [part]
+            ))

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.uris import scheme_of
-from runtime.storage.frames import _crc32
+from runtime.storage.frames import _crc32, ipc_streams
 
 SUFFIX = ".thd"
 SCHEMES = ("s3",)  # what open_store maps to this store (any pyarrow FileSystem works through the Python API)
@@ -138,10 +138,7 @@ def new_snapshot_name(base: str, table: str, incarnation: str, bucket: int, offs
 
 def encode_table(table: pa.Table) -> pa.Buffer:
     """A state snapshot object: one Arrow IPC stream of the rows (read back with :func:`decode_table`)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
+    return ipc_streams([table])[0]
 
 
 def decode_table(buf: pa.Buffer) -> pa.Table:
@@ -150,19 +147,8 @@ def decode_table(buf: pa.Buffer) -> pa.Table:
 
 def encode(batches: Sequence[pa.RecordBatch]) -> tuple[pa.Buffer, list[Part]]:
     """One object's bytes holding ``batches`` (one IPC stream each, 8-byte aligned) and where each part is."""
-    sink = pa.BufferOutputStream()
-    parts = []
-    for batch in batches:
-        start = sink.tell()
-        with pa.ipc.new_stream(sink, batch.schema) as w:
-            w.write_batch(batch)
-        end = sink.tell()
-        pad = (-end) & 7
-        if pad:
-            sink.write(b"\0" * pad)
-        parts.append(Part(start, end - start, 0))
-    buf = sink.getvalue()
-    return buf, [Part(p.position, p.length, _crc32(buf[p.position : p.position + p.length])) for p in parts]
+    buf, spans = ipc_streams(batches, align=8)
+    return buf, [Part(position, length, _crc32(buf[position : position + length])) for position, length in spans]
 
 
 def decode(buf: pa.Buffer, part: Part) -> pa.RecordBatch:
