@@ -8,7 +8,8 @@ when it starts (``setLogLevel`` would come after the start-up WARN lines). Given
 the terminal; without one, the terminal shows ERROR and above. The project file's ``spark.master`` and
 ``spark.conf`` override any default (a ``log4j2.configurationFile`` in ``spark.driver.extraJavaOptions``
 wins). The driver JVM runs the serial collector, whose heap stays near its live data (G1's grows to the
-heap's limit); a project's ``spark.driver.extraJavaOptions`` replaces that default.
+heap's limit); a project's ``spark.driver.extraJavaOptions`` replaces that default. On a cluster master the
+driver compiles with C1 only and the executors leave C2 for their hottest code (``CLUSTER_*_JAVA_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ DEFAULT_CONF: dict[str, str] = {
 # 26.4 -> 25.0 s); in local mode the driver JVM runs the tasks too, which need C2's code. A project's own
 # spark.driver.extraJavaOptions replaces either default.
 CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# The executors' JVM options on a cluster master: C2 compiles a method after 100,000 calls (or 500,000 loop
+# iterations) instead of Java's 5,000-15,000 (and 40,000 for loops). The per-row code of a task passes that in
+# moments; what stays with C1 is the per-task and per-batch code (deserializing tasks, planning pieces), which
+# C2 compiled at a cost of seconds it never paid back in a flow's first minutes: on the scale-out backlog with
+# one worker the executor's C2 threads took 8.7-13.0 CPU s, with these 3.0-4.1, its task threads the same,
+# the cluster's CPU 27.3-33.1 -> 24.9-25.4 s (docs/benchmarks.md, "Scale-out"). A project's own
+# spark.executor.extraJavaOptions replaces this default.
+CLUSTER_EXECUTOR_JAVA_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=100000 -XX:Tier4MinInvocationThreshold=50000 "
+    "-XX:Tier4CompileThreshold=120000 -XX:Tier4BackEdgeThreshold=500000"
+)
 # Streaming checkpoints on a local disk (the embedded default). Spark's default checkpoint file manager goes
 # through Hadoop's FileContext, whose local file system, without Hadoop's native library (pip's pyspark ships
 # none), forks `chmod` and `readlink` for each offset-log and commit-log file: measured here ~50 ms per log
@@ -184,6 +196,7 @@ def session_conf(
                 merged.pop(key, None)
         if "spark.driver.extraJavaOptions" not in (conf or {}):
             merged["spark.driver.extraJavaOptions"] = CLUSTER_DRIVER_JAVA_OPTIONS
+        merged.setdefault("spark.executor.extraJavaOptions", CLUSTER_EXECUTOR_JAVA_OPTIONS)
     quiet = f"-Dlog4j2.configurationFile=file:{_log4j_file(log_dir)}"
     user_opts = merged.get("spark.driver.extraJavaOptions", "")
     archive = ""

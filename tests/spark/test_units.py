@@ -336,6 +336,11 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     # the driver JVM of a cluster only plans: C1 only; in local mode it runs the tasks (C2)
     assert "-XX:TieredStopAtLevel=1" in cluster["spark.driver.extraJavaOptions"]
     assert "TieredStopAtLevel" not in session_conf("local[2]", {})["spark.driver.extraJavaOptions"]
+    # executors leave C2 to their hottest code; local mode has no executors; a project's own options win
+    assert "-XX:Tier4InvocationThreshold=100000" in cluster["spark.executor.extraJavaOptions"]
+    assert "spark.executor.extraJavaOptions" not in session_conf("local[2]", {})
+    theirs = session_conf("spark://head:7077", {"spark.executor.extraJavaOptions": "-Dy=2"})
+    assert theirs["spark.executor.extraJavaOptions"] == "-Dy=2"
     own = session_conf("spark://head:7077", {"spark.driver.extraJavaOptions": "-Dx=1"})
     assert (
         own["spark.driver.extraJavaOptions"].startswith("-Dx=1 ")
