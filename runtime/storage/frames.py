@@ -27,6 +27,7 @@ import hashlib
 import os
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -128,9 +129,11 @@ def frame_size(payload_size: int, writer: str) -> int:
     return HEADER_SIZE + wlen + _pad8(wlen) + payload_size + _pad8(payload_size)
 
 
-def ipc_streams(parts, align: int = 1) -> tuple[pa.Buffer, list[tuple[int, int]]]:
-    """Each of ``parts`` (record batches or tables) as one Arrow IPC stream, one after the other in one buffer,
-    each followed by zeros up to a multiple of ``align``; and each stream's (position, length).
+def ipc_streams(
+    parts: Sequence[pa.RecordBatch | pa.Table], align: int = 1
+) -> tuple[pa.Buffer, list[tuple[int, int]]]:
+    """Each of ``parts`` (record batches or tables) as one Arrow IPC stream, one after the other in one
+    buffer, each followed by zeros up to a multiple of ``align``; and each stream's (position, length).
 
     The buffer is allocated once at its exact size: the streams are first written to a ``MockOutputStream``,
     which only counts bytes. A ``BufferOutputStream`` grows by reallocating, copying what it holds each time:
@@ -144,7 +147,7 @@ def ipc_streams(parts, align: int = 1) -> tuple[pa.Buffer, list[tuple[int, int]]
     return buf, spans
 
 
-def _write_stream(sink: pa.NativeFile, part, align: int) -> tuple[int, int]:
+def _write_stream(sink: pa.NativeFile, part: pa.RecordBatch | pa.Table, align: int) -> tuple[int, int]:
     start = sink.tell()
     with pa.ipc.new_stream(sink, part.schema) as w:
         w.write(part)

@@ -368,6 +368,8 @@ def test_ipc_streams_are_the_bytes_a_growing_stream_writes():
         buf, got = ipc_streams(parts, align=align)
         assert got == spans and buf.equals(sink.getvalue())
         for part, (position, length) in zip(parts, spans):
-            assert pa.ipc.open_stream(buf.slice(position, length)).read_all().equals(pa.Table.from_batches(
-                part.to_batches() if isinstance(part, pa.Table) else [part]
-            ))
+            assert (
+                pa.ipc.open_stream(buf.slice(position, length))
+                .read_all()
+                .equals(pa.Table.from_batches(part.to_batches() if isinstance(part, pa.Table) else [part]))
+            )

@@ -148,7 +148,9 @@ def decode_table(buf: pa.Buffer) -> pa.Table:
 def encode(batches: Sequence[pa.RecordBatch]) -> tuple[pa.Buffer, list[Part]]:
     """One object's bytes holding ``batches`` (one IPC stream each, 8-byte aligned) and where each part is."""
     buf, spans = ipc_streams(batches, align=8)
-    return buf, [Part(position, length, _crc32(buf[position : position + length])) for position, length in spans]
+    return buf, [
+        Part(position, length, _crc32(buf[position : position + length])) for position, length in spans
+    ]
 
 
 def decode(buf: pa.Buffer, part: Part) -> pa.RecordBatch:
