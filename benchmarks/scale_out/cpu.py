@@ -5,8 +5,8 @@ A :class:`CpuMeter` samples every descendant of this process every ``interval`` 
 belongs to the group of the child of this script it descends from: the cluster's master and workers (with
 the executors and Python workers they start) are one group, anything else (the ``tidehouse flow trigger``
 driver with its JVM and Python workers, or ``spark-pipelines`` with its Spark Connect server) the driver.
-This script's own CPU is in neither. CPU a process spends after its last sample (at most ``interval`` s
-of it, when it exits) is not counted.
+This script's own CPU is in neither. CPU a process spends after its last sample, when it exits, is not
+counted: at most ``interval`` s of it on an idle machine, more when the sampling thread waits for a core.
 
 The machine's CPU (every process, from ``/proc/stat``) and its 1-minute load average are sampled too, so a
 run says how busy the machine was with other work.
