@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from materializer.jsonlines import JsonLinesReader
 from materializer.plan import SourcePlan
-from materializer.routing import RESULT, Routed, SourceCheck, WriteTask, record, result_schema
+from materializer.routing import RESULT, Routed, SourceCheck, WriteTask, record, results
 from materializer.strategies import QueryContext, count_reader
 from runtime.spark.filelog import source_files
 from runtime.storage.api import CHANGE, UPDATE_AFTER
@@ -31,8 +31,7 @@ class ArrowIngest:
         files = [f for b in batches for f in b.column(0).to_pylist()]
         data, why = JsonLinesReader(self.source).read(files)
         if data is None:
-            refused = {"kind": "refused", "reason": why, "n": 0}
-            yield pa.RecordBatch.from_pylist([refused], schema=result_schema())
+            yield from results([{"kind": "refused", "reason": why, "n": 0}])
             return
         if self.change:
             data = data.append_column(CHANGE, pa.array([self.change] * data.num_rows, pa.string()))

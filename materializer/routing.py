@@ -12,7 +12,7 @@ and the rows to quarantine; :func:`record` writes the quarantine in the driver a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from runtime.storage.api import BUCKET, CHANGE, DELETE, UPDATE_AFTER, UPDATE_BEF
 
 ORDER, SEQ = "__order", "__seq"  # the rows' order within a bucket: deletes first, then batch order
 _ROW = "__row"  # a row's index in a write task's rows
-RESULT = "kind string, bucket int, n long, raw string, reason string, name string"
+RESULT = "kind string, bucket int, n long, raw string, reason string, name string, rows binary"
 _FLAGS = "e"  # expectation columns e0, e1, ...
 
 
@@ -64,24 +64,23 @@ class Tag:
 class SourceCheck:
     """In a write task of a pass-through table over a source: the records that did not parse (``q``) and
     those lacking a column the source declares NOT NULL (``qn``) leave the rows, as the driver path's
-    quarantine rows, returned to the driver (rare, small) — one pass over the source, no cached copy."""
+    quarantine rows, returned to the driver in one report row per kind (a source with 2% malformed records
+    sends 20,000 per million rows) — one pass over the source, no cached copy."""
 
     name: str
     format: str
     required: tuple[str, ...]
 
-    def split(self, data: pa.Table, flags: list[str], out: list[dict]) -> pa.Table:
-        """``data`` without the quarantined records, which go to ``out``."""
+    def split(self, data: pa.Table, flags: list[str], out: list[dict[str, Any]]) -> pa.Table:
+        """``data`` without the quarantined records, which go to ``out`` (:func:`quarantined`)."""
         view = data.drop_columns(flags).append_column(
             _ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))
         )
         view, corrupt = split_corrupt(view, self.name, self.format)
         view, missing = split_missing(view, self.required, self.name, self.format)
         for part, found in (("q", corrupt), ("qn", missing)):
-            out += [
-                {"kind": f"source:{part}", "raw": raw, "reason": why, "n": 1}
-                for raw, why in zip(found.column("raw").to_pylist(), found.column("reason").to_pylist())
-            ]
+            if found.num_rows:
+                out.append(quarantined(f"source:{part}", found.column("raw"), found.column("reason")))
         kept = data.take(view.column(_ROW)) if view.num_rows < data.num_rows else data
         return kept.drop_columns([CORRUPT]) if CORRUPT in kept.column_names else kept
 
@@ -124,8 +123,7 @@ class WriteTask:
             out += [{"kind": "written", "bucket": b, "n": hi - lo} for b, (lo, hi) in result.ranges.items()]
             if result.skipped:
                 out.append({"kind": "skipped", "n": rows.num_rows})
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=result_schema())
+        yield from results(out)
 
     def _expectations(self, meta, rows: pa.Table, passed: pa.Table, out: list[dict]) -> pa.Table:
         """Rows of a batch after its table's expectations: violators dropped or quarantined (returned to the
@@ -139,8 +137,8 @@ class WriteTask:
         found = split_expectations(
             self.table, checked, passed if upserts is None else passed.filter(upserts), self.expect
         )
-        for raw, reason, to_quarantine in zip(found.raws, found.reasons, found.quarantine):
-            out.append({"kind": "violator", "raw": raw, "reason": reason, "n": int(to_quarantine)})
+        if found.raws:
+            out.append(quarantined("violator", found.raws, found.reasons, found.quarantine))
         out += [{"kind": "violation", "name": name, "n": n} for name, n in found.counts.items()]
         if not found.raws:
             return rows
@@ -159,6 +157,30 @@ class WriteTask:
         return kept
 
 
+def results(entries: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+    """A task's report: :data:`RESULT` rows."""
+    yield pa.RecordBatch.from_pylist(entries, schema=result_schema())
+
+
+def quarantined(kind: str, raw, reason, quarantine: Sequence[bool] | None = None) -> dict[str, Any]:
+    """Rows to quarantine as one report entry of ``kind``: their number and an Arrow IPC stream of their
+    ``raw`` records, ``reason`` (Arrow columns or lists) and, for violators, whether each is quarantined —
+    one entry however many rows, so the driver collects a few rows per task, not a Row object per record
+    (measured: 0.9 s of the driver's CPU for 100,000 records as Row objects)."""
+    columns = {"raw": _strings(raw), "reason": _strings(reason)}
+    if quarantine is not None:
+        columns["quarantine"] = pa.array(quarantine, pa.bool_())
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return {"kind": kind, "n": table.num_rows, "rows": sink.getvalue().to_pybytes()}
+
+
+def _strings(values) -> pa.Array | pa.ChunkedArray:
+    return values if isinstance(values, pa.ChunkedArray | pa.Array) else pa.array(values, pa.string())
+
+
 def result_schema() -> pa.Schema:
     return pa.schema(
         [
@@ -168,6 +190,7 @@ def result_schema() -> pa.Schema:
             ("raw", pa.string()),
             ("reason", pa.string()),
             ("name", pa.string()),
+            ("rows", pa.binary()),
         ]
     )
 
@@ -242,36 +265,42 @@ class Routed:
 def record(
     ctx: QueryContext, results, batch_id: int, writer: str | None, source: SourceCheck | None = None
 ) -> Routed:
-    """The tasks' report: quarantine the violators and the source records that failed (driver, as the driver
-    path does), count the rest."""
-    written, received, counts, raws, reasons, quarantined = 0, 0, {}, [], [], []
-    records: dict[str, tuple[list[str], list[str]]] = {"q": ([], []), "qn": ([], [])}
+    """The tasks' report (:data:`RESULT` rows): quarantine the violators and the source records that failed
+    (driver, as the driver path does), count the rest."""
+    written, received, counts = 0, 0, {}
+    rejected: dict[str, list[pa.Table]] = {}
     for r in results:
         if r.kind == "received":
             received += r.n
-        elif r.kind.startswith("source:"):
-            records[r.kind.split(":", 1)[1]][0].append(r.raw)
-            records[r.kind.split(":", 1)[1]][1].append(r.reason)
         elif r.kind == "written":
             written += r.n
         elif r.kind == "violation":
             counts[r.name] = counts.get(r.name, 0) + r.n
-        elif r.kind == "violator":
-            raws.append(r.raw)
-            reasons.append(r.reason)
-            quarantined.append(bool(r.n))
-    if raws:
-        found = Violations(pa.table({}), pa.table({}), raws, reasons, quarantined, counts)
+        elif r.rows is not None:  # rows to quarantine (see quarantined)
+            rejected.setdefault(r.kind, []).append(pa.ipc.open_stream(r.rows).read_all())
+    if "violator" in rejected:
+        violators = pa.concat_tables(rejected["violator"])
+        raws, reasons = violators.column("raw").to_pylist(), violators.column("reason").to_pylist()
+        found = Violations(
+            pa.table({}), pa.table({}), raws, reasons, violators["quarantine"].to_pylist(), counts
+        )
         record_violations(ctx, found, [True] * len(raws))
-        to_quarantine = [(r, why) for r, why, q in zip(raws, reasons, quarantined) if q]
+        sent = violators.filter(violators["quarantine"])
         write_quarantine(
             ctx,
-            quarantine_rows([r for r, _ in to_quarantine], [w for _, w in to_quarantine], ctx.table.name),
+            quarantine_rows(sent.column("raw"), sent.column("reason"), ctx.table.name),
             batch_id,
             part="qe",
             writer=writer,
         )
     if source is not None:  # the same writers and reasons as the driver path's quarantine of a source
-        for part, (raw, why) in records.items():
-            write_quarantine(ctx, quarantine_rows(raw, why, source.name), batch_id, part=part)
+        for part in ("q", "qn"):
+            if f"source:{part}" in rejected:
+                rows = pa.concat_tables(rejected[f"source:{part}"])
+                write_quarantine(
+                    ctx,
+                    quarantine_rows(rows.column("raw"), rows.column("reason"), source.name),
+                    batch_id,
+                    part=part,
+                )
     return Routed(received, written)

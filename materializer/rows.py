@@ -27,14 +27,18 @@ from runtime.storage.api import CHANGE, DELETE, TS_TYPE
 CORRUPT = "_corrupt_record"
 
 
-def quarantine_rows(raw: list[str], reason: str | list[str], source: str) -> pa.Table:
+def quarantine_rows(
+    raw: Sequence[str] | pa.ChunkedArray, reason: str | Sequence[str] | pa.ChunkedArray, source: str
+) -> pa.Table:
+    """The quarantine table's rows: each ``raw`` record with its ``reason`` (one for all, or one each; lists
+    or Arrow string columns)."""
     n = len(raw)
-    reasons = reason if isinstance(reason, list) else [reason] * n
+    reasons = [reason] * n if isinstance(reason, str) else reason
     now = pa.array([int(time.time() * 1_000_000)] * n, pa.int64()).cast(TS_TYPE)
     return pa.table(
         {
-            "raw": pa.array(raw, pa.string()),
-            "reason": pa.array(reasons, pa.string()),
+            "raw": raw if isinstance(raw, pa.ChunkedArray) else pa.array(raw, pa.string()),
+            "reason": reasons if isinstance(reasons, pa.ChunkedArray) else pa.array(reasons, pa.string()),
             "source": pa.array([source] * n, pa.string()),
             "quarantined_at": now,
         }
