@@ -182,14 +182,30 @@ class FileLog:
         fsync_dir(self.folder)
 
     def prune(self, compacted: int) -> None:
-        """After compact file ``compacted``: drop older compact files and plain files more than
-        :data:`KEEP_BATCHES` batches behind it."""
+        """After compact file ``compacted``: drop older compact files, plain files more than
+        :data:`KEEP_BATCHES` batches behind it, and the temporary files a writer killed between writing and
+        linking one left (``.<k>.<pid>.tmp``, ``.<k>.compact.<pid>.tmp``) of batches up to it — those are
+        written, no writer is at them."""
         plain, compact = self._ids()
         doomed = [f"{c}.compact" for c in compact if c < compacted]
         doomed += [str(k) for k in plain if k <= compacted - KEEP_BATCHES]
+        doomed += [name for name in os.listdir(self.folder) if _temporary_of(name, compacted)]
         for name in doomed:
             with contextlib.suppress(FileNotFoundError):
                 (self.folder / name).unlink()
+
+
+def _temporary_of(name: str, last: int) -> bool:
+    """Whether ``name`` is :meth:`FileLog.write`'s temporary file of a batch up to ``last``."""
+    parts = name.split(".")  # ["", k, pid, "tmp"] or ["", k, "compact", pid, "tmp"]
+    return (
+        len(parts) in (4, 5)
+        and parts[0] == ""
+        and parts[-1] == "tmp"
+        and parts[1].isdigit()
+        and int(parts[1]) <= last
+        and (len(parts) == 4 or parts[2] == "compact")
+    )
 
 
 class SeenFiles:

@@ -146,6 +146,25 @@ def test_old_plain_log_files_are_pruned_behind_a_compaction(tmp_path, monkeypatc
     assert _files(stream, 4, 6) == ["f05.json", "f06.json"]  # from the compact file
 
 
+def test_a_killed_writers_temporary_files_are_pruned_behind_a_compaction(tmp_path, monkeypatch):
+    monkeypatch.setattr(filesource, "KEEP_BATCHES", 10)
+    inp, log = tmp_path / "in", tmp_path / "cp" / "sources" / "0"
+    stream = _stream(tmp_path)
+    for k in range(12):
+        _file(inp, f"f{k:02d}.json", age_s=100 - k)
+        stream.latestOffset({}, ReadAllAvailable())
+    left = [".3.4242.tmp", ".9.compact.4242.tmp", ".25.4242.tmp", ".x.4242.tmp", "notes.tmp"]
+    for name in left:  # as a writer killed between writing and linking leaves them
+        (log / name).write_text("v1\n")
+    for k in range(12, 20):
+        _file(inp, f"f{k:02d}.json", age_s=100 - k)
+        stream.latestOffset({}, ReadAllAvailable())
+    names = set(os.listdir(log))
+    assert "19.compact" in names and {".3.4242.tmp", ".9.compact.4242.tmp"}.isdisjoint(names)
+    assert {".25.4242.tmp", ".x.4242.tmp", "notes.tmp"} <= names  # a batch not written yet; not ours
+    assert _files(stream, 18, 19) == ["f19.json"]
+
+
 def test_a_log_file_is_never_written_over(tmp_path):
     log = FileLog(tmp_path / "log")
     log.write(0, [{"path": "file:///a", "timestamp": 1, "batchId": 0}])
