@@ -7,11 +7,14 @@ source folder"). Either way the query's checkpoint holds Spark's file log, so th
 batch's files there (:func:`runtime.spark.filelog.source_files`). Over Tidehouse's listing the micro-batch's
 rows are the files' paths: when Tidehouse does not parse them itself, :class:`SparkFiles` reads them with
 Spark's reader and the source's schema and options — the rows Spark's file source would have produced.
+Over Spark's listing the micro-batch's rows are Spark's, except for a batch with a file whose name Spark's
+reader would take for a glob pattern (:class:`SparkListed`: Spark's own source reads it wrongly).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -106,10 +109,12 @@ def source_stream(session, src: SourcePlan, options: dict[str, str], checkpoint:
             .load()
         )
         return stream, SparkFiles(src, options, checkpoint)
-    if src.format in FILE_FORMATS:
-        log.info("%s: Spark's file source lists %s: %s", table, src.path, why)
     reader = _configured(session.readStream, src, options)
-    return (reader.load(src.path) if src.path else reader.load()), None
+    stream = reader.load(src.path) if src.path else reader.load()
+    if src.format not in FILE_FORMATS:
+        return stream, None
+    log.info("%s: Spark's file source lists %s: %s", table, src.path, why)
+    return stream, SparkListed(src, options, checkpoint)
 
 
 _HADOOP_GLOB = re.compile(r"([\\*?\[\]{}])")
@@ -138,4 +143,52 @@ class SparkFiles:
         return _configured(batch_df.sparkSession.read, self.src, self.options).load(paths)
 
 
-__all__ = ["LISTING_OPTIONS", "SparkFiles", "listing_refusal", "source_stream"]
+class SparkListed:
+    """A micro-batch of a file source Spark's file source lists: the rows of Spark's batch DataFrame, except
+    in a batch with a file whose name holds a glob character (``x[1].json``), of which Spark 4.3's file source
+    reads the batch's other files once more per such name (SPARK-58518, docs/architecture.md). Such a batch
+    is read by :class:`SparkFiles` (each file by its escaped name) when that reads what Spark's source means
+    to: local files, a declared schema (Spark's source inferred one for the whole stream) and no
+    ``key=value`` folders (whose partition columns only the streaming source adds); otherwise it fails with
+    an error naming the file. Never rows read twice."""
+
+    def __init__(self, src: SourcePlan, options: dict[str, str], checkpoint: str) -> None:
+        self.src, self.files = src, SparkFiles(src, options, checkpoint)
+
+    def __call__(self, batch_df, batch_id: int):
+        files = source_files(self.files.checkpoint, batch_id) or []
+        named = [f for f in files if _GLOB.search(os.path.basename(uri_path(f)))]
+        if not named:
+            return batch_df
+        why = self._unreadable(files)
+        if why is None:
+            log.info(
+                "%s: Spark reads batch %d by file names (%s has a glob character)",
+                self.src.name,
+                batch_id,
+                named[0],
+            )
+            return self.files(batch_df, batch_id)
+        raise TidehouseError(
+            ErrorCode.SOURCE_INVALID,
+            f"source {self.src.name}: the name of file {uri_path(named[0])} has a glob character, and "
+            f"Spark's file source, which lists this source ({why}), would read the other files of its "
+            f"micro-batch {batch_id} once more for it (SPARK-58518)",
+            hint="rename the file without [ ] { } * ? \\, or let Tidehouse list the source: a local folder "
+            'and a declared schema (docs/architecture.md, "Listing a source folder")',
+            params={"source": self.src.name, "file": uri_path(named[0])},
+        )
+
+    def _unreadable(self, files: list[str]) -> str | None:
+        """Why the batch's files cannot be read by name as Spark's source means to (None: they can)."""
+        if not self.src.ddl:
+            return "the source declares no schema"
+        path = self.src.path
+        folder = bool(path) and scheme_of(path) in ("", "file") and not _GLOB.search(path)
+        if folder and has_partition_folders(_local(path)):
+            return "its folder holds key=value folders"
+        remote = next((f for f in files if not f.startswith("file:")), None)
+        return None if remote is None else f"{remote} is not a local file"
+
+
+__all__ = ["LISTING_OPTIONS", "SparkFiles", "SparkListed", "listing_refusal", "source_stream"]

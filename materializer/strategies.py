@@ -104,7 +104,7 @@ class QueryContext:
         self.spark_partitions = spark_partitions  # shuffle partitions: tasks the executor path writes with
         self.handoff = handoff  # driver path: how Arrow data reaches Spark (None: a local relation)
         self.json_reader = json_reader  # driver path: Arrow parses a JSON source's batches (None: Spark)
-        self.spark_files = None  # a source Tidehouse lists: how Spark reads a batch (materializer.sources)
+        self.spark_files = None  # a file source: how Spark reads a batch (materializer.sources)
         self.root = root
         self.flow = plan
         self.table = table
@@ -214,8 +214,9 @@ def read_source(ctx: QueryContext, batch_df, batch_id: int) -> pa.Table:
 
 
 def spark_rows(ctx: QueryContext, batch_df, batch_id: int):
-    """A file source's micro-batch as Spark reads it: the batch DataFrame of Spark's file source, or, over
-    Tidehouse's listing (whose rows are the batch's files), Spark's reader over those files."""
+    """A file source's micro-batch as Spark reads it: over Tidehouse's listing (whose rows are the batch's
+    files) Spark's reader over those files; over Spark's, its batch DataFrame, or those files read by name
+    when one is named like a glob pattern (materializer.sources.SparkListed)."""
     return batch_df if ctx.spark_files is None else ctx.spark_files(batch_df, batch_id)
 
 

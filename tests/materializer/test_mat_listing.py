@@ -147,6 +147,61 @@ def test_files_named_like_patterns_are_read_once_by_spark(spark, project_dir, da
     project.close()
 
 
+def test_files_named_like_patterns_are_read_once_over_sparks_listing(
+    spark, project_dir, data_path, seed, caplog
+):
+    """The same batch with Spark's file source listing the folder: Spark's source would read the batch's
+    other files once more per such name (SPARK-58518); Tidehouse reads that batch's files by name."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, write_project
+
+    rng = random.Random(seed)
+    path = write_project(
+        project_dir, flow=FLOW, actions={k: ACTIONS[k] for k in ("t_ingest.sql", "t_clean.sql")}
+    )
+    _set(project_dir, "list_sources", False)
+    folder = project_dir / "data" / "clicks"
+    for name in [*GLOB, "plain.json"]:
+        _put(folder, name, _lines(rng, 4, bad=False))
+    _put(folder, "bad.json", _lines(rng, 4, bad=True))
+    project = Project.open()
+    with caplog.at_level(logging.INFO, logger="materializer.sources"):
+        report = project.trigger(path, until_idle=True, spark=spark)
+    assert report.tables["ods.clicks"]["source_batches"] == {"spark": 1}
+    assert project.store.scan("ods.clicks").num_rows == 20
+    assert project.store.scan("ods.clicks__quarantine").num_rows == 1
+    assert any("materializer.list_sources is false" in r.getMessage() for r in caplog.records)
+    assert any("Spark reads batch 0 by file names" in r.getMessage() for r in caplog.records)
+    project.close()
+
+
+def test_a_pattern_name_spark_would_misread_and_tidehouse_cannot_read_is_an_error(spark, project_dir, seed):
+    """Over Spark's listing of a folder with key=value folders (whose partition columns only Spark's
+    streaming source adds), a batch with a file named like a pattern fails naming it — no rows read twice."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, write_project
+
+    rng = random.Random(seed)
+    path = write_project(
+        project_dir, flow=FLOW, actions={k: ACTIONS[k] for k in ("t_ingest.sql", "t_clean.sql")}
+    )
+    day = project_dir / "data" / "clicks" / "day=1"
+    _put(day, "a.json", _lines(rng, 3, bad=False))
+    _put(day, "x[1].json", _lines(rng, 3, bad=True))  # a malformed record: Spark parses the batch
+    project = Project.open()
+    try:
+        with pytest.raises(TidehouseError) as err:
+            project.trigger(path, until_idle=True, spark=spark)
+        assert err.value.code is ErrorCode.SOURCE_INVALID, err.value.render()
+        assert str(day / "x[1].json") in err.value.message and "SPARK-58518" in err.value.message
+        assert "key=value folders" in err.value.message and "rename the file" in err.value.render()
+        assert not project.store.has_table("ods.clicks") or project.store.scan("ods.clicks").num_rows == 0
+    finally:
+        project.close()
+        shutil.rmtree(project_dir / "data")
+
+
 def test_a_checkpoint_goes_on_from_sparks_listing_to_tidehouses_and_back(spark, project_dir, seed):
     """Run 1 lists with Spark, run 2 with Tidehouse, run 3 with Spark again, a new file before each: every
     record is in ODS once (each listing takes the other's log as the files already admitted)."""
