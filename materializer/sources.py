@@ -138,9 +138,13 @@ class SparkFiles:
                 hint="the checkpoint was changed by hand; `tidehouse flow trigger --full-refresh` rebuilds "
                 "the table from its source folder",
             )
+        return self.read(batch_df.sparkSession, files)
+
+    def read(self, session, files: list[str]):
+        """``files`` (URIs) through Spark's batch reader, each by its own name."""
         # Spark's reader takes paths as glob patterns: a file named x[1].json is escaped to be itself
         paths = [_HADOOP_GLOB.sub(r"\\\1", uri_path(f)) for f in files]
-        return _configured(batch_df.sparkSession.read, self.src, self.options).load(paths)
+        return _configured(session.read, self.src, self.options).load(paths)
 
 
 class SparkListed:
@@ -156,7 +160,9 @@ class SparkListed:
         self.src, self.files = src, SparkFiles(src, options, checkpoint)
 
     def __call__(self, batch_df, batch_id: int):
-        files = source_files(self.files.checkpoint, batch_id) or []
+        files = source_files(self.files.checkpoint, batch_id)
+        if files is None:  # the checkpoint does not say (a remote one): the batch's plan does
+            files = list(batch_df.inputFiles())
         named = [f for f in files if _GLOB.search(os.path.basename(uri_path(f)))]
         if not named:
             return batch_df
@@ -168,7 +174,7 @@ class SparkListed:
                 batch_id,
                 named[0],
             )
-            return self.files(batch_df, batch_id)
+            return self.files.read(batch_df.sparkSession, files)
         raise TidehouseError(
             ErrorCode.SOURCE_INVALID,
             f"source {self.src.name}: the name of file {uri_path(named[0])} has a glob character, and "

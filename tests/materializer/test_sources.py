@@ -52,3 +52,57 @@ def test_spark_lists_what_tidehouses_listing_would_not_read_as_spark_does(
     path = path.format(tmp=tmp_path) if path else None
     refusal = listing_refusal(SourcePlan("s", fmt, path, ddl), options, Config(listing), connect=connect)
     assert refusal is not None and why in refusal, refusal
+
+
+class _Batch:
+    """A Spark micro-batch DataFrame as SparkListed sees it: its files, and a session that reads by name."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files, self.read_paths = files, None
+        self.sparkSession = self
+
+    def inputFiles(self) -> list[str]:
+        return self.files
+
+    @property
+    def read(self):
+        batch = self
+
+        class Reader:
+            def format(self, _):
+                return self
+
+            def options(self, **_):
+                return self
+
+            def schema(self, _):
+                return self
+
+            def option(self, *_):
+                return self
+
+            def load(self, paths):
+                batch.read_paths = paths
+                return "read by name"
+
+        return Reader()
+
+
+def test_over_sparks_listing_a_batch_without_its_log_is_checked_by_its_plans_files(tmp_path):
+    """The checkpoint does not list the batch (here: none at all): its plan's files are checked instead. A
+    pattern name is read by its escaped name, or, without a declared schema, is an error naming the file."""
+    from materializer.sources import SparkListed
+    from runtime.core.errors import ErrorCode, TidehouseError
+
+    folder = tmp_path / "in"
+    plain = _Batch([(folder / "a.json").as_uri()])
+    listed = SparkListed(SourcePlan("s", "json", str(folder), DDL), {}, str(tmp_path / "cp"))
+    assert listed(plain, 3) is plain  # Spark's rows
+    named = _Batch([(folder / "a.json").as_uri(), f"file://{folder}/x%5B1%5D.json"])
+    assert listed(named, 3) == "read by name"
+    assert named.read_paths == [str(folder / "a.json"), str(folder / "x\\[1\\].json")]
+    inferred = SparkListed(SourcePlan("s", "json", str(folder), None), {}, str(tmp_path / "cp"))
+    with pytest.raises(TidehouseError) as err:
+        inferred(named, 3)
+    assert err.value.code is ErrorCode.SOURCE_INVALID
+    assert str(folder / "x[1].json") in err.value.message and "declares no schema" in err.value.message
