@@ -63,10 +63,11 @@ def test_no_overlap_and_no_silent_drop_when_a_cycle_is_slower_than_its_interval(
     started = time.monotonic()
     with service:
         time.sleep(1.6)
-    elapsed = time.monotonic() - started
+        running = time.monotonic() - started  # not the stop, which waits for the cycles under way: on a busy
+        # machine (CI's Python matrix runs at the lowest priority) that wait took 0.8 s more than a cycle
     assert peak == {"ods.a": 1, "ods.b": 1}  # one table never runs twice at once
     for name in ("ods.a", "ods.b"):  # back to back: a late run waits and then runs at once
-        assert service.stats[name].runs >= int(elapsed / 0.35) - 1, service.summary()
+        assert service.stats[name].runs >= int(running / 0.35) - 1, service.summary()
 
 
 def test_a_failing_table_does_not_stop_the_others(mem, lake):
