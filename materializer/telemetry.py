@@ -42,8 +42,9 @@ class PhaseClock:
     """Seconds per phase of the current micro-batch, per thread (a query's batches run one at a time, but a
     reconcile may run on another thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
         self._local = threading.local()
+        self._now = now
 
     def _state(self) -> tuple[dict[str, float], list[list]]:
         state = getattr(self._local, "state", None)
@@ -54,7 +55,7 @@ class PhaseClock:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         totals, stack = self._state()
-        now = time.perf_counter()
+        now = self._now()
         if stack:  # pause the enclosing phase
             outer = stack[-1]
             totals[outer[0]] = totals.get(outer[0], 0.0) + now - outer[1]
@@ -62,7 +63,7 @@ class PhaseClock:
         try:
             yield
         finally:
-            now = time.perf_counter()
+            now = self._now()
             _, since = stack.pop()
             totals[name] = totals.get(name, 0.0) + now - since
             if stack:  # resume it
