@@ -35,6 +35,7 @@ from materializer.strategies import QueryContext, record_violations, write_quara
 from runtime.spark.options import Place
 from runtime.spark.writer import prepare
 from runtime.storage.api import BUCKET, CHANGE, DELETE, UPDATE_AFTER, UPDATE_BEFORE, bucket_of
+from runtime.storage.frames import ipc_streams
 
 ORDER, SEQ = "__order", "__seq"  # the rows' order within a bucket: deletes first, then batch order
 _ROW = "__row"  # a row's index in a write task's rows
@@ -171,10 +172,8 @@ def quarantined(kind: str, raw, reason, quarantine: Sequence[bool] | None = None
     if quarantine is not None:
         columns["quarantine"] = pa.array(quarantine, pa.bool_())
     table = pa.table(columns)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    return {"kind": kind, "n": table.num_rows, "rows": sink.getvalue().to_pybytes()}
+    buf, _ = ipc_streams([table])
+    return {"kind": kind, "n": table.num_rows, "rows": buf.to_pybytes()}
 
 
 def _strings(values) -> pa.Array | pa.ChunkedArray:
