@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def drain(queries: Mapping[str, object], names: Sequence[str]) -> dict[str, BaseException | None]:
@@ -26,3 +28,31 @@ def drain(queries: Mapping[str, object], names: Sequence[str]) -> dict[str, Base
         return dict(zip(names, pool.map(wait, names)))
     finally:  # an interrupt leaves at once: the waits end when the caller stops the queries
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Awake:
+    """The awake files of a run's queries (:mod:`runtime.spark.idlewait`): while a query's file exists, its
+    source answers a trigger at once instead of waiting for rows. A drain and a stop set them first."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def set(self, names: Iterable[str]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            self.path(name).touch()
+
+    def clear(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.path(name).unlink(missing_ok=True)
+
+    @contextmanager
+    def during(self, names: Sequence[str]) -> Iterator[None]:
+        self.set(names)
+        try:
+            yield
+        finally:
+            self.clear(names)

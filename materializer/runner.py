@@ -28,10 +28,11 @@ from pathlib import Path
 
 from materializer.admission import rows_per_batch, source_options
 from materializer.analyze import struct_of
-from materializer.drain import drain
+from materializer.drain import Awake, drain
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure
 from materializer.handoff import Handoff
+from materializer.hotstream import Waiting, hot_stream
 from materializer.jsonlines import JsonLinesReader, reader_of
 from materializer.lock import RunLock
 from materializer.plan import FlowPlan, TablePlan, data_path_of
@@ -90,6 +91,7 @@ class FlowRunner:
         self._status_failure: str | None = None
         self.tiering = None
         self.lock = lock or RunLock(project.config.run_dir, plan.flow)
+        self.awake = Awake(Path(project.config.run_dir) / "awake" / plan.flow)
         self.status_path = Path(project.config.run_dir) / f"{plan.flow}.status.json"
         self.started = time.time()
         self._status_stop = threading.Event()
@@ -156,28 +158,16 @@ class FlowRunner:
                     self.project.lake.ensure_table(self.store.get_table(name))
 
     # -- queries ----------------------------------------------------------------------------------
-    def _tidehouse_stream(
-        self, session, table: str, columns: list[str] | None = None, *, max_rows: int | None = None
-    ):
-        """A stream of table ``table`` of this project (its tasks read the lake below the hot log's first
-        offsets); ``max_rows`` caps the rows of one micro-batch (admission control)."""
-        config = self.project.config
-        reader = (
-            session.readStream.format("tidehouse")
-            .option("home", str(config.home))
-            .option("project", str(config.project_dir))
-            .option("table", table)
-        )
-        if columns:
-            reader = reader.option("columns", ",".join(columns))
-        if max_rows:
-            reader = reader.option("maxRowsPerTrigger", str(max_rows))
-        return reader.load()
+    def _waiting(self, t: TablePlan) -> Waiting | None:
+        """How the only source of ``t``'s query waits for rows; over Connect it does not (its runner runs
+        on the server, away from the awake files)."""
+        return None if self.connect else Waiting(t.trigger, self.awake.path(t.name))
 
     def start_query(self, t: TablePlan):
         from pyspark.sql import functions as F
 
         ctx = self._context(t)
+        config, waiting = self.project.config, self._waiting(t)
         session = new_session(self.spark)
         self._sessions.append(session)
         self.progress.watch(session)
@@ -190,19 +180,25 @@ class FlowRunner:
                     session, src, options, t.checkpoint, t.name, self.project.config
                 )
             else:  # bound the batch: a cap per data path (max_rows_per_batch)
-                stream = self._tidehouse_stream(session, stream_input.ref, max_rows=self.max_rows_per_batch)
+                stream = hot_stream(
+                    session, config, stream_input.ref, max_rows=self.max_rows_per_batch, waiting=waiting
+                )
         elif t.strategy == "aggregate":
             inp = t.inputs[0]
             users = [f"`{f.name}`" for f in struct_of(inp.ddl).fields]
-            self._tidehouse_stream(session, inp.ref).select(*users).createOrReplaceTempView(inp.name)
+            hot_stream(session, config, inp.ref).select(*users).createOrReplaceTempView(inp.name)
             stream = session.sql(t.sql, args=ctx.args)
         elif t.strategy in ("changelog", "agg_log"):
-            stream = self._tidehouse_stream(session, t.inputs[0].ref, max_rows=self.max_rows_per_batch)
+            stream = hot_stream(
+                session, config, t.inputs[0].ref, max_rows=self.max_rows_per_batch, waiting=waiting
+            )
         else:  # recompute: any change of any input triggers a micro-batch
             stream = None
             for inp in t.inputs:
                 first = struct_of(inp.ddl).fields[0].name
-                part = self._tidehouse_stream(session, inp.ref, [first]).select(F.lit(1).alias("changed"))
+                alone = waiting if len(t.inputs) == 1 else None
+                part = hot_stream(session, config, inp.ref, [first], waiting=alone)
+                part = part.select(F.lit(1).alias("changed"))
                 stream = part if stream is None else stream.union(part)
         if self.remote is not None:  # over Spark Connect: a value the server runs (materializer.remote)
             fn = self.remote.batch(self.plan, t.name, ctx.place, ctx.spark_partitions)
@@ -218,6 +214,7 @@ class FlowRunner:
         if t.strategy == "aggregate":
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        self.awake.clear([t.name])  # one a killed run left
         sc = None if self.connect else self.spark.sparkContext  # Connect: the server schedules its jobs
         if sc is not None:
             sc.setLocalProperty("spark.scheduler.pool", t.layer)
@@ -270,7 +267,8 @@ class FlowRunner:
         """Wait until each query of ``names`` (one generation: independent tables) processed all its input;
         a transient failure restarts its query, which is drained again."""
         while names:
-            failed = drain(self.queries, names)
+            with self.awake.during(names):  # a drain needs a trigger that finds nothing new: no waiting
+                failed = drain(self.queries, names)
             names = []
             for name, exc in failed.items():
                 if exc is not None:
@@ -578,6 +576,7 @@ class FlowRunner:
         return error
 
     def _stop_all(self) -> None:
+        self.awake.set(self.queries)  # a stop waits for the trigger under way: end any wait for rows
         for name in reversed(list(self.queries)):
             try:
                 self.queries[name].stop()
@@ -585,5 +584,6 @@ class FlowRunner:
                 log.warning(
                     "stopping the query of %s: %s", name, exc, extra={"flow": self.plan.flow, "table": name}
                 )
+        self.awake.clear(self.queries)
         if self.tiering is not None:
             self.tiering.stop(wait=True)

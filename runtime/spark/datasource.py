@@ -22,6 +22,9 @@ project above the current directory); ``root`` reads a bare hot storage root wit
 ``singlePartitionRows``  read a range of at most this many rows in one task (default 100000)
 ``systemColumns``        ``true`` (default) adds ``__offset``, ``__bucket``, ``__ts`` (and ``__change`` for
                          primary-key tables); ``false`` reads the user columns only
+``idleWaitMs``           streams: a trigger that finds no new rows waits up to this long for them, polling
+                         every ``pollMs`` (default 100), instead of ending (:mod:`runtime.spark.idlewait`);
+                         ``awakeFile``: while this file exists it does not wait
 
 Streams (see docs/architecture.md, "History"): a **log table** streams its rows by per-bucket offsets; a
 range below the hot log's first offset is read from the lake by the task, so a stream from ``earliest``, or
@@ -47,6 +50,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from pyspark.sql.types import StructType
 
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.spark.idlewait import wait_for_rows
 from runtime.spark.options import NAME, SourceOptions, cap_rows, make_offset, offset_ends, parse_starting
 from runtime.spark.types import arrow_to_spark, conform, spark_to_arrow
 from runtime.spark.worker_memory import keep_pandas_out
@@ -273,6 +277,10 @@ class BatchReader(_Reading, DataSourceReader):
             yield conform(batch, self.arrow_schema)
 
 
+def _nothing_new(starts: Sequence[int], ends: Sequence[int]) -> bool:
+    return all(e <= s for s, e in zip(starts, ends))
+
+
 class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are per-bucket positions in the table's log (see the module docstring)."""
 
@@ -298,10 +306,18 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         store = self.opts.store()
         meta = self.meta()
         incarnation = self._check_incarnation(start)
+        starts = offset_ends(start, meta.buckets)
         ends = list(store.end_offsets(self.table))
+        if self.opts.idle_wait_ms and self._until is None and _nothing_new(starts, ends):  # wait for rows
+            wait_for_rows(
+                lambda: not _nothing_new(starts, store.end_offsets(self.table)),
+                wait_s=self.opts.idle_wait_ms / 1000,
+                poll_s=self.opts.poll_ms / 1000,
+                awake=self.opts.awake_file,
+            )
+            ends = list(store.end_offsets(self.table))
         if self._until is not None:
             ends = [min(e, u) for e, u in zip(ends, self._until)]
-        starts = offset_ends(start, meta.buckets)
         ends = [max(s, e) for s, e in zip(starts, ends)]
         if isinstance(limit, ReadMaxRows):
             ends = cap_rows(starts, ends, limit.max_rows)

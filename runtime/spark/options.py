@@ -153,6 +153,9 @@ class SourceOptions:
     max_rows_per_partition: int
     single_partition_rows: int
     system_columns: bool
+    idle_wait_ms: int | None = None  # streams: wait this long for rows when none are new (idlewait)
+    poll_ms: int = 100
+    awake_file: str | None = None
 
     @classmethod
     def parse(cls, options) -> SourceOptions:
@@ -177,6 +180,9 @@ class SourceOptions:
             max_rows_per_partition=_positive(opts, "maxrowsperpartition", 500_000),
             single_partition_rows=_positive(opts, "singlepartitionrows", 100_000),
             system_columns=_flag(opts, "systemcolumns", True),
+            idle_wait_ms=_positive(opts, "idlewaitms", None),
+            poll_ms=_positive(opts, "pollms", 100),
+            awake_file=opts.get("awakefile", "").strip() or None,
         )
 
     def store(self) -> TableStore:

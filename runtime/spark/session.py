@@ -103,6 +103,8 @@ _CHECKPOINT_MANAGERS = (  # the class moved between Spark versions; the first on
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 )
+# Both: the trigger of a query that waits for rows (runtime.spark.idlewait) lasts longer than its interval by
+# design, and Spark's processing-time trigger would warn "Current batch is falling behind" at each one.
 _LOG4J2 = """\
 # Root at WARN (what Spark's Python shell expects, so it prints no "Setting default log level" banner);
 # the console shows ERROR and above only.
@@ -116,6 +118,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 appender.console.filter.threshold.type = ThresholdFilter
 appender.console.filter.threshold.level = error
+logger.trigger.name = org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor
+logger.trigger.level = error
 """
 # With a log folder: WARN and above into <folder>/spark.log, nothing on the terminal.
 _LOG4J2_FILE = """\
@@ -133,6 +137,8 @@ appender.file.policies.size.type = SizeBasedTriggeringPolicy
 appender.file.policies.size.size = 10MB
 appender.file.strategy.type = DefaultRolloverStrategy
 appender.file.strategy.max = 5
+logger.trigger.name = org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor
+logger.trigger.level = error
 """
 SPARK_LOG = "spark.log"
 

@@ -331,6 +331,8 @@ def test_session_conf_merges_project_conf_and_keeps_logs_quiet():
     assert opts.startswith("-Dx=1 ") and "log4j2.configurationFile=file:" in opts
     log4j = opts.split("log4j2.configurationFile=file:", 1)[1]
     assert "rootLogger.level = warn" in Path(log4j).read_text()
+    # a trigger that waits for rows lasts longer than its interval by design: Spark's warning is off
+    assert "ProcessingTimeExecutor\nlogger.trigger.level = error" in Path(log4j).read_text()
     cluster = session_conf("spark://head:7077", {})
     assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
     # the driver JVM of a cluster only plans: C1 only; in local mode it runs the tasks (C2)
