@@ -16,6 +16,17 @@ class Waiting:
     trigger_s: float
     awake: Path
 
+    def options(self) -> dict[str, str]:
+        """The source options (``tidehouse`` and ``tidehouse_files``); none when the trigger is as long as
+        the wait."""
+        if self.trigger_s >= IDLE_WAIT_S:
+            return {}
+        return {
+            "idleWaitMs": str(round(IDLE_WAIT_S * 1000)),
+            "pollMs": str(max(10, round(self.trigger_s * 1000))),
+            "awakeFile": str(self.awake),
+        }
+
 
 def hot_stream(
     session,
@@ -40,10 +51,6 @@ def hot_stream(
         reader = reader.option("columns", ",".join(columns))
     if max_rows:
         reader = reader.option("maxRowsPerTrigger", str(max_rows))
-    if waiting is not None and waiting.trigger_s < IDLE_WAIT_S:
-        reader = (
-            reader.option("idleWaitMs", str(round(IDLE_WAIT_S * 1000)))
-            .option("pollMs", str(max(10, round(waiting.trigger_s * 1000))))
-            .option("awakeFile", str(waiting.awake))
-        )
+    for key, value in (waiting.options() if waiting is not None else {}).items():
+        reader = reader.option(key, value)
     return reader.load()

@@ -177,7 +177,7 @@ class FlowRunner:
                 src = self.plan.source(stream_input.ref.split(":", 1)[1])
                 options = source_options(src, self.project.config, self.data_path)
                 stream, ctx.spark_files = source_stream(
-                    session, src, options, t.checkpoint, t.name, self.project.config
+                    session, src, options, t.checkpoint, t.name, config, waiting and waiting.options()
                 )
             else:  # bound the batch: a cap per data path (max_rows_per_batch)
                 stream = hot_stream(

@@ -88,11 +88,20 @@ def _configured(reader, src: SourcePlan, options: dict[str, str]):
     return reader
 
 
-def source_stream(session, src: SourcePlan, options: dict[str, str], checkpoint: str, table: str, config):
+def source_stream(
+    session,
+    src: SourcePlan,
+    options: dict[str, str],
+    checkpoint: str,
+    table: str,
+    config,
+    waiting: dict[str, str] | None = None,
+):
     """The stream of flow source ``src`` for the query of ``table`` (checkpoint ``checkpoint``), and how its
     micro-batch's rows are read by Spark: Tidehouse's listing and a :class:`SparkFiles` when
     :func:`listing_refusal` has no reason against it, else Spark's file source (its batch DataFrame is the
-    rows: None)."""
+    rows: None). ``waiting``: the options of a listing that waits for new files inside its trigger
+    (``materializer.hotstream.Waiting``); Spark's listing does not wait."""
     from runtime.spark.session import is_connect
 
     if src.path and "://" not in src.path:
@@ -105,7 +114,7 @@ def source_stream(session, src: SourcePlan, options: dict[str, str], checkpoint:
             session.readStream.format(FILES)
             .option("path", _local(src.path))
             .option("log", str(Path(checkpoint) / "sources" / "0"))
-            .options(**admission)
+            .options(**admission, **(waiting or {}))
             .load()
         )
         return stream, SparkFiles(src, options, checkpoint)

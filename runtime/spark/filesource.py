@@ -19,6 +19,8 @@ files exactly as Spark's file source does:
   Spark's source wrote goes on here, and back.
 * *Rows*: one per file of the micro-batch (``path``: the URI); the batch functions read the files
   (``materializer.sources``).
+* *Waiting*: given ``idleWaitMs`` (and ``pollMs``, ``awakeFile``), a trigger whose folder did not change
+  waits for it to change instead of answering at once (:mod:`runtime.spark.idlewait`).
 
 Crash cases: a log file is written to a temporary name and linked into place, never over an existing one (two
 writers of one query fail, they do not mix). Dying after a log file was written and before Spark wrote its
@@ -44,6 +46,7 @@ from pyspark.sql.types import StructType
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.files import fsync_dir
+from runtime.spark.idlewait import wait_for_rows
 from runtime.spark.worker_memory import keep_pandas_out
 
 # a source query's runner process runs only this source's methods: no pandas there (see worker_memory)
@@ -291,9 +294,19 @@ class Files(InputPartition):
 class FolderStream(DataSourceStreamReader):
     """Offsets ``{"logOffset": k}``: the last log batch a micro-batch reaches (see the module docstring)."""
 
-    def __init__(self, root: str, log: str, max_files: int | None, max_bytes: int | None) -> None:
+    def __init__(
+        self,
+        root: str,
+        log: str,
+        max_files: int | None,
+        max_bytes: int | None,
+        idle_wait_ms: int | None = None,
+        poll_ms: int = 100,
+        awake_file: str | None = None,
+    ) -> None:
         self.root, self.log = root, FileLog(log)
         self.max_files, self.max_bytes = max_files, max_bytes
+        self.idle_wait_ms, self.poll_ms, self.awake_file = idle_wait_ms, poll_ms, awake_file
         self.seen: SeenFiles | None = None
         self.last = -1
         self.old: set[str] = set()  # listed files too old to be new: stat'ed again every OLD_RECHECK_S
@@ -333,7 +346,9 @@ class FolderStream(DataSourceStreamReader):
             and folder == self.listed
             and time.time_ns() - folder > SETTLED_NS
         ):
-            return {"logOffset": self.last}  # no name came or went since the last listing
+            if not self._folder_moved(folder):
+                return {"logOffset": self.last}  # no name came or went since the last listing
+            folder = _folder_mtime(self.root)
         new = []
         for entry in list_files(self.root):
             path = entry.path  # absolute: the root is
@@ -355,6 +370,17 @@ class FolderStream(DataSourceStreamReader):
             self.pending = len(taken) < len(new)  # the rest is new at the next call, whatever the folder
             self._admit(taken)
         return {"logOffset": self.last}
+
+    def _folder_moved(self, folder: int) -> bool:
+        """Given ``idleWaitMs``: wait for a name to come or go in the folder (runtime.spark.idlewait)."""
+        if not self.idle_wait_ms:
+            return False
+        return wait_for_rows(
+            lambda: _folder_mtime(self.root) != folder,
+            wait_s=self.idle_wait_ms / 1000,
+            poll_s=self.poll_ms / 1000,
+            awake=self.awake_file,
+        )
 
     def _admit(self, files: list[tuple[int, str, int]]) -> None:
         """Log batch ``k`` = the next one: as Spark does, a compaction batch is written as ``k.compact`` only,
@@ -429,6 +455,9 @@ class FolderSource(DataSource):
             options["log"],
             positive("maxFilesPerTrigger"),
             positive("maxBytesPerTrigger"),
+            positive("idleWaitMs"),
+            positive("pollMs") or 100,
+            options.get("awakefile") or None,
         )
 
 

@@ -243,3 +243,36 @@ def test_a_folder_no_name_came_to_is_not_listed_again(tmp_path, monkeypatch):
     os.utime(inp, (past, past))
     stream.latestOffset({}, ReadMaxFiles(2))
     assert len(listings) == 4  # due to stat old names again
+
+
+def test_a_trigger_that_waits_answers_when_a_file_comes_or_at_once_while_awake(tmp_path):
+    """``idleWaitMs``: a folder that did not change is watched (its modification time, every ``pollMs``)
+    until a name comes, the wait is over, or the awake file exists (runtime.spark.idlewait)."""
+    import threading
+
+    inp = tmp_path / "in"
+    _file(inp, "a.json", age_s=30)
+    past = time.time() - 10
+    os.utime(inp, (past, past))
+    awake = tmp_path / "awake"
+    stream = FolderStream(
+        str(inp), str(tmp_path / "cp" / "sources" / "0"), None, None, 30_000, 20, str(awake)
+    )
+    assert stream.latestOffset({}, ReadAllAvailable())["logOffset"] == 0  # a.json: no wait
+    later = threading.Timer(0.5, lambda: _file(inp, "b.json"))
+    began = time.monotonic()
+    later.start()
+    assert stream.latestOffset({}, ReadAllAvailable())["logOffset"] == 1  # b.json, when it came
+    assert 0.4 < time.monotonic() - began < 20
+    assert _files(stream, 0, 1) == ["b.json"]
+    past = time.time() - 10
+    os.utime(inp, (past, past))
+    awake.touch()
+    began = time.monotonic()
+    assert stream.latestOffset({}, ReadAllAvailable())["logOffset"] == 1
+    assert time.monotonic() - began < 10  # awake: no wait
+    awake.unlink()
+    stream.idle_wait_ms = 300
+    began = time.monotonic()
+    assert stream.latestOffset({}, ReadAllAvailable())["logOffset"] == 1
+    assert time.monotonic() - began >= 0.3  # nothing came: it waited its 300 ms
