@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.files import fsync_dir
-from runtime.spark.idlewait import wait_for_rows
+from runtime.spark.idlewait import POLL_MS, wait_for_rows
 from runtime.spark.worker_memory import keep_pandas_out
 
 # a source query's runner process runs only this source's methods: no pandas there (see worker_memory)
@@ -301,7 +301,7 @@ class FolderStream(DataSourceStreamReader):
         max_files: int | None,
         max_bytes: int | None,
         idle_wait_ms: int | None = None,
-        poll_ms: int = 100,
+        poll_ms: int = POLL_MS,
         awake_file: str | None = None,
     ) -> None:
         self.root, self.log = root, FileLog(log)
@@ -456,7 +456,7 @@ class FolderSource(DataSource):
             positive("maxFilesPerTrigger"),
             positive("maxBytesPerTrigger"),
             positive("idleWaitMs"),
-            positive("pollMs") or 100,
+            positive("pollMs") or POLL_MS,
             options.get("awakefile") or None,
         )
 

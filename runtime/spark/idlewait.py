@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+POLL_MS = 100  # how often a waiting source polls when the option ``pollMs`` does not say
+
 
 def wait_for_rows(
     arrived: Callable[[], bool], *, wait_s: float, poll_s: float, awake: str | None = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
+from runtime.spark.idlewait import POLL_MS
 from runtime.storage.api import TableMeta, TableStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,7 +155,7 @@ class SourceOptions:
     single_partition_rows: int
     system_columns: bool
     idle_wait_ms: int | None = None  # streams: wait this long for rows when none are new (idlewait)
-    poll_ms: int = 100
+    poll_ms: int = POLL_MS
     awake_file: str | None = None
 
     @classmethod
@@ -181,7 +182,7 @@ class SourceOptions:
             single_partition_rows=_positive(opts, "singlepartitionrows", 100_000),
             system_columns=_flag(opts, "systemcolumns", True),
             idle_wait_ms=_positive(opts, "idlewaitms", None),
-            poll_ms=_positive(opts, "pollms", 100),
+            poll_ms=_positive(opts, "pollms", POLL_MS),
             awake_file=opts.get("awakefile", "").strip() or None,
         )
 
