@@ -18,18 +18,21 @@ from runtime.storage.api import CHANGE, UPDATE_AFTER
 
 @dataclass(frozen=True)
 class ArrowIngest:
-    """``mapInArrow`` over the one row of a batch's file list (a pass-through table over a JSON source): parse
-    the files with the JSON Lines reader (:mod:`materializer.jsonlines`) and write them, in one task, so no
-    row passes through a JVM. All files are parsed before anything is written: a file the reader refuses
+    """``mapInArrow`` over one row (a pass-through table over a JSON source): parse the batch's files with the
+    JSON Lines reader (:mod:`materializer.jsonlines`) and write them, in one task, so no row passes through a
+    JVM. The files travel with the function, not as rows (a DataFrame of them would cost the driver a
+    ``createDataFrame`` per batch). All files are parsed before anything is written: a file the reader refuses
     makes the task write nothing and report ``refused`` (Spark then reads the batch)."""
 
     source: SourcePlan
     write: WriteTask
     change: str | None  # a primary-key table's rows are upserts
+    files: tuple[str, ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        files = [f for b in batches for f in b.column(0).to_pylist()]
-        data, why = JsonLinesReader(self.source).read(files)
+        for _ in batches:  # the one row that runs the task
+            pass
+        data, why = JsonLinesReader(self.source).read(list(self.files))
         if data is None:
             yield from results([{"kind": "refused", "reason": why, "n": 0}])
             return
@@ -50,9 +53,9 @@ def ingest_with_arrow(ctx: QueryContext, session, source: SourcePlan, batch_id: 
     key = tuple(table.primary_key)
     task = WriteTask(ctx.place, table.name, table.writer_id, int(batch_id), None, key, (), check)
     change = UPDATE_AFTER if table.kind == "primary_key" else None
-    listing = session.createDataFrame([(f,) for f in files], "file string").coalesce(1)
+    one = session.range(1, numPartitions=1)
     with ctx.clock.phase("write"):
-        results = listing.mapInArrow(ArrowIngest(source, task, change), RESULT).collect()
+        results = one.mapInArrow(ArrowIngest(source, task, change, tuple(files)), RESULT).collect()
     refused = [r.reason for r in results if r.kind == "refused"]
     if refused:
         count_reader(ctx, "spark", batch_id, refused[0])

@@ -2,12 +2,13 @@
 "Two data paths").
 
 :func:`write_routed` takes a micro-batch's result as a Spark plan: a Python pass (:class:`Tag`) adds each
-row's bucket (THE bucket function) and its position (a one-bucket table needs no pass: bucket 0, Spark's
-``monotonically_increasing_id``), the rows are repartitioned by bucket — a primary-key table's sorted back
-into batch order —, and a second pass (:class:`WriteTask`) writes the buckets each task holds with the
-query's writer id and ``seq = batch id``. Every bucket of a batch is written by exactly one task: a retried
-task skips what it committed, a replayed batch skips everything, on either path. The tasks return counts
-and the rows to quarantine; :func:`record` writes the quarantine in the driver and counts the rest.
+row's bucket (THE bucket function) and its position, the rows are repartitioned by bucket — a primary-key
+table's sorted back into batch order — (a one-bucket table needs neither: its batch is merged into one write
+task, a primary-key table's rows in order by Spark's ``monotonically_increasing_id``), and a second pass
+(:class:`WriteTask`) writes the buckets each task holds with the query's writer id and ``seq = batch id``.
+Every bucket of a batch is written by exactly one task: a retried task skips what it committed, a replayed
+batch skips everything, on either path. The tasks return counts and the rows to quarantine; :func:`record`
+writes the quarantine in the driver and counts the rest.
 """
 
 from __future__ import annotations
@@ -210,34 +211,13 @@ def write_routed(
     orders each bucket's rows before batch order. ``expect``: check the table's expectations here (a
     recompute checked them on its whole result already). ``source``: ``df`` is a source's records with its
     corrupt-record column, quarantined by the tasks."""
-    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
-
     table = ctx.table
     meta = ctx.store.get_table(table.name)
     expectations = tuple(table.expect) if expect else ()
     if expectations:
         df = df.selectExpr("*", *expectation_exprs(expectations))
     key = meta.effective_bucket_key
-    if meta.buckets <= 1 or not key:  # every row in bucket 0: no Python pass to compute it
-        from pyspark.sql import functions as F
-
-        tagged = df.withColumn(BUCKET, F.lit(0)).withColumn(SEQ, F.monotonically_increasing_id())
-    else:
-        tagged = df.mapInArrow(
-            Tag(tuple(key), meta.buckets),
-            StructType(
-                [
-                    *df.schema.fields,
-                    StructField(BUCKET, IntegerType(), False),
-                    StructField(SEQ, LongType(), False),
-                ]
-            ),
-        )
-    parts = max(1, min(meta.buckets, int(ctx.spark_partitions)))
-    # one write task: merge the batch's partitions into it (no shuffle), else hash them there by bucket
-    routed = tagged.coalesce(1) if parts == 1 else tagged.repartition(parts, BUCKET)
-    if meta.is_primary_key:  # rows of a key apply in batch order (deletes first): the last one wins
-        routed = routed.sortWithinPartitions(BUCKET, *((ORDER,) if deletes_first else ()), SEQ)
+    routed = _routed(df, meta, key, int(ctx.spark_partitions), deletes_first)
     task = WriteTask(
         ctx.place,
         table.name,
@@ -249,8 +229,39 @@ def write_routed(
         source,
     )
     with ctx.clock.phase("write"):
-        results = routed.drop(BUCKET).mapInArrow(task, RESULT).collect()
+        results = routed.mapInArrow(task, RESULT).collect()
     return record(ctx, results, batch_id, writer, source)
+
+
+def _routed(df, meta, key, spark_partitions: int, deletes_first: bool):
+    """``df``'s rows in their write tasks: each bucket in one task, a primary-key table's rows in batch order
+    within it (deletes first with ``deletes_first``: the last upsert of a key wins)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    order = (ORDER,) if deletes_first else ()
+    if meta.buckets <= 1 or not key:  # every row in bucket 0, one write task: no Python pass, no shuffle
+        if not meta.is_primary_key:  # a log table's rows have no order to keep
+            return df.coalesce(1)
+        # the batch's partitions are merged in their order; a row's position keeps it within each of them
+        ordered = df.withColumn(SEQ, F.monotonically_increasing_id()).coalesce(1)
+        return ordered.sortWithinPartitions(*order, SEQ)
+    tagged = df.mapInArrow(
+        Tag(tuple(key), meta.buckets),
+        StructType(
+            [
+                *df.schema.fields,
+                StructField(BUCKET, IntegerType(), False),
+                StructField(SEQ, LongType(), False),
+            ]
+        ),
+    )
+    parts = max(1, min(meta.buckets, spark_partitions))
+    # one write task: merge the batch's partitions into it (no shuffle), else hash them there by bucket
+    routed = tagged.coalesce(1) if parts == 1 else tagged.repartition(parts, BUCKET)
+    if meta.is_primary_key:
+        routed = routed.sortWithinPartitions(BUCKET, *order, SEQ)
+    return routed.drop(BUCKET)
 
 
 @dataclass(frozen=True)
