@@ -216,8 +216,7 @@ def write_routed(
     expectations = tuple(table.expect) if expect else ()
     if expectations:
         df = df.selectExpr("*", *expectation_exprs(expectations))
-    key = meta.effective_bucket_key
-    routed = _routed(df, meta, key, int(ctx.spark_partitions), deletes_first)
+    routed = _routed(df, meta, int(ctx.spark_partitions), deletes_first)
     task = WriteTask(
         ctx.place,
         table.name,
@@ -233,13 +232,14 @@ def write_routed(
     return record(ctx, results, batch_id, writer, source)
 
 
-def _routed(df, meta, key, spark_partitions: int, deletes_first: bool):
+def _routed(df, meta, spark_partitions: int, deletes_first: bool):
     """``df``'s rows in their write tasks: each bucket in one task, a primary-key table's rows in batch order
     within it (deletes first with ``deletes_first``: the last upsert of a key wins)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
     order = (ORDER,) if deletes_first else ()
+    key = meta.effective_bucket_key
     if meta.buckets <= 1 or not key:  # every row in bucket 0, one write task: no Python pass, no shuffle
         if not meta.is_primary_key:  # a log table's rows have no order to keep
             return df.coalesce(1)

@@ -22,7 +22,7 @@ def _batch(spark, *, deletes: bool = False):
 
 
 def _meta(buckets: int, primary_key: bool):
-    return SimpleNamespace(buckets=buckets, is_primary_key=primary_key)
+    return SimpleNamespace(buckets=buckets, is_primary_key=primary_key, effective_bucket_key=("k",))
 
 
 def _tasks(df) -> list[list[tuple]]:
@@ -34,7 +34,7 @@ def _tasks(df) -> list[list[tuple]]:
 def test_a_one_bucket_log_table_is_merged_into_one_task_without_columns_added(spark):
     batch = _batch(spark)
     assert batch.rdd.getNumPartitions() == 4
-    routed = _routed(batch, _meta(1, False), ("k",), 4, False)
+    routed = _routed(batch, _meta(1, False), 4, False)
     assert routed.columns == ["k", "pos"]
     (task,) = _tasks(routed)
     assert sorted(pos for _, pos in task) == list(range(ROWS))
@@ -44,7 +44,7 @@ def test_a_one_bucket_log_table_is_merged_into_one_task_without_columns_added(sp
 @pytest.mark.parametrize("deletes_first", [False, True])
 def test_a_one_bucket_primary_key_table_gets_its_rows_in_batch_order_in_one_task(spark, deletes_first):
     batch = _batch(spark, deletes=deletes_first)
-    routed = _routed(batch, _meta(1, True), ("k",), 4, deletes_first)
+    routed = _routed(batch, _meta(1, True), 4, deletes_first)
     assert BUCKET not in routed.columns and SEQ in routed.columns
     (task,) = _tasks(routed)
     got = [(row[2] if deletes_first else 1, row[1]) for row in task]  # (order, pos)
@@ -55,7 +55,7 @@ def test_a_one_bucket_primary_key_table_gets_its_rows_in_batch_order_in_one_task
 @pytest.mark.spark
 def test_a_table_of_several_buckets_gets_one_task_per_bucket_and_no_bucket_column(spark):
     batch = _batch(spark)
-    routed = _routed(batch, _meta(3, True), ("k",), 3, False)
+    routed = _routed(batch, _meta(3, True), 3, False)
     assert BUCKET not in routed.columns and SEQ in routed.columns
     tasks = [task for task in _tasks(routed) if task]
     keys = [{row[0] for row in task} for task in tasks]
