@@ -326,7 +326,13 @@ def _build_plan(project, resolved: ResolvedFlow, graph: FlowGraph, spark, sessio
             why = shape.row_keys.refusal(primary_key, inputs[0].primary_key)
             shape = replace(shape, row_key_refusal=why)
         if shape.group_aggregate is not None and len(inputs) == 1:
-            facts, why = literals.typed(shape.group_aggregate, struct_of(inputs[0].ddl), struct_of(out_ddl))
+            facts, why = literals.typed(
+                shape.group_aggregate,
+                struct_of(inputs[0].ddl),
+                struct_of(out_ddl),
+                action.sql,
+                [p.value for p in params],
+            )
             shape = replace(shape, group_aggregate=facts, having_refusal=why)
         if _aggregate_candidate(shape, inputs, primary_key):
             shape = replace(shape, streaming_refusal=streaming_refusal(session, action, params, inputs))

@@ -14,6 +14,7 @@ Pure (Spark types in), so the planner's decision stays unit-testable without Spa
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -82,8 +83,47 @@ def typed_constants(facts: GroupAggregate, output: StructType) -> tuple[GroupAgg
     return replace(facts, constants=tuple(typed)), ""
 
 
-def typed(facts: GroupAggregate, reads: StructType, returns: StructType) -> tuple[GroupAggregate | None, str]:
-    """The GROUP BY (over input columns ``reads``, its SQL returning ``returns``) with its HAVING and its
-    literal columns typed (:func:`typed_having`, :func:`typed_constants`), or (None, why not)."""
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+
+
+def forged_having(facts: GroupAggregate, sql: str, values: Iterable[object] = ()) -> str:
+    """Why the HAVING read from the plan (typed: :func:`typed_having`) cannot be trusted, or "".
+
+    The plan prints a string literal unquoted and the reading splits the condition at ``AND`` before it reads
+    a comparison, so ``max(name) = 'x AND m#9 < 5'`` would read as two comparisons, ``m = 'x'`` and
+    ``m < 5``. The second needs a plan attribute (``name#id``) inside the literal, and no literal the reading
+    keeps holds a ``#``: when the SQL text (its literals, and its comments with them) or a string value bound
+    to its parameters (``values``) holds one, a HAVING with a string comparison is not read but recomputed."""
+    if not any(isinstance(c.value, str) for c in facts.having):  # typed: a string comparison's value
+        return ""
+    where = "the SQL" if "#" in sql else next(("a parameter" for v in _strings(list(values)) if "#" in v), "")
+    if not where:
+        return ""
+    return f"HAVING compares a string while {where} holds '#' (a literal could read as a comparison)"
+
+
+def typed(
+    facts: GroupAggregate,
+    reads: StructType,
+    returns: StructType,
+    sql: str = "",
+    values: Iterable[object] = (),
+) -> tuple[GroupAggregate | None, str]:
+    """The GROUP BY (over input columns ``reads``, its SQL ``sql`` returning ``returns``, its parameters bound
+    to ``values``) with its HAVING and its literal columns typed (:func:`typed_having`,
+    :func:`typed_constants`), or (None, why not: also :func:`forged_having`)."""
     having, why = typed_having(facts, reads)
-    return typed_constants(having, returns) if having is not None else (None, why)
+    if having is not None:
+        why = forged_having(having, sql, values)
+    if having is None or why:
+        return None, why
+    return typed_constants(having, returns)

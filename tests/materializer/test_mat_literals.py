@@ -167,3 +167,78 @@ def test_a_global_aggregate_read_from_sparks_plan(spark):
     assert facts.describe() == "global aggregate: count(*), sum(x)"
     got, _ = typed(facts, struct_of("a string, x double"), df.schema)
     assert got.constants == (("id", "all"),)
+
+
+# -- a literal that reads as a comparison --------------------------------------------------------------------
+FORGED = "SELECT a, max(name) AS m FROM raw GROUP BY a HAVING max(name) = 'x AND m#1 < 5'"
+
+
+@pytest.mark.spark
+def test_a_literal_holding_a_comparison_reads_as_two_in_the_plan(spark):
+    """Why :func:`forged_having` exists: the plan prints the literal unquoted, and the reading splits it."""
+    from materializer.analyze import sql_shape
+
+    s = spark.newSession()
+    ddl = "a string, name string"
+    s.createDataFrame([], struct_of(ddl)).createOrReplaceTempView("raw")
+    df = s.sql(FORGED)
+    facts = sql_shape(df).group_aggregate
+    assert facts is not None
+    assert [(c.column, c.op, c.text) for c in facts.having] == [("m", "=", "x"), ("m", "<", "5")]
+    got, why = typed(facts, struct_of(ddl), df.schema, FORGED)
+    assert got is None
+    assert why == "HAVING compares a string while the SQL holds '#' (a literal could read as a comparison)"
+
+
+@pytest.mark.parametrize(
+    "having, sql, values, refused",
+    [
+        ((Comparison("m", "=", None, "x"),), "... HAVING m = 'x AND m#1 < 5'", (), "the SQL"),
+        ((Comparison("m", "=", None, "x"),), "... HAVING m = :v", ("x AND m#1 < 5",), "a parameter"),
+        ((Comparison("m", "=", None, "x"),), "... HAVING m = :v", ([{"k": "a#1"}],), "a parameter"),
+        ((Comparison("m", "=", None, "x"),), "... HAVING m = 'x'", ("y", 3, ["z"]), ""),
+        # no string comparison: a literal with '#' cannot have split into a comparison
+        ((Comparison("n", ">", 1, "1"),), "-- count#1\n... HAVING n > 1", (), ""),
+        ((), "SELECT '#'", (), ""),
+    ],
+)
+def test_a_string_comparison_is_not_read_when_a_literal_may_hold_an_attribute(having, sql, values, refused):
+    from materializer.incremental.literals import forged_having
+
+    facts = typed_having(_facts(*having), SCHEMA)[0]
+    why = forged_having(facts, sql, values)
+    assert (refused in why) if refused else why == ""
+    assert bool(why) == bool(refused)
+
+
+@pytest.mark.spark
+def test_a_forged_having_is_recomputed_saying_why(spark, project_dir):
+    """Over a primary-key table the GROUP BY would be ``agg_changelog``, reading the parameter's text as two
+    comparisons; it is recomputed (always the batch result), and the plan says why."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import ACTIONS, flow_head, write_project
+
+    actions = {
+        **ACTIONS,
+        "t_last.sql": """/*---
+name: t_last
+description: the last user per event count, when it is a given one
+inputs: [activity]
+params:
+  who: {type: string, default: "u1 AND last_user#1 < u5"}
+---*/
+SELECT events, max(user_id) AS last_user FROM activity GROUP BY events HAVING max(user_id) = :who
+""",
+    }
+    flow = flow_head("a HAVING whose parameter reads as two comparisons") + (
+        "  ads:\n    last:\n      action: t_last\n      inputs: {activity: dws.user_activity}\n"
+        "      primary_key: [events]\n"
+    )
+    path = write_project(project_dir, flow, actions)
+    project = Project.open()
+    try:
+        table = project.plan(path, spark=spark).table("ads.last")
+    finally:
+        project.close()
+    assert table.strategy == "recompute", table.reason
+    assert "HAVING compares a string while a parameter holds '#'" in table.reason, table.reason
