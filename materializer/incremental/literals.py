@@ -14,7 +14,8 @@ Pure (Spark types in), so the planner's decision stays unit-testable without Spa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -83,18 +84,6 @@ def typed_constants(facts: GroupAggregate, output: StructType) -> tuple[GroupAgg
     return replace(facts, constants=tuple(typed)), ""
 
 
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(k)
-            yield from _strings(v)
-
-
 def forged_having(facts: GroupAggregate, sql: str, values: Iterable[object] = ()) -> str:
     """Why the HAVING read from the plan (typed: :func:`typed_having`) cannot be trusted, or "".
 
@@ -105,7 +94,8 @@ def forged_having(facts: GroupAggregate, sql: str, values: Iterable[object] = ()
     to its parameters (``values``) holds one, a HAVING with a string comparison is not read but recomputed."""
     if not any(isinstance(c.value, str) for c in facts.having):  # typed: a string comparison's value
         return ""
-    where = "the SQL" if "#" in sql else next(("a parameter" for v in _strings(list(values)) if "#" in v), "")
+    bound = json.dumps(list(values), default=str, ensure_ascii=False)  # a '#' is one only inside a string
+    where = "the SQL" if "#" in sql else "a parameter" if "#" in bound else ""
     if not where:
         return ""
     return f"HAVING compares a string while {where} holds '#' (a literal could read as a comparison)"
