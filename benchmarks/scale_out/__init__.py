@@ -20,9 +20,15 @@ process or ``spark-pipelines``, with their JVM and Python workers) and the clust
 executors and their Python workers); rows per CPU second is the rate least disturbed by other work on the
 machine.
 
-    .venv/bin/python -m benchmarks.scale_out --repeat 3      # full: 5M rows, 3 interleaved rounds, ~11 min
-    .venv/bin/python -m benchmarks.scale_out                 # one round, ~4 min on 2 cores
+    .venv/bin/python -m benchmarks.scale_out --rows 15000000 --repeat 3   # full: 3 rounds, ~20 min
+    .venv/bin/python -m benchmarks.scale_out --repeat 3      # 5M rows (the least), ~12 min
+    .venv/bin/python -m benchmarks.scale_out                 # one round of 5M rows, ~4 min on 2 cores
     .venv/bin/python -m benchmarks.scale_out --rows 200000   # reduced
+
+The full run's backlog is 15M rows: a sustained rate, of which each JVM's warm-up is a small part. Every
+JVM compiles the code it runs hot on its own (one executor's JIT threads: 6.8 CPU s in a 5M-row backlog run,
+6.4 s in a 15M-row one, ~2 s in an empty run), SDP's one JVM too; the backlog's share of it was about a fifth
+of the cluster's added CPU at 5M rows and under a tenth at 15M, and two executors pay it twice.
 
 With ``--repeat N`` the paths run in N interleaved rounds; the report shows each path's median round (by
 backlog cost) and lists every round, since two runs of one path on this machine differ by up to a quarter.
