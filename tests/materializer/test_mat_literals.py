@@ -208,7 +208,6 @@ def test_a_string_comparison_is_not_read_when_a_literal_may_hold_an_attribute(ha
     facts = typed_having(_facts(*having), SCHEMA)[0]
     why = forged_having(facts, sql, values)
     assert (refused in why) if refused else why == ""
-    assert bool(why) == bool(refused)
 
 
 @pytest.mark.spark
