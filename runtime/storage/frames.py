@@ -232,21 +232,26 @@ def read_frame_at(fd: int, position: int, size: int) -> tuple[Header, bytes] | N
     return header, head + os.pread(fd, header.writer_len, position + HEADER_SIZE)
 
 
-def valid_frame_after(fd: int, position: int, size: int) -> int | None:
+def valid_frame_after(fd: int, position: int, size: int, chunk: int = _CHECK_CHUNK) -> int | None:
     """Position of the first whole frame strictly after ``position`` in a segment (8-aligned), or None.
 
-    Used to tell a torn tail (nothing valid follows) from corruption (valid data follows a bad frame).
+    Used to tell a torn tail (nothing valid follows) from corruption (valid data follows a bad frame). The
+    rest of the segment is searched ``chunk`` bytes at a time, so the memory it takes does not grow with it.
     """
     start = position + 8
-    if start >= size:
-        return None
-    data = os.pread(fd, size - start, start)
-    at = data.find(MAGIC)
-    while at >= 0:
-        pos = start + at
-        if pos % 8 == 0 and read_frame_at(fd, pos, size) is not None:
-            return pos
-        at = data.find(MAGIC, at + 1)
+    while start < size:
+        data = os.pread(fd, min(chunk, size - start), start)
+        if not data:
+            return None
+        at = data.find(MAGIC)
+        while at >= 0:
+            pos = start + at
+            if pos % 8 == 0 and read_frame_at(fd, pos, size) is not None:
+                return pos
+            at = data.find(MAGIC, at + 1)
+        if start + len(data) >= size:
+            return None
+        start += len(data) - (len(MAGIC) - 1)  # a magic the chunk's end cuts is whole in the next one
     return None
 
 

@@ -13,7 +13,8 @@ A refresh reads new index entries and verifies (a writer: and indexes) whole fra
 last indexed frame. A frame that is not whole is a **torn tail** when nothing valid follows it (a writer
 truncates it, with any later empty segment) and **corruption** when a whole frame follows it
 (``STORAGE_CORRUPT`` naming the file and byte offset; nothing is truncated). A reader never repairs: an
-incomplete frame at the tail is simply not visible yet.
+incomplete frame at the tail is simply not visible yet (one whose length reaches past the end of the file is
+not searched past: the writer is still writing it).
 
 Appends, reads and retention are :class:`runtime.storage.log.BucketLog`'s, built on this view.
 """
@@ -32,7 +33,9 @@ import pyarrow as pa
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.frames import (
     ENTRY_SIZE,
+    HEADER_SIZE,
     Entry,
+    parse_header,
     read_frame_at,
     valid_frame_after,
     writer_hash,
@@ -262,6 +265,8 @@ class LogView:
         else:
             seg = next(iter(self._segs))
             pos, expected = 0, seg
+        # the first frame past an index this view read whole is the one a writer appends next
+        next_to_index = bool(self._entries) and len(self._entries) == self._n_indexed
         index_fd = None
         try:
             while True:
@@ -291,6 +296,8 @@ class LogView:
                 if got is None or got[0].base_offset != expected:
                     if got is None and self._recheck_size(seg, size):
                         continue  # the file grew while we looked: a writer is appending; look again
+                    if got is None and next_to_index and not repair and self._still_coming(seg, pos):
+                        return  # the frame a writer is writing (or a torn one): not visible yet
                     self._invalid_at(seg, pos, repair, "incomplete or damaged frame")
                     return
                 h = got[0]
@@ -307,6 +314,7 @@ class LogView:
                 )
                 self._add(e)
                 self._verified.add(e.base_offset)
+                next_to_index = False
                 if repair:
                     if index_fd is None:
                         index_fd = os.open(self.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -350,6 +358,22 @@ class LogView:
         for later in [s for s in self._segs if s > seg]:
             os.unlink(self.segment_path(later))
             del self._segs[later]
+
+    def _still_coming(self, seg: int, pos: int) -> bool:
+        """Whether the frame at (seg, pos), the first past the index, is the last one, its bytes yet to come:
+        its header reads and its length reaches past the end of the last segment — a frame a writer is
+        writing, or a torn one. Nothing can follow it (a writer indexes a frame before it writes the next), so
+        a reader does not search the rest of the file for a frame: that read the whole partial frame (tens of
+        MB for a micro-batch) at every look while it was written. The writer's recovery still searches (a
+        damaged length), as does a reader whose view holds frames the index does not."""
+        if any(s > seg for s in self._segs):
+            return False
+        fd = os.open(self.segment_path(seg), os.O_RDONLY)
+        try:
+            header = parse_header(os.pread(fd, HEADER_SIZE, pos))
+            return header is not None and pos + header.frame_len > os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     def _valid_data_after(self, seg: int, pos: int) -> bool:
         fd = os.open(self.segment_path(seg), os.O_RDONLY)

@@ -161,3 +161,92 @@ def test_a_reader_sees_a_large_whole_frame_past_the_index_and_not_a_damaged_one(
     reader = open_store(root, fsync=False)
     assert _seqs(reader) == [0]
     reader.close()
+
+
+def test_a_reader_does_not_search_past_a_frame_still_being_written(tmp_path, monkeypatch):
+    """The frame after the index whose length reaches past the file's end is one a writer is writing: a reader
+    sees the frames before it without reading the rest of the file for another frame (it did, the whole
+    partial frame at every look), and sees the frame once its bytes are all there."""
+    from runtime.storage import logview
+    from runtime.storage.frames import ENTRY_SIZE
+    from runtime.storage.log import BucketLog
+
+    root = str(tmp_path / "t")
+    s = open_store(root, fsync=False)
+    s.create_table(TableMeta("ods.t", SCHEMA))
+    for seq in range(3):
+        s.write("ods.t", pa.table({"seq": [seq] * 2000, "v": ["x" * 200] * 2000}), writer="w", seq=seq)
+    s.close()
+    log = BucketLog(Path(root) / "ods" / "t" / "bucket-0", 0)
+    log.refresh()
+    last = log.entries()[-1]
+    segment = log.segment_path(last.segment)
+    whole = segment.read_bytes()
+    with open(log.index_path, "r+b") as fh:  # the third frame is being written: no index entry yet
+        fh.truncate(2 * ENTRY_SIZE)
+    segment.write_bytes(whole[: last.position + last.frame_len // 2])
+    searched = []
+    real = logview.valid_frame_after
+    monkeypatch.setattr(logview, "valid_frame_after", lambda *a, **k: searched.append(a) or real(*a, **k))
+    reader = open_store(root, fsync=False)
+    assert _seqs(reader) == [0, 1] and searched == []
+    segment.write_bytes(whole)  # its last bytes arrive
+    assert _seqs(reader) == [0, 1, 2] and searched == []
+    reader.close()
+
+
+def test_a_reader_with_frames_the_index_does_not_hold_still_finds_damage(tmp_path):
+    """Without an index the reader's view is its own scan: a frame whose length was damaged to reach past the
+    file's end, followed by whole frames, is corruption for the reader too — not a frame being written."""
+    from runtime.storage.log import BucketLog
+
+    root = str(tmp_path / "t")
+    s = open_store(root, fsync=False)
+    s.create_table(TableMeta("ods.t", SCHEMA))
+    for seq in range(3):
+        s.write("ods.t", pa.table({"seq": [seq] * 50, "v": ["x"] * 50}), writer="w", seq=seq)
+    s.close()
+    log = BucketLog(Path(root) / "ods" / "t" / "bucket-0", 0)
+    log.refresh()
+    middle = log.entries()[1]
+    os.unlink(log.index_path)
+    segment = log.segment_path(middle.segment)
+    damaged = bytearray(segment.read_bytes())
+    damaged[middle.position + 4 : middle.position + 8] = (1 << 30).to_bytes(4, "little")  # frame_len
+    segment.write_bytes(bytes(damaged))
+    reader = open_store(root, fsync=False)
+    with pytest.raises(TidehouseError) as err:
+        _seqs(reader)
+    assert err.value.code == ErrorCode.STORAGE_CORRUPT
+    reader.close()
+
+
+@pytest.mark.parametrize("chunk", [4, 7, 64, 1 << 20])
+def test_the_search_for_a_frame_after_damage_reads_in_chunks(tmp_path, chunk):
+    """valid_frame_after finds the same frame whatever its chunk, also when a chunk's end cuts the frame's
+    magic, and nothing in bytes that only look like a frame's start."""
+    from runtime.storage import frames
+
+    pieces, _, _ = frames.encode_frame(
+        pa.py_buffer(b"payload!" * 5),
+        base_offset=3,
+        rows=1,
+        schema_id=1,
+        commit_ts=1,
+        origin_ts=2,
+        writer="w",
+        seq=1,
+    )
+    frame = b"".join(bytes(p) for p in pieces)
+    junk = (frames.MAGIC + b"\1" * 4) * 9 + b"\0" * 21  # magics at 8-aligned positions, no frame
+    at = 8 + len(junk) + (-(8 + len(junk)) % 8)
+    data = (b"\0" * 8 + junk).ljust(at, b"\0") + frame
+    path = tmp_path / "segment"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert frames.valid_frame_after(fd, 0, len(data), chunk) == at
+        assert frames.valid_frame_after(fd, at, len(data), chunk) is None
+        assert frames.valid_frame_after(fd, 0, at, chunk) is None
+    finally:
+        os.close(fd)
