@@ -169,11 +169,14 @@ def io_error(what: str, path: str, exc: BaseException, hint: str | None = None) 
     )
 
 
+CACHE_BYTES = 256 << 20  # a process's cache of objects, by default
+
+
 class Blobs:
     """Put and get whole objects; an LRU cache by bytes of the objects read or written by this process
     (objects are immutable, so a cached copy is never stale)."""
 
-    def __init__(self, fs: pafs.FileSystem, *, cache_bytes: int = 256 << 20) -> None:
+    def __init__(self, fs: pafs.FileSystem, *, cache_bytes: int = CACHE_BYTES) -> None:
         self.fs = fs
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[str, pa.Buffer] = OrderedDict()

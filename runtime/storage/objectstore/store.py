@@ -56,7 +56,7 @@ class ObjectTableStore(TableStore):
         store_id: str | None = None,
         fsync: bool = default("storage.fsync"),
         bootstrap: Bootstrap | None = None,
-        cache_bytes: int = 256 << 20,
+        cache_bytes: int = blobs.CACHE_BYTES,
         gc_interval: float = 3600.0,
         gc_grace: float = 3600.0,
         shared_writers: bool = False,
