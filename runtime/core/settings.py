@@ -308,9 +308,9 @@ SETTINGS: tuple[Setting, ...] = (
         "writes a JSON source's batch, so this bounds that task's memory), and each micro-batch costs the "
         "driver fixed planning and commit. Measured on the scale-out backlog on a cluster "
         "(docs/benchmarks.md, Scale-out): 64 MiB took 10% more CPU than 128; 256 MiB with "
-        "executor_rows_per_batch 4,000,000 added "
-        "5.6 CPU s to the driver against 6.9 with 128 MiB and 2,000,000 (means of 5 and 4 runs), 3% less "
-        "CPU in all, in the same wall time; 512 MiB was slower (the next layers start later). 0: no cap.",
+        "executor_rows_per_batch 4,000,000 added 5.6 CPU s to the driver against 6.9 with 128 MiB and "
+        "2,000,000 (means of 5 and 4 runs), 3% less CPU in all, in the same wall time; 512 MiB was slower "
+        "(the next layers start later). 0: no cap.",
         _count,
     ),
     Setting(
