@@ -198,7 +198,8 @@ the exit (noisy on a busy machine): Tidehouse from after its Spark session start
 * Rounds (`--repeat N`): the paths run N times, interleaved (SDP, local, 1 worker, 2 workers, then again),
   because two runs of the same path on this machine can differ by a quarter. The tables show, per path, the
   round whose backlog cost is the median (the lower middle one for an even N); the targets are read from
-  those, and the table of rounds lists every round's rate, ratio to the same round's SDP and driver share.
+  those, and the table of rounds lists every round's rate, ratio to the same round's SDP and driver share;
+  the driver-share lines also give the share of all rounds' added CPU together.
 * CPU: `utime + stime` from `/proc`, sampled every 0.5 s per process; **driver** = the `tidehouse` process
   (or `spark-pipelines`) and everything it started (its JVM — in local mode also the tasks — and Python
   workers); **all** = driver + cluster (master, workers, executors, their Python workers). Per million rows
@@ -263,6 +264,17 @@ def spread(rounds: list[Paths], key: str, value) -> str:
                 value(figures(key, paths[key]), figures("sdp", sdp) if sdp and complete(sdp) else None)
             )
     return f" (each round: {', '.join(seen)})" if len(seen) > 1 else ""
+
+
+def pooled_share(rounds: list[Paths], key: str) -> str:
+    """The driver's share of the CPU the backlog added over every complete round of ``key`` together (each
+    round's added driver CPU summed over each round's added CPU summed), or "" with fewer than two rounds."""
+    parts = [figures(key, paths[key]) for paths in rounds if key in paths and complete(paths[key])]
+    driver, total = sum(f.driver_cpu for f in parts), sum(f.all_cpu for f in parts)
+    if len(parts) < 2 or total <= 0:
+        return ""
+    share = pct(driver / total)
+    return f"; all {len(parts)} rounds together: {share} ({num(driver, 1)} of {num(total, 1)} s)"
 
 
 def report_body(paths: Paths, meta: dict, rounds: list[Paths] | None = None) -> str:
@@ -435,6 +447,8 @@ def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> 
         share = f.driver_share
         ok = share is not None and share <= DRIVER_SHARE_TARGET
         each = spread(rounds, f.key, lambda x, _: pct(x.driver_share))
+        if each:
+            each = each[:-1] + pooled_share(rounds, f.key) + ")"
         lines.append(
             f"* Target driver CPU ≤ {DRIVER_SHARE_TARGET:.0%} of all CPU, {f.label}: {pct(share)} of the CPU "
             f"the backlog added ({num(f.driver_cpu, 1)} of {num(f.all_cpu, 1)} s; "

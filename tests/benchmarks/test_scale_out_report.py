@@ -238,9 +238,24 @@ def test_the_median_round_of_each_path_is_shown_and_every_round_is_listed():
         assert f"| {n} | Tidehouse cluster, 1 worker | {cost} | {rate} | {times_sdp} | 10.0% |" in body
     assert "| 2 | SDP (spark-pipelines, local[2]) | 100.0 | 50,000 | — | — |" in body
     assert "**not met** (each round: 0.33×, 0.50×, 0.67×)." in body
-    assert "— **met** (each round: 10.0%, 10.0%, 10.0%)." in body
+    # every round's driver adds 30 of 300 CPU s: 90 of 900 s together
+    pooled = "all 3 rounds together: 10.0% (90.0 of 900.0 s)"
+    assert f"— **met** (each round: 10.0%, 10.0%, 10.0%; {pooled})." in body
     one = report_body(rounds[0], META)  # one round: no rounds table, no per-round lists
     assert "Every round" not in one and "each round" not in one
+
+
+def test_the_pooled_driver_share_sums_every_rounds_cpu_before_dividing():
+    from benchmarks.scale_out.report import pooled_share
+
+    rounds = rounds_of_three()
+    # round 1's driver adds 130 (150 - 20) of 130 + 270 = 400 s (32.5%); rounds 2 and 3 add 30 of 300 each
+    rounds[0]["cluster1"]["backlog"] = run(340, 150, 300, tiering=11.0)
+    assert pooled_share(rounds, "cluster1") == "; all 3 rounds together: 19.0% (190.0 of 1,000.0 s)"
+    assert pooled_share(rounds[:1], "cluster1") == ""  # one round: nothing to pool
+    assert pooled_share(rounds, "cluster2") == ""  # a path no round ran
+    body = report_body(rounds[1], META, rounds)
+    assert "(each round: 32.5%, 10.0%, 10.0%; all 3 rounds together: 19.0% (190.0 of 1,000.0 s))" in body
 
 
 def test_results_with_rounds_and_without_load_back(tmp_path):
