@@ -254,8 +254,9 @@ def rounds_table(rounds: list[Paths]) -> str:
     )
 
 
-def spread(rounds: list[Paths], key: str, value) -> str:
-    """`value(figures of key, figures of SDP)` in each round that has both, formatted, or "" with one."""
+def spread(rounds: list[Paths], key: str, value, extra: str = "") -> str:
+    """`value(figures of key, figures of SDP)` in each round that has both, formatted (``extra`` after the
+    list), or "" with one."""
     seen = []
     for paths in rounds:
         if key in paths and complete(paths[key]):
@@ -263,7 +264,7 @@ def spread(rounds: list[Paths], key: str, value) -> str:
             seen.append(
                 value(figures(key, paths[key]), figures("sdp", sdp) if sdp and complete(sdp) else None)
             )
-    return f" (each round: {', '.join(seen)})" if len(seen) > 1 else ""
+    return f" (each round: {', '.join(seen)}{extra})" if len(seen) > 1 else ""
 
 
 def pooled_share(rounds: list[Paths], key: str) -> str:
@@ -446,9 +447,7 @@ def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> 
             lines.append(f"* {f.label} ÷ local driver path: {spelled(compare(f, local))}.")
         share = f.driver_share
         ok = share is not None and share <= DRIVER_SHARE_TARGET
-        each = spread(rounds, f.key, lambda x, _: pct(x.driver_share))
-        if each:
-            each = each[:-1] + pooled_share(rounds, f.key) + ")"
+        each = spread(rounds, f.key, lambda x, _: pct(x.driver_share), pooled_share(rounds, f.key))
         lines.append(
             f"* Target driver CPU ≤ {DRIVER_SHARE_TARGET:.0%} of all CPU, {f.label}: {pct(share)} of the CPU "
             f"the backlog added ({num(f.driver_cpu, 1)} of {num(f.all_cpu, 1)} s; "
