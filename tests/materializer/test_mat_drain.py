@@ -14,25 +14,42 @@ from materializer.drain import drain
 
 
 class _Query:
-    def __init__(self, seconds: float, release: threading.Event, fails: bool = False) -> None:
-        self.seconds, self.release, self.fails = seconds, release, fails
+    def __init__(
+        self, seconds: float, release: threading.Event, fails: bool = False, started: list | None = None
+    ) -> None:
+        self.seconds, self.release, self.fails, self.started = seconds, release, fails, started
 
     def processAllAvailable(self) -> None:  # Spark's name
+        if self.started is not None:
+            self.started.append(self)
         self.release.wait(self.seconds)
         if self.fails:
             raise StreamingQueryException(message="boom")
 
 
 def test_the_waits_run_side_by_side_and_each_failure_is_returned():
-    release = threading.Event()
-    queries = {"a": _Query(0.4, release), "b": _Query(0.4, release, fails=True), "c": _Query(0.4, release)}
-    began = time.monotonic()
+    """The waits are released only once all three are waiting (or after 10 s): waits one after another would
+    find one waiting, not three. No bound on the elapsed time, which a busy machine stretches."""
+    release, started, waiting_at_release = threading.Event(), [], []
+
+    def release_when_all_wait() -> None:
+        deadline = time.monotonic() + 10
+        while len(started) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        waiting_at_release.append(len(started))
+        release.set()
+
+    queries = {
+        "a": _Query(30, release, started=started),
+        "b": _Query(30, release, fails=True, started=started),
+        "c": _Query(30, release, started=started),
+    }
+    threading.Thread(target=release_when_all_wait, daemon=True).start()
     done = drain(queries, ["a", "b", "c"])
-    took = time.monotonic() - began
+    assert waiting_at_release == [3], "the waits ran one after another"
     assert list(done) == ["a", "b", "c"]
     assert done["a"] is None and done["c"] is None
     assert isinstance(done["b"], StreamingQueryException)
-    assert took < 1.0, f"{took:.2f} s: the waits ran one after another (3 x 0.4 s)"
     assert drain({"a": _Query(0.0, release)}, ["a"]) == {"a": None}
 
 
