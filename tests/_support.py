@@ -1,5 +1,5 @@
 """What every test package shares, imported as ``from tests._support import ...``: the repository root, the
-reduced/full repetition count, and the real CLI run in-process."""
+reduced/full repetition count, a double as the oracles compare it, and the real CLI run in-process."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ REPO = Path(__file__).resolve().parents[1]
 def scale(ci: int, full: int) -> int:
     """How many repetitions a randomized or fault-injection test runs: ``full`` with TIDEHOUSE_SCALE=full."""
     return full if os.environ.get("TIDEHOUSE_SCALE") == "full" else ci
+
+
+def comparable(value: float) -> float:
+    """``value`` rounded to 6 decimals for a multiset comparison, after rounding to 9 first: the same result
+    computed in another order differs in its last bits, and an exact value on a 6-decimal rounding boundary
+    (an average of -1.1015625) would round to -1.101562 one way and -1.101563 the other."""
+    return round(round(value, 9), 6)
 
 
 class CliEntry:

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from tests._support import comparable
+
 REPO = Path(__file__).resolve().parents[2]
 ACTIONS = REPO / "actions"
 _HEADER = re.compile(r"\A\s*/\*---\n(.*?)\n---\*/\n(.*)\Z", re.S)
@@ -65,7 +67,7 @@ def _norm(value):
     import math
 
     if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 6)
+        return None if math.isnan(value) else comparable(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._support import comparable
 from tests.examples._library import ACTIONS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -202,7 +203,7 @@ def batch_results(spark, project, flow_name: str) -> dict:
 
 def _norm(value):
     if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 6)
+        return None if math.isnan(value) else comparable(value)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return value

@@ -10,6 +10,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from tests._support import comparable
+
 ACTIONS = {
     "t_ingest.sql": """/*---
 name: t_ingest
@@ -211,7 +213,7 @@ def canon(table) -> Counter:
         for c in cols:
             v = row[c]
             if isinstance(v, float):
-                v = round(v, 6)
+                v = comparable(v)
             elif hasattr(v, "timestamp"):
                 v = int(v.timestamp() * 1_000_000)
             vals.append(v)
