@@ -15,20 +15,12 @@ import pytest
 
 from tests._support import run_cli as run_cli_in_process
 
-# session fixtures of real servers, for every test package: seaweedfs, postgres, spark_cluster, connect_server
-pytest_plugins = ("tests.services", "tests.spark_services")
+# session fixtures of real servers, for every test package (seaweedfs, postgres, spark_cluster,
+# connect_server), and the tests' order and split over parallel processes (tests/_parallel.py)
+pytest_plugins = ("tests.services", "tests.spark_services", "tests._parallel")
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The cluster suite (``cluster``: a standalone master, 2 workers and their executors, or a Connect
-    server, beside the driver) runs last, in its own order. In CI the Python matrix's fast suites run beside
-    the first minutes of this suite, right after three virtualenvs were written to the disk: the cluster
-    tests, a dozen JVMs on two cores writing checkpoints and hot tables, took 114 s and 103 s there against
-    71 s and 54 s on an idle machine (2026-11-28)."""
-    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)  # stable: order kept
 
 
 @pytest.fixture
