@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import os
 
-# A run in parallel processes uses at most this many:
-# each process starts its own SparkSession (and the servers its tests need), and 2 keep the 2 cores here busy
-# (README suite 23:25 -> 19:01 on this machine, 2026-11-29). ``-n 0`` runs in this process only.
+# A run in parallel processes uses at most this many: each process starts its own SparkSession (and the
+# servers its tests need), and 2 keep the 2 cores here busy (README suite 23:25 -> 19:01 here, 2026-11-29).
 MAX_TEST_PROCESSES = 2
 HEAVY = ("cluster", "slow", "reliability")
 
 
-# Files whose tests share a costly session fixture go to one process, which builds it once: the README's tour
-# (tests/examples/conftest.py, ~100 s).
-ONE_PROCESS = {"tests/examples/test_action_tests.py": "tour", "tests/examples/test_flows.py": "tour"}
+# Files that go to one process together, as one unit of work (name -> files): the README's tour, a costly
+# session fixture (tests/examples/conftest.py, ~100 s) that one process then builds once; the cluster suite,
+# a dozen JVMs per file, whose two files side by side on this machine's 2 cores (and next to another heavy
+# file each) took 172 and 174 s against 72 and 54 s one after the other (2026-11-29).
+TOGETHER = {
+    "tour": ("tests/examples/test_action_tests.py", "tests/examples/test_flows.py"),
+    "cluster": ("tests/cluster/test_cluster_flows.py", "tests/cluster/test_connect_flows.py"),
+}
+ONE_PROCESS = {path: name for name, paths in TOGETHER.items() for path in paths}
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
@@ -36,16 +41,13 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """In one process the cluster suite (``cluster``: a standalone master, 2 workers and their executors, or a
-    Connect server, beside the driver) runs last, in its own order. In CI the Python matrix's fast suites run
-    beside the first minutes of this suite, right after three virtualenvs were written to the disk: the
-    cluster tests, a dozen JVMs on two cores writing checkpoints and hot tables, took 114 s and 103 s there
-    against 71 s and 54 s on an idle machine (2026-11-28).
+    """In one process (``-n 0``) the cluster suite (``cluster``: a standalone master, 2 workers and their
+    executors, or a Connect server, beside the driver) runs last, in its own order.
 
-    In parallel processes (each file goes to one process, in this order: ``--dist loadfile
-    --no-loadscope-reorder``) the files of the longest tests go first, the cluster suite's, then those with a
-    slow or reliability test, so that the run does not end on one process working through a long file
-    while the other has nothing left."""
+    In parallel processes (each file, or each group of :data:`TOGETHER`, goes to one process, in this order:
+    ``--dist loadfile --no-loadscope-reorder``) the files of the longest tests go first, the cluster suite's,
+    then those with a slow or reliability test, so that the run does not end on one process working through
+    a long file while the other has nothing left."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)  # stable: order kept
         return

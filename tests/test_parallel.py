@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from tests._parallel import (
     MAX_TEST_PROCESSES,
     ONE_PROCESS,
+    TOGETHER,
     pytest_xdist_auto_num_workers,
     pytest_xdist_make_scheduler,
 )
@@ -19,8 +20,10 @@ def test_the_files_kept_in_one_process_exist_and_share_one_unit_of_work(pytestco
     assert all((REPO / path).is_file() for path in ONE_PROCESS), ONE_PROCESS
     config = SimpleNamespace(getvalue=lambda name: "loadfile", option=pytestconfig.option)
     scheduling = pytest_xdist_make_scheduler(config, log=None)
-    scopes = {scheduling._split_scope(f"{path}::test_x") for path in ONE_PROCESS}
-    assert len(scopes) == 1
+    for paths in TOGETHER.values():
+        assert len({scheduling._split_scope(f"{path}::test_x") for path in paths}) == 1, paths
+    units = {scheduling._split_scope(f"{paths[0]}::test_x") for paths in TOGETHER.values()}
+    assert len(units) == len(TOGETHER)
     assert scheduling._split_scope("tests/test_layers.py::test_x") == "tests/test_layers.py"
 
 
