@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 # A run in parallel processes uses at most this many: each process starts its own SparkSession (and the
-# servers its tests need), and 2 keep the 2 cores here busy (README suite 23:25 -> 19:01 here, 2026-11-29).
+# servers its tests need), and 2 keep the 2 cores here busy (README suite in CI 23:25 -> 18:35, 2026-11-29).
 MAX_TEST_PROCESSES = 2
 HEAVY = ("cluster", "slow", "reliability")
 
@@ -27,7 +27,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadfile``, where the files of :data:`ONE_PROCESS` are one unit of work."""
+    """``--dist loadfile``, where each group of files of :data:`TOGETHER` is one unit of work."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

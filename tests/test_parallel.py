@@ -1,4 +1,4 @@
-"""The parallel test run's own settings (tests/conftest.py): what they name exists and does what it says."""
+"""The parallel test run's own settings (tests/_parallel.py): what they name exists and does what it says."""
 
 from __future__ import annotations
 
