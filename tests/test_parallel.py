@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from tests._parallel import (
     MAX_TEST_PROCESSES,
@@ -27,5 +30,8 @@ def test_the_files_kept_in_one_process_exist_and_share_one_unit_of_work(pytestco
     assert scheduling._split_scope("tests/test_layers.py::test_x") == "tests/test_layers.py"
 
 
-def test_at_most_the_capped_number_of_processes():
-    assert 1 <= pytest_xdist_auto_num_workers(None) <= MAX_TEST_PROCESSES
+@pytest.mark.parametrize(("cores", "processes"), [(None, 1), (1, 1), (2, 2), (64, MAX_TEST_PROCESSES)])
+def test_at_most_the_capped_number_of_processes(monkeypatch, cores, processes):
+    """One process per core, never more than the cap (each process starts its own SparkSession)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert pytest_xdist_auto_num_workers(None) == processes

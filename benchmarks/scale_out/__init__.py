@@ -7,7 +7,10 @@ the 100 biggest spenders; the Tidehouse flow ``benchmarks/vs_sdp_flow``, the SDP
 before any run):
 
 * **SDP**: one ``spark-pipelines run`` (``--remote local[2]``, as vs_sdp runs it);
-* **Tidehouse local**: ``tidehouse flow trigger --until-idle`` on ``local[*]`` (data path: the driver);
+* **Tidehouse local**: ``tidehouse flow trigger --until-idle`` on ``local[*]`` (data path: the driver, what
+  ``materializer.data_path: auto`` picks there);
+* **Tidehouse local, executor path**: the same with ``materializer.data_path: executors``: whether ``auto``
+  picks the faster path on one machine for a backlog too;
 * **Tidehouse cluster, 1 and 2 workers**: the same on a Spark standalone cluster on this machine (the
   launcher of the cluster tests, ``tests/spark_services.py``; one core per worker by default), data path
   ``auto`` = the executors.
@@ -20,9 +23,9 @@ process or ``spark-pipelines``, with their JVM and Python workers) and the clust
 executors and their Python workers); rows per CPU second is the rate least disturbed by other work on the
 machine.
 
-    .venv/bin/python -m benchmarks.scale_out --rows 15000000 --repeat 3   # full: 3 rounds, ~20 min
-    .venv/bin/python -m benchmarks.scale_out --repeat 3      # 5M rows (the issue's least), ~12 min
-    .venv/bin/python -m benchmarks.scale_out                 # one round of 5M rows, ~4 min on 2 cores
+    .venv/bin/python -m benchmarks.scale_out --rows 15000000 --repeat 5   # the run of record: ~40 min
+    .venv/bin/python -m benchmarks.scale_out --repeat 3      # 5M rows (the issue's least), ~15 min
+    .venv/bin/python -m benchmarks.scale_out                 # one round of 5M rows, ~6 min on 2 cores
     .venv/bin/python -m benchmarks.scale_out --rows 200000   # reduced
 
 The full run's backlog is 15M rows: a sustained rate, of which each JVM's warm-up is a small part. Every
@@ -45,6 +48,9 @@ TABLES = {"ODS": "ods.events", "DWD": "dwd.events", "DWS": "dws.user_spend", "AD
 PATHS: dict[str, tuple[str, int]] = {
     "sdp": ("SDP (spark-pipelines, local[2])", 0),
     "local": ("Tidehouse local[*], driver path", 0),
+    "local-exec": ("Tidehouse local[*], executor path", 0),
     "cluster1": ("Tidehouse cluster, 1 worker", 1),
     "cluster2": ("Tidehouse cluster, 2 workers", 2),
 }
+# the paths that set ``materializer.data_path`` (the others leave it at ``auto``)
+DATA_PATHS: dict[str, str] = {"local-exec": "executors"}

@@ -190,16 +190,20 @@ the exit (noisy on a busy machine): Tidehouse from after its Spark session start
   final tiering cycle of every table — the lake is in the cost. *rows/s into hot* leaves that final cycle
   out; since the background cycles write most of the lake while later layers run, it no longer leaves the
   lake's cost out (it did before those cycles, when the final cycle wrote every table).
+* Tidehouse local[*]: the driver path (what `materializer.data_path: auto` picks on a `local[...]` master),
+  and the executor path (`data_path: executors`: Spark tasks read, transform and write in the driver's JVM
+  and its Python workers), to see whether `auto` picks the faster one for a backlog too.
 * SDP: one `spark-pipelines --remote local[2] run` of benchmarks/sdp_project (as benchmarks/vs_sdp runs
   it): its streaming tables take the backlog, its materialized views are computed once.
 * Cluster paths: a Spark standalone master and N workers on this machine (127.0.0.1; the launcher of the
   cluster tests), `spark.master: spark://…` in the project file, `materializer.data_path: auto` (=
   executors). The 2 machine cores are shared by the driver, the master, the workers and the executors.
-* Rounds (`--repeat N`): the paths run N times, interleaved (SDP, local, 1 worker, 2 workers, then again),
-  because two runs of the same path on this machine can differ by a quarter. The tables show, per path, the
-  round whose backlog cost is the median (the lower middle one for an even N); the targets are read from
-  those, and the table of rounds lists every round's rate, ratio to the same round's SDP and driver share;
-  the driver-share lines also give the share of all rounds' added CPU together.
+* Rounds (`--repeat N`): the paths run N times, interleaved (SDP, local driver path, local executor
+  path, 1 worker, 2 workers, then again), because two runs of the same path on this machine can differ by a
+  quarter. The tables show, per path, the round whose backlog cost is the median (the lower middle one for
+  an even N); the targets are read from those, and the table of rounds lists every round's rate, ratio to
+  the same round's SDP and driver share; the driver-share lines also give the share of all rounds' added
+  CPU together.
 * CPU: `utime + stime` from `/proc`, sampled every 0.5 s per process; **driver** = the `tidehouse` process
   (or `spark-pipelines`) and everything it started (its JVM — in local mode also the tasks — and Python
   workers); **all** = driver + cluster (master, workers, executors, their Python workers). Per million rows
@@ -254,15 +258,15 @@ def rounds_table(rounds: list[Paths]) -> str:
     )
 
 
-def spread(rounds: list[Paths], key: str, value, extra: str = "") -> str:
-    """`value(figures of key, figures of SDP)` in each round that has both, formatted (``extra`` after the
-    list), or "" with one."""
+def spread(rounds: list[Paths], key: str, value, extra: str = "", of: str = "sdp") -> str:
+    """`value(figures of key, figures of the path ``of``)` in each round that has ``key`` (None for a round
+    without ``of``), formatted (``extra`` after the list), or "" with one."""
     seen = []
     for paths in rounds:
         if key in paths and complete(paths[key]):
-            sdp = paths.get("sdp")
+            other = paths.get(of)
             seen.append(
-                value(figures(key, paths[key]), figures("sdp", sdp) if sdp and complete(sdp) else None)
+                value(figures(key, paths[key]), figures(of, other) if other and complete(other) else None)
             )
     return f" (each round: {', '.join(seen)}{extra})" if len(seen) > 1 else ""
 
@@ -430,7 +434,9 @@ def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> 
     """The ratios the issue asks for, with its targets, by every measure of speed (and each round's)."""
     rounds = rounds or []
     lines = []
-    one, two, sdp, local = (figs.get(k) for k in ("cluster1", "cluster2", "sdp", "local"))
+    one, two, sdp, local, local_exec = (
+        figs.get(k) for k in ("cluster1", "cluster2", "sdp", "local", "local-exec")
+    )
     if one and two:
         lines.append(f"* Cluster, 2 workers ÷ 1 worker: {spelled(compare(two, one))}.")
     for f in (one, two):
@@ -455,7 +461,26 @@ def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> 
         )
     if local is not None and sdp is not None:
         lines.append(f"* Local driver path ÷ SDP: {spelled(compare(local, sdp))}.")
+    if local is not None and local_exec is not None:
+        pairs = compare(local, local_exec)
+        each = spread(
+            rounds, "local", lambda x, e: times(ratio(x.rate, e.rate if e else None)), of="local-exec"
+        )
+        lines.append(
+            f"* `data_path: auto` on local[*] (the driver path) ÷ the executor path there: "
+            f"{spelled(pairs)} — {auto_verdict(pairs)}{each}."
+        )
     return lines
+
+
+def auto_verdict(pairs: list[tuple[str, float | None, str]]) -> str:
+    """Whether ``auto``'s choice on one machine (the driver path) was the faster one, by each measure."""
+    faster = [name for name, r, _ in pairs if r is not None and r >= 1.0]
+    if len(faster) == len(pairs):
+        return "the faster path"
+    if not faster:
+        return "**the slower path**"
+    return f"faster {', '.join(faster)}; **slower** by the other measures"
 
 
 KINDS = (

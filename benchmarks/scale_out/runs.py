@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from benchmarks.scale_out import FLOW_FILE, PATHS, TABLES
+from benchmarks.scale_out import DATA_PATHS, FLOW_FILE, PATHS, TABLES
 from benchmarks.scale_out.cpu import CpuMeter
 from benchmarks.scale_out.report import Run
 from benchmarks.vs_sdp import REPO, SDP_TABLES
@@ -38,9 +38,12 @@ def env() -> dict[str, str]:
     return out
 
 
-def tidehouse_project(base: Path, input_dir: Path, spark: dict | None) -> tuple[Path, Path]:
+def tidehouse_project(
+    base: Path, input_dir: Path, spark: dict | None, data_path: str | None = None
+) -> tuple[Path, Path]:
     """A copy of ``benchmarks/vs_sdp_flow`` under ``base`` reading ``input_dir``; ``spark``: the project
-    file's ``spark`` settings (a cluster), else its defaults (local). Returns (project dir, home)."""
+    file's ``spark`` settings (a cluster), else its defaults (local); ``data_path``: the project's
+    ``materializer.data_path``, else its default (``auto``). Returns (project dir, home)."""
     import yaml
 
     project, home = base / "project", base / "home"
@@ -55,6 +58,8 @@ def tidehouse_project(base: Path, input_dir: Path, spark: dict | None) -> tuple[
     settings["logging"] = {"level": "info", "format": "json"}  # the run's steps with their times
     if spark:
         settings["spark"] = dict(spark)
+    if data_path:
+        settings.setdefault("materializer", {})["data_path"] = data_path
     # every run starts its driver JVM alike: the first run to find no class archive would make one (a slower
     # start) and the next would start from it, which the backlog run minus the empty run would count
     settings.setdefault("spark", {})["class_archive"] = False
@@ -91,11 +96,18 @@ def parse_trigger_log(text: str) -> dict:
 
 
 def run_tidehouse(
-    name: str, base: Path, input_dir: Path, rows: int, spark: dict | None, cluster, timeout: float
+    name: str,
+    base: Path,
+    input_dir: Path,
+    rows: int,
+    spark: dict | None,
+    cluster,
+    timeout: float,
+    data_path: str | None = None,
 ) -> Run:
     """One ``tidehouse flow trigger --until-idle`` on a fresh home over ``input_dir`` (``rows`` events),
     timed from its start to its exit, with the CPU of the driver and of the cluster."""
-    project, home = tidehouse_project(base, input_dir, spark)
+    project, home = tidehouse_project(base, input_dir, spark, data_path)
     log = base / "trigger.log"
     cmd = [str(VENV_BIN / "tidehouse"), "--home", str(home), "flow", "trigger", FLOW_FILE, "--until-idle"]
     meter = CpuMeter(cluster_groups(cluster)).start()
@@ -259,7 +271,9 @@ def measure_path(
             if key == "sdp":
                 run = run_sdp(label, base, inputs[kind], n, args.run_timeout)
             else:
-                run = run_tidehouse(label, base, inputs[kind], n, spark, cluster, args.run_timeout)
+                run = run_tidehouse(
+                    label, base, inputs[kind], n, spark, cluster, args.run_timeout, DATA_PATHS.get(key)
+                )
             cpu = run.cpu
             print(
                 f"[{label}] {kind}: {run.wall:.1f} s, CPU driver {cpu.groups.get('driver', 0):.1f} s"

@@ -28,12 +28,19 @@ def run(wall: float, driver: float, cluster: float | None = None, *, rows: int =
     return Run(rows, wall, cpu, "executors" if cluster is not None else "driver", own, tiering, tables)
 
 
+def executors(r: Run) -> Run:
+    r.data_path = "executors"  # a local[*] run on the executor path
+    return r
+
+
 def fake_paths() -> dict[str, dict[str, Run]]:
     return {
         # SDP: 130 - 30 = 100 s for 5M rows -> 50,000 rows/s
         "sdp": {"empty": run(30, 20, rows=0), "backlog": run(130, 220)},
         # local: 270 - 20 = 250 s -> 20,000 rows/s; without the final tiering (51 - 1 = 50 s) 25,000 rows/s
         "local": {"empty": run(20, 15, rows=0, tiering=1.0), "backlog": run(270, 400, tiering=51.0)},
+        # local, executor path: 320 - 20 = 300 s -> 16,667 rows/s
+        "local-exec": {"empty": executors(run(20, 15, rows=0)), "backlog": executors(run(320, 420))},
         # 1 worker: 240 - 40 = 200 s -> 25,000 rows/s; driver adds 30 of 30 + 270 = 10%
         "cluster1": {
             "empty": run(40, 20, 30, rows=0, tiering=1.0),
@@ -116,6 +123,39 @@ def test_the_report_prints_the_rates_ratios_and_targets():
     # other processes: machine 1.5 x wall minus the measured CPU; 2 workers: 30 of 210 s
     assert figures("cluster2", fake_paths()["cluster2"]).others_share == pytest.approx(30 / 210)
     assert "Tidehouse cluster, 2 workers 14.3%." in body
+    # local[*]: the driver path (auto's pick) 20,000 rows/s against the executor path's 16,667; own clocks 245
+    # against 295 s; per CPU second 385 against 405 added CPU s
+    assert "| Tidehouse local[*], executor path | executors | 320.0 | 20.0 | 300.0 | 295.0 | 16,667 |" in body
+    assert (
+        "* `data_path: auto` on local[*] (the driver path) ÷ the executor path there: 1.20× by wall clock "
+        "(20,000 vs 16,667 rows/s), 1.20× by own clocks, 1.05× per CPU second — the faster path." in body
+    )
+
+
+def test_auto_is_reported_as_the_slower_path_when_it_was():
+    from benchmarks.scale_out.report import auto_verdict, conclusions
+
+    assert auto_verdict([("by wall clock", 0.9, ""), ("per CPU second", 0.8, "")]) == "**the slower path**"
+    mixed = auto_verdict(
+        [("by wall clock", 1.1, ""), ("by own clocks", 0.95, ""), ("per CPU second", None, "")]
+    )
+    assert mixed == "faster by wall clock; **slower** by the other measures"
+    paths = fake_paths()
+    paths["local-exec"]["backlog"] = executors(run(220, 300))  # 200 s: 25,000 rows/s, faster than auto's
+    lines = conclusions({k: figures(k, v) for k, v in paths.items()})
+    assert any(
+        "÷ the executor path there: 0.80× by wall clock" in line and "**the slower path**" in line
+        for line in lines
+    )
+    # with rounds: each round's ratio, the driver path against the same round's executor path
+    rounds = [fake_paths(), paths]
+    each = conclusions({k: figures(k, v) for k, v in paths.items()}, rounds)
+    assert any(line.endswith("**the slower path** (each round: 1.20×, 0.80×).") for line in each)
+    paths = fake_paths()
+    del paths["local-exec"]  # a results file from before this path: no line about it
+    assert not any(
+        "executor path there" in line for line in conclusions({k: figures(k, v) for k, v in paths.items()})
+    )
 
 
 def test_a_target_met_by_some_measures_only_says_which():
@@ -225,7 +265,7 @@ def rounds_of_three() -> list[dict[str, dict[str, Run]]]:
     rounds = []
     for backlog_wall in (340, 240, 190):
         paths = fake_paths()
-        del paths["local"], paths["cluster2"]
+        del paths["local"], paths["local-exec"], paths["cluster2"]
         paths["cluster1"]["backlog"] = run(backlog_wall, 50, 300, tiering=11.0)
         rounds.append(paths)
     return rounds
@@ -283,3 +323,15 @@ def test_every_tidehouse_run_starts_its_driver_without_the_class_archive(tmp_pat
     project, _ = tidehouse_project(tmp_path, tmp_path / "input", spark)
     settings = yaml.safe_load((project / "tidehouse.yaml").read_text())
     assert settings["spark"] == {**(spark or {}), "class_archive": False}
+    assert "data_path" not in settings.get("materializer", {})  # the default: auto
+
+
+def test_the_local_executor_path_sets_its_data_path(tmp_path):
+    import yaml
+
+    from benchmarks.scale_out import DATA_PATHS, PATHS
+
+    assert DATA_PATHS == {"local-exec": "executors"} and PATHS["local-exec"][1] == 0  # local[*]: no cluster
+    project, _ = tidehouse_project(tmp_path, tmp_path / "input", None, DATA_PATHS["local-exec"])
+    settings = yaml.safe_load((project / "tidehouse.yaml").read_text())
+    assert settings["materializer"]["data_path"] == "executors"
