@@ -420,9 +420,14 @@ def spelled(pairs: list[tuple[str, float | None, str]], unit: str = "rows/s") ->
     return text + "".join(f", {times(r)} {name}" for name, r, _ in rest)
 
 
-def verdict_of(pairs: list[tuple[str, float | None, str]], target: float) -> str:
+def reaching(pairs: list[tuple[str, float | None, str]], target: float) -> tuple[list[str], list[str]]:
+    """The measures whose ratio reaches ``target``, and the others (no ratio counts as not reaching it)."""
     met = [name for name, r, _ in pairs if r is not None and r >= target]
-    missed = [name for name, r, _ in pairs if r is None or r < target]
+    return met, [name for name, _, _ in pairs if name not in met]
+
+
+def verdict_of(pairs: list[tuple[str, float | None, str]], target: float) -> str:
+    met, missed = reaching(pairs, target)
     if not missed:
         return "**met**"
     if not met:
@@ -475,8 +480,8 @@ def conclusions(figs: dict[str, Figures], rounds: list[Paths] | None = None) -> 
 
 def auto_verdict(pairs: list[tuple[str, float | None, str]]) -> str:
     """Whether ``auto``'s choice on one machine (the driver path) was the faster one, by each measure."""
-    faster = [name for name, r, _ in pairs if r is not None and r >= 1.0]
-    if len(faster) == len(pairs):
+    faster, slower = reaching(pairs, 1.0)
+    if not slower:
         return "the faster path"
     if not faster:
         return "**the slower path**"
