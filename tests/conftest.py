@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,18 @@ pytest_plugins = ("tests.services", "tests.spark_services", "tests._parallel")
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# Every driver JVM this test process starts (the shared session's, the CLI subprocesses', the Connect
+# servers': spark-submit adds SPARK_SUBMIT_OPTS to them) keeps its temporary files in one folder, removed when
+# the process ends: a driver a test kills with kill -9 cannot remove its own (Spark leaves an empty
+# artifacts-<uuid> folder behind in the JVM's temporary folder, /tmp by default).
+JVM_TMP = Path(tempfile.mkdtemp(prefix="tidehouse-tests-jvm-"))
+_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "")
+os.environ["SPARK_SUBMIT_OPTS"] = f"{_OPTS} -Djava.io.tmpdir={JVM_TMP}".strip()
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(JVM_TMP, ignore_errors=True)
 
 
 @pytest.fixture

@@ -35,3 +35,15 @@ def test_at_most_the_capped_number_of_processes(monkeypatch, cores, processes):
     """One process per core, never more than the cap (each process starts its own SparkSession)."""
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert pytest_xdist_auto_num_workers(None) == processes
+
+
+@pytest.mark.spark
+def test_the_suites_driver_jvms_keep_their_temporary_files_in_its_own_folder(spark, tmp_path):
+    """The shared session's JVM writes its temporary files under the test process's folder (tests/conftest.py
+    ``JVM_TMP``, given to every driver JVM spark-submit starts from this environment), which goes with the
+    process: a driver a test kills leaves nothing in /tmp."""
+    from tests.conftest import JVM_TMP
+
+    jvm_tmp = spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir")
+    assert Path(jvm_tmp) == JVM_TMP and JVM_TMP.is_dir()
+    assert any(p.name.startswith(("spark-", "artifacts-")) for p in JVM_TMP.iterdir())

@@ -90,11 +90,34 @@ def killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that still run (not the zombies: a process whose parent
+    exited waits for its new parent to reap it, which need not happen soon in a container)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().decode("utf-8", "replace").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            members.append(int(entry))
+    return members
+
+
 def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
     """SIGTERM the process (``group``: its whole process group), wait up to ``grace`` s, then SIGKILL
-    whatever is left of the group (a JVM child must not outlive the run and hold its ports)."""
+    whatever is left of the group (a JVM child must not outlive the run and hold its ports).
+
+    With ``group``, what is left after the process itself ended also gets the rest of ``grace`` to end on
+    its own: a driver's JVM outlives its Python process by the time its shutdown hooks take, and a JVM
+    killed in them leaves its temporary folders behind (an empty ``/tmp/artifacts-<uuid>`` for every
+    Tidehouse run on a cluster)."""
     if proc is None:
         return
+    deadline = time.monotonic() + grace
     if proc.poll() is None:
         if group:
             killpg(proc.pid, signal.SIGTERM)
@@ -102,6 +125,8 @@ def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = Fals
             proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace)
+    while group and group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 

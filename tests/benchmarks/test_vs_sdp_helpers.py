@@ -16,7 +16,7 @@ from benchmarks.vs_sdp.cli import command_line, parse_args
 from benchmarks.vs_sdp.generator import Generator
 from benchmarks.vs_sdp.phase import CatchUp, Phase, Summary
 from benchmarks.vs_sdp.prober import Observation
-from benchmarks.vs_sdp.process import tree_rss_bytes
+from benchmarks.vs_sdp.process import group_members, terminate, tree_rss_bytes
 from benchmarks.vs_sdp.readers import SdpTableReader
 from benchmarks.vs_sdp.report import cell, plot, report_body
 
@@ -43,6 +43,25 @@ def test_observation_delays_only_count_seen_markers():
 def test_tree_rss_counts_this_process():
     assert tree_rss_bytes(os.getpid()) > 10 * 2**20
     assert tree_rss_bytes(2**22 + 12345) == 0  # no such process
+
+
+def test_terminate_lets_the_group_end_on_its_own_after_its_leader_exited(tmp_path):
+    """A run's process exits while its child (the driver's JVM, in its shutdown hooks) still works: the
+    child gets the grace to finish, and only then what is left is killed."""
+    import subprocess
+
+    done, stuck = tmp_path / "done", tmp_path / "stuck"
+    script = f"(sleep 1; touch {done}) & exit 0"
+    proc = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    proc.wait()
+    assert group_members(proc.pid)  # the child outlives the leader
+    terminate(proc, grace=20, group=True)
+    assert done.exists() and not group_members(proc.pid)
+
+    proc = subprocess.Popen(["bash", "-c", f"(sleep 30; touch {stuck}) & exit 0"], start_new_session=True)
+    proc.wait()
+    terminate(proc, grace=0.5, group=True)  # past the grace: killed
+    assert not group_members(proc.pid) and not stuck.exists()
 
 
 def test_a_child_sharing_its_parents_address_space_is_counted_once(monkeypatch):
