@@ -10,7 +10,10 @@ Primary-key upserts: rows/s of ``write`` (half new keys, half updates; fsync on)
 S3 (``--s3``, the default): the object-store hot storage on a SeaweedFS started for the run (``weed mini``,
 loopback) with its metastore on a PostgreSQL started for the run, next to raw pyarrow ``S3FileSystem`` puts
 and gets of the same bytes (each batch as one Arrow IPC stream object) against the same server in the same
-run: append and read rows/s of the same batches, and per-append latency p50/p99 of small appends.
+run: append and read rows/s of the same batches, and per-append latency p50/p99 of small appends. Then
+lookups in a primary-key table from a fresh view (another process's, as a task's Python worker would make):
+its first call rebuilds the state from the changelog alone, then from the snapshots ``checkpoint_state``
+registers.
 
 Run: ``.venv/bin/python -m benchmarks.storage [--rows-per-batch N] [--batches N] [--pk-rows N] [--no-s3]
 [--s3-appends N] [--s3-append-rows N]``.
@@ -108,8 +111,11 @@ def _ipc_bytes(batch: pa.RecordBatch) -> pa.Buffer:
     return sink.getvalue()
 
 
-def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tuple[list[list], str]:
-    """Rows of the S3 table and a note: Tidehouse on SeaweedFS + PostgreSQL vs raw pyarrow S3 puts/gets."""
+def s3_figures(
+    batches: list[pa.RecordBatch], small: list[pa.RecordBatch], pk_rows: int, probe: list[pa.Table]
+) -> tuple[list[list], str]:
+    """Rows of the S3 table and a note: Tidehouse on SeaweedFS + PostgreSQL vs raw pyarrow S3 puts/gets, and
+    lookups in a primary-key table of ``pk_rows`` rows from a fresh view (``probe``: each call's keys)."""
     from runtime.storage.objectstore import ObjectTableStore
     from tests.services import Postgres, SeaweedFS
 
@@ -136,7 +142,10 @@ def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tu
             return got
 
         cold_raw = timed(lambda: raw_put("cold", batches[:1]))[0]  # the first put of a connection
-        store = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore, fsync=True)
+        # snapshot_min_rows=1: checkpoint_state snapshots the PK table's buckets whatever their size (below)
+        store = ObjectTableStore.from_uri(
+            root, s3=weed.s3_options(), metastore=metastore, fsync=True, snapshot_min_rows=1
+        )
         store.create_table(TableMeta("ods.bench", batches[0].schema))  # (opening checked the bucket: warm)
         store.create_table(TableMeta("ods.small", small[0].schema))
         # alternated append by append, so that the machine's load and the server's state (volume growth,
@@ -165,6 +174,29 @@ def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tu
         th_runs = [timed(th_read_all) for _ in range(3)]
         th_r = min(r[0] for r in th_runs)
         assert th_runs[0][2] == total and raw_read_all() == total
+
+        # a primary-key table as another process looks it up (a task's Python worker: docs/architecture.md,
+        # "Next: join_log in the executors"): its first lookup rebuilds the state, from the changelog alone,
+        # then from the snapshot checkpoint_state registers
+        store.create_table(
+            TableMeta("dws.bench_pk", batches[0].schema, kind="primary_key", primary_key=("id",), buckets=2)
+        )
+        per = batches[0].num_rows
+        for k in range(0, pk_rows, per):
+            store.write("dws.bench_pk", make_batch(np.random.default_rng(k), per, k), writer="bench", seq=k)
+
+        def fresh_lookups() -> tuple[float, float]:
+            view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)
+            first, _, found = timed(lambda: view.lookup("dws.bench_pk", probe[0]))
+            rest = timed(lambda: [view.lookup("dws.bench_pk", keys) for keys in probe])[0]
+            view.close()
+            assert set(found["id"].to_pylist()) == set(probe[0]["id"].to_pylist())
+            return first, rest
+
+        from_log = fresh_lookups()
+        if not all(store.checkpoint_state("dws.bench_pk")):  # the offset each bucket's snapshot covers
+            raise RuntimeError("checkpoint_state made no snapshot of a bucket of dws.bench_pk")
+        from_snapshot = fresh_lookups()
         store.close()
 
     def lat_row(label, th, raw):
@@ -208,6 +240,20 @@ def s3_figures(batches: list[pa.RecordBatch], small: list[pa.RecordBatch]) -> tu
             "",
         ],
     ]
+    keys = sum(t.num_rows for t in probe)
+    for label, (first, rest) in (("changelog", from_log), ("snapshot", from_snapshot)):
+        rows.append(
+            [
+                f"S3 PK lookup from a fresh view, {pk_rows:,} rows, {probe[0].num_rows:,} keys per call "
+                f"(first call, the state rebuilt from its {label}: {first * 1e3:,.0f} ms)",
+                keys / rest,
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     note = f"First put on a new S3 connection (not in the figures): {cold_raw * 1e3:,.0f} ms."
     return rows, note
 
@@ -302,7 +348,7 @@ def main() -> None:
         small = [
             make_batch(rng, args.s3_append_rows, i * args.s3_append_rows) for i in range(args.s3_appends)
         ]
-        s3_rows, s3_note = s3_figures(batches, small)
+        s3_rows, s3_note = s3_figures(batches, small, args.pk_rows, probe)
     load_after = os.getloadavg()[0]
 
     def log_row(label, wall, cpu, raw_wall, raw_cpu):
@@ -372,7 +418,11 @@ def main() -> None:
             "the frames in the metastore and gets the objects (8 at a time) into a "
             f"fresh store (cold cache). Latency is wall time per call, p50 / p99 in ms; ratio = raw / "
             f"Tidehouse (target ≥ 0.8). {args.s3_appends} small appends of {args.s3_append_rows:,} rows. "
-            f"{s3_note}\n\n"
+            f"{s3_note} PK lookups: a primary-key table of {args.pk_rows:,} rows in 2 buckets, written "
+            "through the store; a fresh view (another process's, as a task's Python worker would open it) "
+            "looks up 20 calls of 1,000 keys; its first call rebuilds the buckets' state, from the "
+            "changelog alone, then from the snapshots `checkpoint_state` registered; rows/s = keys looked up "
+            "per second after that first call (no raw equivalent).\n\n"
             + markdown_table(
                 [
                     "operation",
