@@ -112,92 +112,92 @@ def _ipc_bytes(batch: pa.RecordBatch) -> pa.Buffer:
 
 
 def s3_figures(
-    batches: list[pa.RecordBatch], small: list[pa.RecordBatch], pk_rows: int, probe: list[pa.Table]
+    weed, pg, batches: list[pa.RecordBatch], small: list[pa.RecordBatch], pk_rows: int, probe: list[pa.Table]
 ) -> tuple[list[list], str]:
-    """Rows of the S3 table and a note: Tidehouse on SeaweedFS + PostgreSQL vs raw pyarrow S3 puts/gets, and
-    lookups in a primary-key table of ``pk_rows`` rows from a fresh view (``probe``: each call's keys)."""
+    """Rows of the S3 table and a note: Tidehouse on SeaweedFS ``weed`` + PostgreSQL ``pg`` (a fresh root and
+    database in them) vs raw pyarrow S3 puts/gets, and lookups in a primary-key table of ``pk_rows`` rows
+    from a fresh view (``probe``: each call's keys)."""
     from runtime.storage.objectstore import ObjectTableStore
-    from tests.services import Postgres, SeaweedFS
 
     total = sum(b.num_rows for b in batches)
-    with SeaweedFS.running() as weed, Postgres.running() as pg:
-        fs = weed.filesystem()
-        metastore = pg.create_database("bench")
-        root = weed.root("bench")
+    fs = weed.filesystem()
+    metastore = pg.create_database()
+    root = weed.root()
+    raw_base = f"{weed.bucket}/{root.rsplit('/', 1)[1]}-raw"
 
-        def raw_put(prefix: str, bs: list[pa.RecordBatch]) -> list[float]:
-            lat = []
-            for i, b in enumerate(bs):
-                t = time.perf_counter()
-                with fs.open_output_stream(f"{weed.bucket}/raw-{prefix}/{i:08d}.arrow") as out:
-                    out.write(_ipc_bytes(b))
-                lat.append(time.perf_counter() - t)
-            return lat
+    def raw_put(prefix: str, bs: list[pa.RecordBatch]) -> list[float]:
+        lat = []
+        for i, b in enumerate(bs):
+            t = time.perf_counter()
+            with fs.open_output_stream(f"{raw_base}-{prefix}/{i:08d}.arrow") as out:
+                out.write(_ipc_bytes(b))
+            lat.append(time.perf_counter() - t)
+        return lat
 
-        def raw_get(prefix: str, n: int) -> int:
-            got = 0
-            for i in range(n):
-                with fs.open_input_stream(f"{weed.bucket}/raw-{prefix}/{i:08d}.arrow") as src:
-                    got += pa.ipc.open_stream(src.read_buffer()).read_all().num_rows
-            return got
+    def raw_get(prefix: str, n: int) -> int:
+        got = 0
+        for i in range(n):
+            with fs.open_input_stream(f"{raw_base}-{prefix}/{i:08d}.arrow") as src:
+                got += pa.ipc.open_stream(src.read_buffer()).read_all().num_rows
+        return got
 
-        cold_raw = timed(lambda: raw_put("cold", batches[:1]))[0]  # the first put of a connection
-        # snapshot_min_rows=1: checkpoint_state snapshots the PK table's buckets whatever their size (below)
-        store = ObjectTableStore.from_uri(
-            root, s3=weed.s3_options(), metastore=metastore, fsync=True, snapshot_min_rows=1
-        )
-        store.create_table(TableMeta("ods.bench", batches[0].schema))  # (opening checked the bucket: warm)
-        store.create_table(TableMeta("ods.small", small[0].schema))
-        # alternated append by append, so that the machine's load and the server's state (volume growth,
-        # caches) weigh on both alike
-        raw_lat, th_lat, small_raw, small_th = [], [], [], []
-        for k in range(len(batches)):
-            raw_lat += raw_put(f"big{k}", batches[k : k + 1])
-            th_lat += _th_put(store, "ods.bench", batches[k : k + 1], k)
-        for k in range(len(small)):
-            small_raw += raw_put(f"small{k}", small[k : k + 1])
-            small_th += _th_put(store, "ods.small", small[k : k + 1], k)
+    cold_raw = timed(lambda: raw_put("cold", batches[:1]))[0]  # the first put of a connection
+    # snapshot_min_rows=1: checkpoint_state snapshots the PK table's buckets whatever their size (below)
+    store = ObjectTableStore.from_uri(
+        root, s3=weed.s3_options(), metastore=metastore, fsync=True, snapshot_min_rows=1
+    )
+    store.create_table(TableMeta("ods.bench", batches[0].schema))  # (opening checked the bucket: warm)
+    store.create_table(TableMeta("ods.small", small[0].schema))
+    # alternated append by append, so that the machine's load and the server's state (volume growth,
+    # caches) weigh on both alike
+    raw_lat, th_lat, small_raw, small_th = [], [], [], []
+    for k in range(len(batches)):
+        raw_lat += raw_put(f"big{k}", batches[k : k + 1])
+        th_lat += _th_put(store, "ods.bench", batches[k : k + 1], k)
+    for k in range(len(small)):
+        small_raw += raw_put(f"small{k}", small[k : k + 1])
+        small_th += _th_put(store, "ods.small", small[k : k + 1], k)
 
-        def raw_read_all() -> int:  # 8 gets at a time, as the store's reads
-            import concurrent.futures
+    def raw_read_all() -> int:  # 8 gets at a time, as the store's reads
+        import concurrent.futures
 
-            with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                return sum(pool.map(lambda k: raw_get(f"big{k}", 1), range(len(batches))))
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            return sum(pool.map(lambda k: raw_get(f"big{k}", 1), range(len(batches))))
 
-        def th_read_all() -> int:
-            view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)  # cold cache
-            n = sum(b.num_rows for b in view.read("ods.bench", 0, 0))
-            view.close()
-            return n
+    def th_read_all() -> int:
+        view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)  # cold cache
+        n = sum(b.num_rows for b in view.read("ods.bench", 0, 0))
+        view.close()
+        return n
 
-        raw_r = min(timed(raw_read_all)[0] for _ in range(3))
-        th_runs = [timed(th_read_all) for _ in range(3)]
-        th_r = min(r[0] for r in th_runs)
-        assert th_runs[0][2] == total and raw_read_all() == total
+    raw_r = min(timed(raw_read_all)[0] for _ in range(3))
+    th_runs = [timed(th_read_all) for _ in range(3)]
+    th_r = min(r[0] for r in th_runs)
+    assert th_runs[0][2] == total and raw_read_all() == total
 
-        # a primary-key table as another process looks it up (a task's Python worker: docs/architecture.md,
-        # "Next: join_log in the executors"): its first lookup rebuilds the state, from the changelog alone,
-        # then from the snapshot checkpoint_state registers
-        store.create_table(
-            TableMeta("dws.bench_pk", batches[0].schema, kind="primary_key", primary_key=("id",), buckets=2)
-        )
-        per = batches[0].num_rows
-        for k in range(0, pk_rows, per):
-            store.write("dws.bench_pk", make_batch(np.random.default_rng(k), per, k), writer="bench", seq=k)
+    # a primary-key table as another process looks it up (a task's Python worker: docs/architecture.md,
+    # "Next: join_log in the executors"): its first lookup rebuilds the state, from the changelog alone,
+    # then from the snapshot checkpoint_state registers
+    store.create_table(
+        TableMeta("dws.bench_pk", batches[0].schema, kind="primary_key", primary_key=("id",), buckets=2)
+    )
+    per = batches[0].num_rows
+    for k in range(0, pk_rows, per):
+        store.write("dws.bench_pk", make_batch(np.random.default_rng(k), per, k), writer="bench", seq=k)
 
-        def fresh_lookups() -> tuple[float, float]:
-            view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)
-            first, _, found = timed(lambda: view.lookup("dws.bench_pk", probe[0]))
-            rest = timed(lambda: [view.lookup("dws.bench_pk", keys) for keys in probe])[0]
-            view.close()
-            assert set(found["id"].to_pylist()) == set(probe[0]["id"].to_pylist())
-            return first, rest
+    def fresh_lookups() -> tuple[float, float]:
+        view = ObjectTableStore.from_uri(root, s3=weed.s3_options(), metastore=metastore)
+        first, _, found = timed(lambda: view.lookup("dws.bench_pk", probe[0]))
+        rest = timed(lambda: [view.lookup("dws.bench_pk", keys) for keys in probe])[0]
+        view.close()
+        assert set(found["id"].to_pylist()) == set(probe[0]["id"].to_pylist())
+        return first, rest
 
-        from_log = fresh_lookups()
-        if not all(store.checkpoint_state("dws.bench_pk")):  # the offset each bucket's snapshot covers
-            raise RuntimeError("checkpoint_state made no snapshot of a bucket of dws.bench_pk")
-        from_snapshot = fresh_lookups()
-        store.close()
+    from_log = fresh_lookups()
+    if not all(store.checkpoint_state("dws.bench_pk")):  # the offset each bucket's snapshot covers
+        raise RuntimeError("checkpoint_state made no snapshot of a bucket of dws.bench_pk")
+    from_snapshot = fresh_lookups()
+    store.close()
 
     def lat_row(label, th, raw):
         p50, p99, r50, r99 = (
@@ -348,7 +348,10 @@ def main() -> None:
         small = [
             make_batch(rng, args.s3_append_rows, i * args.s3_append_rows) for i in range(args.s3_appends)
         ]
-        s3_rows, s3_note = s3_figures(batches, small, args.pk_rows, probe)
+        from tests.services import Postgres, SeaweedFS
+
+        with SeaweedFS.running() as weed, Postgres.running() as pg:
+            s3_rows, s3_note = s3_figures(weed, pg, batches, small, args.pk_rows, probe)
     load_after = os.getloadavg()[0]
 
     def log_row(label, wall, cpu, raw_wall, raw_cpu):
