@@ -40,10 +40,9 @@ def test_at_most_the_capped_number_of_processes(monkeypatch, cores, processes):
 @pytest.mark.spark
 def test_the_suites_driver_jvms_keep_their_temporary_files_in_its_own_folder(spark, tmp_path):
     """The shared session's JVM writes its temporary files under the test process's folder (tests/conftest.py
-    ``JVM_TMP``, given to every driver JVM spark-submit starts from this environment), which goes with the
-    process: a driver a test kills leaves nothing in /tmp."""
-    from tests.conftest import JVM_TMP
-
-    jvm_tmp = spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir")
-    assert Path(jvm_tmp) == JVM_TMP and JVM_TMP.is_dir()
-    assert any(p.name.startswith(("spark-", "artifacts-")) for p in JVM_TMP.iterdir())
+    ``JVM_TMP``, given in SPARK_SUBMIT_OPTS to every driver JVM spark-submit starts from this environment),
+    which goes with the process: a driver a test kills leaves nothing in /tmp."""
+    given = os.environ["SPARK_SUBMIT_OPTS"].split("-Djava.io.tmpdir=", 1)[1].split()[0]
+    jvm_tmp = Path(spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir"))
+    assert jvm_tmp == Path(given) and jvm_tmp.name.startswith("tidehouse-tests-jvm-") and jvm_tmp.is_dir()
+    assert any(p.name.startswith(("spark-", "artifacts-")) for p in jvm_tmp.iterdir())

@@ -109,7 +109,8 @@ def group_members(pgid: int) -> list[int]:
 
 def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
     """SIGTERM the process (``group``: its whole process group), wait up to ``grace`` s, then SIGKILL
-    whatever is left of the group (a JVM child must not outlive the run and hold its ports).
+    whatever is left of the group and wait (10 s at most) until none of it runs (a JVM child must not
+    outlive the run and hold its ports).
 
     With ``group``, what is left after the process itself ended also gets the rest of ``grace`` to end on
     its own: a driver's JVM outlives its Python process by the time its shutdown hooks take, and a JVM
@@ -129,6 +130,9 @@ def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = Fals
         time.sleep(0.1)
     killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    gone = time.monotonic() + 10  # SIGKILL is delivered asynchronously: return once nothing of it runs
+    while group_members(proc.pid) and time.monotonic() < gone:
+        time.sleep(0.05)
 
 
 def wait_port_free(port: int, timeout: float = 60.0) -> None:
