@@ -38,7 +38,7 @@ def test_at_most_the_capped_number_of_processes(monkeypatch, cores, processes):
 
 
 @pytest.mark.spark
-def test_the_suites_driver_jvms_keep_their_temporary_files_in_its_own_folder(spark, tmp_path):
+def test_the_suites_driver_jvms_keep_their_temporary_files_in_its_own_folder(spark):
     """The shared session's JVM writes its temporary files under the test process's folder (tests/conftest.py
     ``JVM_TMP``, given in SPARK_SUBMIT_OPTS to every driver JVM spark-submit starts from this environment),
     which goes with the process: a driver a test kills leaves nothing in /tmp."""
