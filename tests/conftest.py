@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import shutil
 import sys
 import tempfile
@@ -28,9 +29,12 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # servers': spark-submit adds SPARK_SUBMIT_OPTS to them) keeps its temporary files in one folder, removed when
 # the process ends: a driver a test kills with kill -9 cannot remove its own (Spark leaves an empty
 # artifacts-<uuid> folder behind in the JVM's temporary folder, /tmp by default).
+# A parallel run's test processes inherit the controlling process's folder in SPARK_SUBMIT_OPTS: each
+# replaces it with its own.
 JVM_TMP = Path(tempfile.mkdtemp(prefix="tidehouse-tests-jvm-"))
-_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "")
-os.environ["SPARK_SUBMIT_OPTS"] = f"{_OPTS} -Djava.io.tmpdir={JVM_TMP}".strip()
+_TMPDIR = "-Djava.io.tmpdir="
+_OPTS = [o for o in shlex.split(os.environ.get("SPARK_SUBMIT_OPTS", "")) if not o.startswith(_TMPDIR)]
+os.environ["SPARK_SUBMIT_OPTS"] = shlex.join([*_OPTS, f"{_TMPDIR}{JVM_TMP}"])
 
 
 def pytest_unconfigure(config) -> None:

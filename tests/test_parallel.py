@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,7 +43,7 @@ def test_the_suites_driver_jvms_keep_their_temporary_files_in_its_own_folder(spa
     """The shared session's JVM writes its temporary files under the test process's folder (tests/conftest.py
     ``JVM_TMP``, given in SPARK_SUBMIT_OPTS to every driver JVM spark-submit starts from this environment),
     which goes with the process: a driver a test kills leaves nothing in /tmp."""
-    given = os.environ["SPARK_SUBMIT_OPTS"].split("-Djava.io.tmpdir=", 1)[1].split()[0]
+    (given,) = [o.split("=", 1)[1] for o in shlex.split(os.environ["SPARK_SUBMIT_OPTS"]) if "tmpdir=" in o]
     jvm_tmp = Path(spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir"))
     assert jvm_tmp == Path(given) and jvm_tmp.name.startswith("tidehouse-tests-jvm-") and jvm_tmp.is_dir()
     assert any(p.name.startswith(("spark-", "artifacts-")) for p in jvm_tmp.iterdir())
