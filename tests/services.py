@@ -140,7 +140,11 @@ class SeaweedFS:
         self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
 
     @classmethod
-    def start(cls, workdir: Path, *, timeout: float = 90.0) -> SeaweedFS:
+    def start(cls, workdir: Path, *, timeout: float = 90.0, volume_mb: int = 64) -> SeaweedFS:
+        """``weed mini`` in ``workdir``; ``volume_mb``: the size at which a volume is full and its bucket
+        grows another (64 MB for a test session's many small buckets, below; `mini`'s own is 1024: a
+        benchmark that writes more than a few volumes' worth takes it, or the volumes' growth weighs on its
+        figures)."""
         weed = weed_binary()
         workdir.mkdir(parents=True, exist_ok=True)
         log = workdir / "weed.log"
@@ -177,7 +181,7 @@ class SeaweedFS:
             # and no free volumes left") on a fuller disk. Fixed here, so the disk's fill does not decide;
             # volumes are not preallocated, they take only what is written.
             "-volume.max=400",
-            "-master.volumeSizeLimitMB=64",
+            f"-master.volumeSizeLimitMB={volume_mb}",
             f"-bucket={BUCKET}",
             f"-s3.localSocket={workdir / 's3.sock'}",
             f"-filer.localSocket={workdir / 'filer.sock'}",
@@ -239,9 +243,9 @@ class SeaweedFS:
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, workdir: Path | None = None) -> Iterator[SeaweedFS]:
+    def running(cls, workdir: Path | None = None, *, volume_mb: int = 64) -> Iterator[SeaweedFS]:
         tmp = None if workdir is not None else Path(tempfile.mkdtemp(prefix="tidehouse-weed-"))
-        server = cls.start(workdir or tmp)
+        server = cls.start(workdir or tmp, volume_mb=volume_mb)
         try:
             yield server
         finally:
