@@ -9,23 +9,30 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ...) of every process.
+    A process that exits between the listing and the read is not there any more, so it is left out."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 stat = fh.read().decode("utf-8", "replace")
-        except OSError:
+        except OSError:  # exited meanwhile
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+        yield int(entry), stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and ')'
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, fields in _proc_stats():
+        children.setdefault(int(fields[1]), []).append(pid)
     return children
 
 
@@ -93,18 +100,7 @@ def killpg(pgid: int, sig: int) -> None:
 def group_members(pgid: int) -> list[int]:
     """The processes of process group ``pgid`` that still run (not the zombies: a process whose parent
     exited waits for its new parent to reap it, which need not happen soon in a container)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().decode("utf-8", "replace").rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
-            members.append(int(entry))
-    return members
+    return [pid for pid, fields in _proc_stats() if int(fields[2]) == pgid and fields[0] != "Z"]
 
 
 def terminate(proc: subprocess.Popen | None, grace: float, *, group: bool = False) -> None:
