@@ -176,7 +176,7 @@ def s3_figures(
     assert th_runs[0][2] == total and raw_read_all() == total
 
     # a primary-key table as another process looks it up (a task's Python worker: docs/architecture.md,
-    # "Next: join_log in the executors"): its first lookup rebuilds the state, from the changelog alone,
+    # "`join_log` in the executors"): its first lookup rebuilds the state, from the changelog alone,
     # then from the snapshot checkpoint_state registers
     store.create_table(
         TableMeta("dws.bench_pk", batches[0].schema, kind="primary_key", primary_key=("id",), buckets=2)

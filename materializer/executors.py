@@ -5,7 +5,8 @@ The driver builds one Spark plan per micro-batch: the batch's DataFrame (the ``t
 the file source's splits, read by tasks), the action's SQL over it, the expectations as boolean columns, then
 :func:`materializer.routing.write_routed`: rows routed by bucket to the tasks that write them, each bucket of
 a batch by exactly one task under the query's writer id and ``seq = batch id``. A pass-through table over a
-JSON source is read and written by one task instead (:mod:`materializer.ingest`).
+JSON source is read and written by one task instead (:mod:`materializer.ingest`); a ``join_log`` table's
+log rows by the tasks of :mod:`materializer.incremental.joinlog`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from materializer.strategies import (
     write_quarantine,
 )
 from runtime.spark.session import is_connect
-from runtime.spark.writer import batch_ranges, origin_from_checkpoint
+from runtime.spark.writer import batch_rows, origin_from_checkpoint
 from runtime.storage.api import BUCKET, CHANGE, DELETE, INSERT, OFFSET, UPDATE_AFTER, UPDATE_BEFORE
 
 
@@ -89,7 +90,7 @@ def append_batch(ctx: QueryContext) -> Callable:
             cached = batch_df.persist()
             good, rows_in = _source_rows(ctx, source, cached, batch_id)
         else:
-            rows_in = _range_rows(ctx, stream_input, batch_id)
+            rows_in = batch_rows(ctx.table.checkpoint, batch_id, stream_input.ref)
             if not rows_in:
                 return
             good = batch_df
@@ -136,11 +137,6 @@ def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[An
     return good, batch_df.count()  # every record that came in (batch_df is cached)
 
 
-def _range_rows(ctx: QueryContext, inp, batch_id: int) -> int:
-    starts, ends = batch_ranges(ctx.table.checkpoint, batch_id).get(inp.ref, ({}, {}))
-    return sum(max(0, int(e) - int(starts.get(b, 0))) for b, e in ends.items())
-
-
 def aggregate_batch(ctx: QueryContext) -> Callable:
     """The changed groups of a streaming aggregation (output mode update), upserted by tasks."""
 
@@ -173,7 +169,7 @@ def changelog_batch(ctx: QueryContext) -> Callable:
             written = recompute_distributed(ctx, session, batch_id, origin=origin)
             _finish(ctx, started, 0, written, origin)
             return
-        rows_in = _range_rows(ctx, upstream, batch_id)
+        rows_in = batch_rows(ctx.table.checkpoint, batch_id, upstream.ref)
         if not rows_in:
             return
         events = batch_df.persist()
@@ -308,6 +304,14 @@ def check_executors(spark, probe: Callable = _probe) -> None:
         )
 
 
+def _join_log(ctx: QueryContext) -> Callable:
+    """``join_log``: the log's new rows read, joined and written by tasks (an inner join, or an outer join
+    keeping only the log's unmatched rows, without expectations), else the driver path's function."""
+    from materializer.incremental.joinlog import in_tasks, join_log_batch
+
+    return join_log_batch(ctx) if in_tasks(ctx.table) else incremental("join_log")(ctx)
+
+
 EXECUTOR_FUNCTIONS = {
     "append": append_batch,
     "aggregate": aggregate_batch,
@@ -317,6 +321,6 @@ EXECUTOR_FUNCTIONS = {
     "agg_changelog": incremental("agg_changelog"),
     "agg_log": incremental("agg_log"),  # planned for the driver path only: it reads the batch's rows here
     "join_changelog": incremental("join_changelog"),
-    "join_log": incremental("join_log"),  # the log's new rows pass through this process (O(batch))
+    "join_log": _join_log,  # the log's new rows in tasks where it applies (materializer.incremental.joinlog)
     "recompute": recompute_batch,
 }

@@ -88,6 +88,50 @@ class SourceCheck:
 
 
 @dataclass(frozen=True)
+class UniqueCheck:
+    """In a write task of an incremental join's rows (:mod:`materializer.incremental.joinlog`): a primary key
+    twice among the task's upserts, or one the table holds with other values (another partition produces
+    it), refuses the write of the task's buckets — as the driver path's ``check_one_row_per_key`` and
+    ``check_entering`` fail the batch. A replay's own earlier write holds the same values."""
+
+    action: str
+    where: str  # what the partitions are ("join key values")
+    dup_hint: str
+    entering_hint: str
+
+    def refusal(self, store, table: str, primary_key: tuple[str, ...], rows: pa.Table) -> dict | None:
+        """The report entry refusing ``rows`` (user columns, cast to the table's types), or None."""
+        keys = _tuples(rows, primary_key)
+        if len(set(keys)) != len(keys):
+            seen: set[tuple] = set()
+            dup = next(k for k in keys if k in seen or seen.add(k))
+            return _refused(
+                f"table {table}: the SQL of {self.action} yields several rows for primary key {dup}",
+                self.dup_hint,
+            )
+        found = store.lookup(table, rows.select(list(primary_key)))
+        if found.num_rows == 0:
+            return None
+        mine = dict(zip(keys, rows.to_pylist()))
+        for k, row in zip(_tuples(found, primary_key), found.select(rows.column_names).to_pylist()):
+            if repr(mine.get(k)) != repr(row):  # NaN equals itself here
+                return _refused(
+                    f"table {table}: the SQL of {self.action} yields rows with primary key {k} for two "
+                    f"{self.where}",
+                    self.entering_hint,
+                )
+        return None
+
+
+def _tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
+    return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
+
+
+def _refused(message: str, hint: str) -> dict[str, Any]:
+    return {"kind": "refused", "reason": message, "name": hint}
+
+
+@dataclass(frozen=True)
 class WriteTask:
     """``mapInArrow`` over rows routed by bucket: write them, return counts and the rows to quarantine."""
 
@@ -99,6 +143,7 @@ class WriteTask:
     primary_key: tuple[str, ...]
     expect: tuple[Expectation, ...]
     source: SourceCheck | None = None
+    unique: UniqueCheck | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = [b for b in batches if b.num_rows]
@@ -114,6 +159,14 @@ class WriteTask:
         rows = data.drop_columns([c for c in (*flags, ORDER, SEQ) if c in data.column_names])
         if self.expect:
             rows = self._expectations(meta, rows, data.select(flags), out)
+        if rows.num_rows and self.unique is not None:
+            plain = prepare(
+                store, self.table, rows.drop_columns([c for c in (CHANGE,) if c in rows.column_names])
+            )
+            refused = self.unique.refusal(store, self.table, self.primary_key, plain)
+            if refused is not None:
+                yield from results([*out, refused])
+                return
         if rows.num_rows:
             result = store.write(
                 self.table,
@@ -205,12 +258,14 @@ def write_routed(
     writer: str | None = None,
     expect: bool = True,
     source: SourceCheck | None = None,
+    unique: UniqueCheck | None = None,
 ) -> Routed:
     """Write the rows of ``df`` (the table's user columns, and ``__change`` for a primary-key table) from
     Spark tasks routed by bucket. ``deletes_first``: ``df`` has an ``__order`` column (0 for deletes) that
     orders each bucket's rows before batch order. ``expect``: check the table's expectations here (a
     recompute checked them on its whole result already). ``source``: ``df`` is a source's records with its
-    corrupt-record column, quarantined by the tasks."""
+    corrupt-record column, quarantined by the tasks. ``unique``: the tasks refuse keys produced twice (the
+    batch fails)."""
     table = ctx.table
     meta = ctx.store.get_table(table.name)
     expectations = tuple(table.expect) if expect else ()
@@ -226,6 +281,7 @@ def write_routed(
         tuple(table.primary_key),
         expectations,
         source,
+        unique,
     )
     with ctx.clock.phase("write"):
         results = routed.mapInArrow(task, RESULT).collect()
@@ -280,6 +336,10 @@ def record(
     written, received, counts = 0, 0, {}
     rejected: dict[str, list[pa.Table]] = {}
     for r in results:
+        if r.kind == "refused":  # a UniqueCheck: the batch fails, as on the driver path
+            from runtime.core.errors import ErrorCode, TidehouseError
+
+            raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, r.reason, hint=r.name)
         if r.kind == "received":
             received += r.n
         elif r.kind == "written":

@@ -33,6 +33,8 @@ from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recomput
 from materializer.failures import TRANSIENT, query_failure
 from materializer.handoff import Handoff
 from materializer.hotstream import Waiting, hot_stream
+from materializer.incremental.joinlog import in_tasks as log_join_in_tasks
+from materializer.incremental.joinlog import log_join_stream
 from materializer.jsonlines import JsonLinesReader, reader_of
 from materializer.lock import RunLock
 from materializer.plan import FlowPlan, TablePlan, data_path_of
@@ -192,6 +194,8 @@ class FlowRunner:
             stream = hot_stream(
                 session, config, t.inputs[0].ref, max_rows=self.max_rows_per_batch, waiting=waiting
             )
+        elif t.strategy == "join_log" and self.data_path == "executors" and log_join_in_tasks(t):
+            stream = log_join_stream(session, config, t)  # the batch holds the log's rows, for its tasks
         else:  # recompute: any change of any input triggers a micro-batch
             stream = None
             for inp in t.inputs:

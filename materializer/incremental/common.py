@@ -49,6 +49,7 @@ class StateTable:
         # last_row (a write replaces it)
         self.aggregations = dict(aggregations) if aggregations is not None else None
         self.checked = False
+        self.also: tuple[str, ...] = ()  # other writer ids of the state (the executor path's join_log tasks)
 
     def ensure(self) -> bool:
         """Create or check the state table; True when it was (re)created empty."""
@@ -75,7 +76,8 @@ class StateTable:
         store.create_table(meta, exist_ok=True)
         self.checked = True
         # never written: a state created but not yet filled (a crash between create and first write)
-        return fresh or store.last_seq(self.name, self.ctx.table.writer_id) is None
+        writers = (self.ctx.table.writer_id, *self.also)
+        return fresh or all(store.last_seq(self.name, w) is None for w in writers)
 
     def reset(self) -> None:
         """Drop the state (it is rebuilt from the input by the next :meth:`ensure`)."""

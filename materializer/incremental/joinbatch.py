@@ -50,34 +50,84 @@ from runtime.spark.writer import origin_from_checkpoint
 NEEDS = {"inner": ("any", SIDES), "left": ("any", ("l",)), "right": ("any", ("r",)), "full": ("all", SIDES)}
 
 
-def join_batch(ctx: QueryContext) -> Callable:
-    table = ctx.table
-    facts: EquiJoin = table.incremental
-    by_name = {i.name: i for i in table.inputs}
-    inputs = {"l": by_name[facts.left], "r": by_name[facts.right]}
-    sides = {s: side_of(ctx, inp) for s, inp in inputs.items()}
-    schemas = {s: spark_to_arrow(struct_of(inp.ddl)) for s, inp in inputs.items()}
-    fixed = frozenset(s for s, side in sides.items() if isinstance(side, LogSide))
-    parts = Partitioner(facts, {s: side.key for s, side in sides.items()}, fixed)
-    state = StateTable(ctx, SCHEMA, ("key",))
+class Join:
+    """A partitioned join's inputs, state and steps, shared by the micro-batch functions of both data paths
+    (the executor path's ``join_log``: :mod:`.joinlog`)."""
 
-    def load(keys: list[str]) -> dict[str, object]:
+    def __init__(self, ctx: QueryContext) -> None:
+        self.ctx = ctx
+        table = ctx.table
+        self.facts: EquiJoin = table.incremental
+        by_name = {i.name: i for i in table.inputs}
+        self.inputs = {"l": by_name[self.facts.left], "r": by_name[self.facts.right]}
+        self.sides = {s: side_of(ctx, inp) for s, inp in self.inputs.items()}
+        self.schemas = {s: spark_to_arrow(struct_of(inp.ddl)) for s, inp in self.inputs.items()}
+        self.fixed = frozenset(s for s, side in self.sides.items() if isinstance(side, LogSide))
+        self.parts = Partitioner(self.facts, {s: side.key for s, side in self.sides.items()}, self.fixed)
+        self.state = StateTable(ctx, SCHEMA, ("key",))
+
+    def load(self, keys: list[str]) -> dict[str, object]:
         if not keys:
             return {}
-        found = ctx.store.lookup(state.name, pa.table({"key": pa.array(keys, pa.string())}))
+        found = self.ctx.store.lookup(self.state.name, pa.table({"key": pa.array(keys, pa.string())}))
         return decode(found.column("key").to_pylist(), found.column("value").to_pylist())
 
-    def evaluate(session, step: Step, which: str) -> pa.Table | None:
+    def evaluate(self, session, step: Step, which: str) -> pa.Table | None:
         """The SQL over the step's partitions (None: empty without running it)."""
         rows = {s: step.rows(which, s) for s in SIDES}
-        mode, sides = NEEDS[facts.kind]
+        mode, sides = NEEDS[self.facts.kind]
         empty = [not rows[s] for s in sides]
         if (mode == "any" and any(empty)) or (mode == "all" and all(empty)):
             return None
-        for s, inp in inputs.items():
-            data = pa.Table.from_pylist(rows[s], schema=schemas[s])
-            local_df(session, data, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
-        return run_sql(ctx, session)
+        for s, inp in self.inputs.items():
+            data = pa.Table.from_pylist(rows[s], schema=self.schemas[s])
+            local_df(session, data, inp.ddl, self.ctx.handoff).createOrReplaceTempView(inp.name)
+        return run_sql(self.ctx, session)
+
+    def rebuild(self, session, batch_id: int, origin: float | None, started: float) -> None:
+        """Output and state from both inputs' current rows (a new state, or a changelog behind retention)."""
+        ctx = self.ctx
+        with ctx.clock.phase("read"):
+            current = {s: side.current(batch_id) for s, side in self.sides.items()}
+        ups, _ = self.parts.rebuild(current)
+        for s, inp in self.inputs.items():
+            local_df(session, current[s], inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
+        result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
+        written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
+        self.state.write(kv_state_rows(self.state, ups, []), batch_id)
+        _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
+
+    def apply(self, session, changes: dict, batch_id: int, origin: float | None) -> int:
+        """Write the output rows and then the state that ``changes`` (per side) make: output rows written."""
+        ctx = self.ctx
+        with ctx.clock.phase("read"):
+            step = self.parts.step(changes, self.load)
+        before, after = self.evaluate(session, step, "before"), self.evaluate(session, step, "after")
+        writes = partition_writes(
+            ctx,
+            session,
+            before,
+            after,
+            batch_id,
+            where=WHERE,
+            dup_hint=DUP_HINT,
+            entering_hint=ENTERING_HINT,
+        )
+        written = write_output(ctx, writes, batch_id, origin)
+        self.state.write(kv_state_rows(self.state, *state_entries(step)), batch_id)
+        return written
+
+
+WHERE = "join key values"
+DUP_HINT = "make the primary key the columns that identify one output row"
+ENTERING_HINT = (
+    "make the primary key the columns that identify one output row (e.g. include a key of each joined input)"
+)
+
+
+def join_batch(ctx: QueryContext) -> Callable:
+    join = Join(ctx)
+    table, state = ctx.table, join.state
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
@@ -86,39 +136,16 @@ def join_batch(ctx: QueryContext) -> Callable:
             state.reset()
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         if state.ensure():
-            with ctx.clock.phase("read"):
-                current = {s: side.current(batch_id) for s, side in sides.items()}
-            ups, step = parts.rebuild(current)
-            for s, inp in inputs.items():
-                local_df(session, current[s], inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
-            result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
-            written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
-            state.write(kv_state_rows(state, ups, []), batch_id)
-            _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
+            join.rebuild(session, batch_id, origin, started)
             return
         changes = {}
-        for s, side in sides.items():
+        for s, side in join.sides.items():
             change = side.change(batch_id)
             if change is not None:
-                changes[s] = parts.change(s, *change)
+                changes[s] = join.parts.change(s, *change)
         if not changes:
             return
-        with ctx.clock.phase("read"):
-            step = parts.step(changes, load)
-        before, after = evaluate(session, step, "before"), evaluate(session, step, "after")
-        writes = partition_writes(
-            ctx,
-            session,
-            before,
-            after,
-            batch_id,
-            where="join key values",
-            dup_hint="make the primary key the columns that identify one output row",
-            entering_hint="make the primary key the columns that identify one output row (e.g. include a key "
-            "of each joined input)",
-        )
-        written = write_output(ctx, writes, batch_id, origin)
-        state.write(kv_state_rows(state, *state_entries(step)), batch_id)
+        written = join.apply(session, changes, batch_id, origin)
         _finish(ctx, started, sum(len(c.keys) for c in changes.values()), written, origin)
 
     return run

@@ -205,6 +205,12 @@ def batch_ranges(
     return {o["table"]: (starts.get(o["table"], {}), o["offsets"]) for o in ends}
 
 
+def batch_rows(checkpoint: str | os.PathLike, batch_id: int, table: str) -> int:
+    """How many log entries of ``table`` a micro-batch covers (:func:`batch_ranges`)."""
+    starts, ends = batch_ranges(checkpoint, batch_id).get(table, ({}, {}))
+    return sum(max(0, int(e) - int(starts.get(b, 0))) for b, e in ends.items())
+
+
 def origin_from_checkpoint(store: TableStore, checkpoint: str | os.PathLike, batch_id: int) -> float | None:
     """The oldest origin time of the rows a micro-batch read from its ``tidehouse`` sources.
 

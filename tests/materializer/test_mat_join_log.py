@@ -2,7 +2,8 @@
 events, which users leave) into a primary-key table has batch semantics — every event row shows its user's
 current activity, so each new event revises the joined rows of its user already written, and a user leaving
 the dimension turns a left join's columns to NULL. Hot and lake equal the DuckDB oracle over runs, on both
-data paths, and after a kill -9 mid-run."""
+data paths, and after a kill -9 mid-run. On the executor path the events of users a batch did not change are
+joined and written by tasks (materializer.incremental.joinlog), tested with a dimension of its own source."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ from tests.materializer._flowkit import (
     write_project,
 )
 from tests.materializer._killkit import kill_9, trigger_process, wait_for
+from tests.materializer._logjoinkit import (
+    CLEAN,
+    TIER_ACTIONS,
+    TIER_FLOW,
+    TIER_ORACLE,
+    Events,
+    check_tiers,
+    tier_run,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -57,7 +67,6 @@ LOG_JOIN_FLOW = flow_head("join_log, events joined with changing dimensions").re
 """,
 )
 LOW = f"SELECT user_id, events FROM ({ORACLE['dws.user_activity']}) WHERE events < 3"
-CLEAN = ORACLE["dwd.clicks"]
 LOG_JOIN_ORACLE = {
     "ads.enriched": (
         f"SELECT e.user_id, e.item_id, a.events AS user_events FROM ({CLEAN}) e "
@@ -68,30 +77,6 @@ LOG_JOIN_ORACLE = {
         f"LEFT JOIN ({LOW}) l ON e.user_id = l.user_id"
     ),
 }
-
-
-class Events:
-    """Events with a unique item id each (the joined tables' primary key)."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng, self.n = rng, 0
-
-    def make(self, count: int) -> list[str]:
-        out = []
-        for _ in range(count):
-            self.n += 1
-            out.append(
-                json.dumps(
-                    {
-                        "user_id": f"u{self.rng.randrange(12)}",
-                        "event_type": self.rng.choice(["click", "view", "buy"]),
-                        "item_id": f"e{self.n}",
-                        "price": round(self.rng.uniform(0.5, 20), 2),  # under 1.0: dropped by dwd
-                        "ts": f"2024-01-01T00:{self.rng.randrange(60):02d}:00Z",
-                    }
-                )
-            )
-        return out
 
 
 def check(project, lines: list[str]) -> None:
@@ -129,6 +114,10 @@ def test_log_joins_have_batch_semantics_over_runs(spark, project_dir, data_path,
         assert revised["enriched"] > 0
         low = project.store.scan("ads.low_enriched").column("low_events").to_pylist()
         assert None in low  # users who left dws.low_users: their events lost the join's columns
+        if data_path == "executors":  # events of users dws.low_users no longer changes: joined by tasks
+            writer = plan.table("ads.low_enriched").writer_id + ":delta"
+            assert project.store.last_seq("ads.low_enriched", writer) is not None
+            assert project.store.last_seq("ads.low_enriched__state", writer) is not None
     finally:
         project.close()
 
@@ -160,5 +149,87 @@ def test_kill_9_mid_log_join_then_until_idle_is_exact(spark, project_dir, home, 
     try:
         project.trigger("testflow", until_idle=True, spark=spark)
         check(project, lines)
+    finally:
+        project.close()
+
+
+# -- the executor path's tasks: events joined with a dimension that changes rarely ---------------------------
+def test_log_join_in_tasks_joins_unchanged_partitions_from_the_state(spark, project_dir, data_path, seed):
+    """On the executor path the events of users the batch did not change are joined and written by tasks,
+    the users' rows read from the join's state; the result is the batch SQL's, hot and lake, on both paths."""
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    events = Events(rng)
+    flow = write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
+    lines: list[str] = []
+    users: dict[str, str] = {}
+    project = Project.open()
+    try:
+        plan = project.plan(flow, spark=spark)
+        assert {plan.table(t).strategy for t in TIER_ORACLE} == {"join_log"}
+        for run in range(4):
+            lines += tier_run(rng, events, users, run, project_dir)
+            project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
+            check_tiers(project, lines, users)
+        for table in TIER_ORACLE:
+            delta = project.store.last_seq(table, plan.table(table).writer_id + ":delta")
+            assert (delta is not None) == (data_path == "executors"), table
+    finally:
+        project.close()
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+@pytest.mark.parametrize("data_path", ["executors"], indirect=True)
+def test_kill_9_mid_log_join_in_tasks_then_until_idle_is_exact(spark, project_dir, home, data_path, seed):
+    """kill -9 of a run on the executor path while its tasks join and write; the next run is exact."""
+    from runtime.project import Project
+    from runtime.storage import open_store
+
+    rng = random.Random(seed)
+    events = Events(rng)
+    write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
+    lines: list[str] = []
+    users: dict[str, str] = {}
+    lines += tier_run(rng, events, users, 0, project_dir)
+    with trigger_process(project_dir, home) as proc:
+        store = open_store(str(home / "hot"))
+        wait_for(lambda: store.has_table("ads.tiered__state"), 420, "the join's first batch")
+        for run in (1, 2):
+            lines += tier_run(rng, events, users, run, project_dir)
+            time.sleep(rng.uniform(0.3, 2.0))
+        kill_9(proc)
+    lines += tier_run(rng, events, users, 3, project_dir)
+    project = Project.open()
+    try:
+        project.trigger("testflow", until_idle=True, spark=spark)
+        check_tiers(project, lines, users)
+    finally:
+        project.close()
+
+
+def test_an_event_key_from_two_users_fails_the_batch_on_both_paths(spark, project_dir, data_path, seed):
+    """An item id an earlier event of another user holds: the batch fails with TH243 — on the executor path
+    refused by the task that writes the key, as the driver path refuses it — and writes nothing of it."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+
+    rng = random.Random(seed)
+    events = Events(rng)
+    flow = write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
+    users: dict[str, str] = {}
+    lines = tier_run(rng, events, users, 0, project_dir)
+    project = Project.open()
+    try:
+        project.trigger(flow, until_idle=True, spark=spark)
+        first = next(e for e in map(json.loads, lines) if e["price"] >= 1.0)  # one dwd.clicks kept
+        other = next(u for u in users if u != first["user_id"])
+        write_batch(project_dir, "part-1", [json.dumps({**first, "user_id": other, "price": 9.5})])
+        with pytest.raises(TidehouseError) as err:
+            project.trigger("testflow", until_idle=True, spark=spark)
+        assert err.value.code is ErrorCode.PRIMARY_KEY_INVALID, err.value.render()
+        assert "two join key values" in err.value.message, err.value.render()
+        check_tiers(project, lines, users)  # the refused event is in neither table
     finally:
         project.close()
