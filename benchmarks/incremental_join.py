@@ -14,6 +14,13 @@ planned, ``join_log_whole`` with the partitions that only gained log rows evalua
 delta of inner/left joins (docs/architecture.md, "Costs"); few customers (``--customers 20``) make big
 partitions, which is where the delta matters.
 
+``--modes join_log_exec_driver,join_log_exec`` runs that ``join_log`` on the executor path
+(``materializer.data_path: executors``): ``join_log_exec`` as planned, the orders of customers the increment
+did not touch joined and written by Spark tasks (docs/architecture.md, "`join_log` in the executors");
+``join_log_exec_driver`` with the join's batch function where ``foreachBatch`` runs, as before (every new
+order through this process). Each round also reports this process's CPU seconds (``time.process_time``:
+the driver's Python, not its JVM or Spark's Python workers), what the tasks take off it.
+
     python -m benchmarks.incremental_join [--orders 20000] [--customers 2000] [--rounds 5]
         [--modes recompute,join_changelog]
 """
@@ -27,6 +34,7 @@ import random
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +74,9 @@ def _touches(rng: random.Random, customers, hour: int) -> str:
 
 def _run(mode: str, args, spark, work: Path) -> dict:
     import materializer.incremental.join as join
+    import materializer.incremental.joinlog as joinlog
     import materializer.plantext as plantext
+    import materializer.runner as runner
     from runtime.project import Project
 
     root = work / mode
@@ -78,15 +88,20 @@ def _run(mode: str, args, spark, work: Path) -> dict:
         flow = flow.replace("inputs: {orders: dwd.orders,", "inputs: {orders: ods.orders,")
         assert "orders: ods.orders" in flow
     (root / "flows" / "order_attribution.yaml").write_text(flow, encoding="utf-8")
+    if mode.startswith("join_log_exec"):
+        (root / "tidehouse.yaml").write_text("materializer:\n  data_path: executors\n", encoding="utf-8")
     for d in ("orders", "touches"):
         (root / "data" / d).mkdir(parents=True)
     os.chdir(root)
     os.environ["TIDEHOUSE_HOME"] = str(root / ".tidehouse")
     real, real_delta = plantext.join_facts, join.Partitioner._delta
+    real_tasks = joinlog.in_tasks
     if mode == "recompute":
         plantext.join_facts = lambda root: (None, "")
     if mode == "join_log_whole":
         join.Partitioner._delta = lambda self, by: frozenset()
+    if mode == "join_log_exec_driver":  # the stream and the batch function as before tasks joined the log
+        joinlog.in_tasks = runner.log_join_in_tasks = lambda table: False
     rng = random.Random(args.seed)
     try:
         (root / "data" / "orders" / "part-0.json").write_text(
@@ -97,7 +112,7 @@ def _run(mode: str, args, spark, work: Path) -> dict:
         project = Project.open()
         project.trigger(root / "flows" / "order_attribution.yaml", until_idle=True, spark=spark)
         strategy = project.plan("order_attribution", spark=spark).table(TABLE).strategy
-        seconds, phases, rows = [], [], []
+        seconds, phases, rows, cpu, wall = [], [], [], [], []
         next_id = args.orders
         for r in range(args.rounds):
             new = range(next_id, next_id + args.rows)
@@ -106,15 +121,29 @@ def _run(mode: str, args, spark, work: Path) -> dict:
             # earlier touches (hour 9 < 10): these customers' written orders are re-attributed
             again = rng.sample(range(args.customers), args.touches)
             (root / "data" / "touches" / f"part-{r + 1}.json").write_text(_touches(rng, again, 9 - r % 9))
+            began, ticked = time.process_time(), time.perf_counter()
             report = project.trigger("order_attribution", until_idle=True, spark=spark)
+            cpu.append(time.process_time() - began)
+            wall.append(time.perf_counter() - ticked)
             stats = report.tables[TABLE]
             seconds.append(stats["last_batch_seconds"])
             phases.append({k: round(v, 3) for k, v in stats["phase_seconds"].items()})
             rows.append((stats["rows_in"], stats["rows_out"], stats["batches"]))
+        writer = project.plan("order_attribution", spark=spark).table(TABLE).writer_id + joinlog.DELTA
+        tasks = project.store.last_seq(TABLE, writer) is not None  # the tasks wrote join rows
         project.close()
     finally:
         plantext.join_facts, join.Partitioner._delta = real, real_delta
-    return {"strategy": strategy, "batch_seconds": seconds, "phases": phases, "rows": rows}
+        joinlog.in_tasks = runner.log_join_in_tasks = real_tasks
+    return {
+        "strategy": strategy,
+        "batch_seconds": seconds,
+        "phases": phases,
+        "rows": rows,
+        "cpu": cpu,
+        "wall": wall,
+        "tasks": tasks,
+    }
 
 
 def main() -> None:
@@ -130,7 +159,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="recompute,join_changelog",
-        help="recompute, join_changelog, join_log, join_log_whole (comma-separated)",
+        help="recompute, join_changelog, join_log, join_log_whole, join_log_exec, join_log_exec_driver "
+        "(comma-separated)",
     )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
@@ -152,13 +182,19 @@ def main() -> None:
         )
         print(f"                phase seconds of the last round (its batches summed): {res['phases'][-1]}")
         print(f"                (rows in, rows out, batches) per round, cumulative: {res['rows']}")
+        for key, what in (("wall", "wall seconds of the round's run"), ("cpu", "this process's CPU seconds")):
+            v = res[key]
+            print(f"{'':16s}{what}: median {statistics.median(v):.3f}  all {[round(x, 3) for x in v]}")
     first, *others = results
     for mode in others:
         base, this = (
             statistics.median(results[first]["batch_seconds"]),
             statistics.median(results[mode]["batch_seconds"]),
         )
-        print(f"median join batch seconds {first} / {mode}: {base / this:.1f}x")
+        print(f"median join batch seconds {first} / {mode}: {base / this:.2f}x")
+        for key, what in (("wall", "wall seconds per round"), ("cpu", "CPU s of this process per round")):
+            base, this = statistics.median(results[first][key]), statistics.median(results[mode][key])
+            print(f"median {what} {first} / {mode}: {base / this:.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ events, which users leave) into a primary-key table has batch semantics — ever
 current activity, so each new event revises the joined rows of its user already written, and a user leaving
 the dimension turns a left join's columns to NULL. Hot and lake equal the DuckDB oracle over runs, on both
 data paths, and after a kill -9 mid-run. On the executor path the events of users a batch did not change are
-joined and written by tasks (materializer.incremental.joinlog), tested with a dimension of its own source."""
+joined and written by tasks (materializer.incremental.joinlog), tested with a dimension of its own source —
+also over Spark Connect (tests/cluster) and, with TIDEHOUSE_SCALE=full, on the object store."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from tests._support import scale
 from tests.materializer._flowkit import (
     ACTIONS,
     ORACLE,
@@ -231,5 +233,35 @@ def test_an_event_key_from_two_users_fails_the_batch_on_both_paths(spark, projec
         assert err.value.code is ErrorCode.PRIMARY_KEY_INVALID, err.value.render()
         assert "two join key values" in err.value.message, err.value.render()
         check_tiers(project, lines, users)  # the refused event is in neither table
+    finally:
+        project.close()
+
+
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: join_log in tasks on the object store")
+def test_log_join_in_tasks_on_the_object_store(spark, project_dir, seaweedfs, postgres, seed):
+    """The executor path's join_log with the hot store on SeaweedFS + PostgreSQL and the lake in the REST
+    catalog: the driver and the tasks take turns writing the output's and the state's buckets (the object
+    store's shared writers); hot and lake equal the oracle run after run."""
+    from runtime.project import Project
+    from tests.services import shared_settings, write_project_file
+
+    settings = shared_settings(seaweedfs, postgres, registry=False)
+    write_project_file(
+        project_dir, settings, {"materializer": {"data_path": "executors"}, "tiering": {"executor_rows": 0}}
+    )
+    rng = random.Random(seed)
+    events = Events(rng)
+    flow = write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
+    lines: list[str] = []
+    users: dict[str, str] = {}
+    project = Project.open()
+    try:
+        plan = project.plan(flow, spark=spark)
+        for run in range(3):
+            lines += tier_run(rng, events, users, run, project_dir)
+            project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
+            check_tiers(project, lines, users)
+        writer = plan.table("ads.tiered").writer_id + ":delta"
+        assert project.store.last_seq("ads.tiered", writer) is not None  # run 1: written by tasks
     finally:
         project.close()
