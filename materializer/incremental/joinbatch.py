@@ -84,6 +84,19 @@ class Join:
             local_df(session, data, inp.ddl, self.ctx.handoff).createOrReplaceTempView(inp.name)
         return run_sql(self.ctx, session)
 
+    def start(self, batch_df, batch_id: int, started: float) -> tuple[object, float | None] | None:
+        """Begin a micro-batch: (its session, its origin time), or None when the batch rebuilt the output and
+        the state from both inputs' current rows (a new state, or a changelog behind retention)."""
+        ctx = self.ctx
+        session = _begin(ctx, batch_df)
+        if behind(ctx, batch_id):  # a changelog is gone: rebuild from both inputs' state
+            self.state.reset()
+        origin = origin_from_checkpoint(ctx.store, ctx.table.checkpoint, batch_id)
+        if self.state.ensure():
+            self.rebuild(session, batch_id, origin, started)
+            return None
+        return session, origin
+
     def rebuild(self, session, batch_id: int, origin: float | None, started: float) -> None:
         """Output and state from both inputs' current rows (a new state, or a changelog behind retention)."""
         ctx = self.ctx
@@ -127,17 +140,13 @@ ENTERING_HINT = (
 
 def join_batch(ctx: QueryContext) -> Callable:
     join = Join(ctx)
-    table, state = ctx.table, join.state
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
-        session = _begin(ctx, batch_df)
-        if behind(ctx, batch_id):  # a changelog is gone: rebuild from both inputs' state
-            state.reset()
-        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        if state.ensure():
-            join.rebuild(session, batch_id, origin, started)
+        begun = join.start(batch_df, batch_id, started)
+        if begun is None:
             return
+        session, origin = begun
         changes = {}
         for s, side in join.sides.items():
             change = side.change(batch_id)

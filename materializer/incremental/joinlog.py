@@ -36,17 +36,17 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from materializer.analyze import struct_of
-from materializer.incremental.common import behind, key_tuples
+from materializer.incremental.common import key_tuples
 from materializer.incremental.join import PRESERVED, SCHEMA, Change, Partitioner, decode, partition_of
 from materializer.incremental.joinbatch import DUP_HINT, ENTERING_HINT, WHERE, Join
 from materializer.incremental.joinfacts import EquiJoin
 from materializer.incremental.joinsides import ROW
 from materializer.plan import Input, TablePlan
 from materializer.rows import keys_table
-from materializer.strategies import QueryContext, _begin, _finish, conform_to
+from materializer.strategies import QueryContext, _finish, conform_to
 from runtime.core.literals import BUCKET, DELETE, OFFSET, UPDATE_AFTER
 from runtime.spark.options import Place
-from runtime.spark.writer import batch_rows, origin_from_checkpoint
+from runtime.spark.writer import batch_rows
 
 LOG = "__log"  # the stream's column holding a log row (NULL in the primary-key input's branch)
 PART = "__part"  # a log row's partition, added by :class:`Tagger`
@@ -233,13 +233,10 @@ def join_log_batch(ctx: QueryContext) -> Callable:
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
-        session = _begin(ctx, batch_df)
-        if behind(ctx, batch_id):  # a changelog is gone: rebuild from both inputs' state
-            state.reset()
-        origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        if state.ensure():
-            join.rebuild(session, batch_id, origin, started)
+        begun = join.start(batch_df, batch_id, started)
+        if begun is None:
             return
+        session, origin = begun
         change = join.sides[keyed_side].change(batch_id)
         keyed = join.parts.change(keyed_side, *change) if change is not None else None
         touched = _touched(join, keyed_side, keyed)

@@ -156,9 +156,9 @@ def test_kill_9_mid_log_join_then_until_idle_is_exact(spark, project_dir, home, 
 
 
 # -- the executor path's tasks: events joined with a dimension that changes rarely ---------------------------
-def test_log_join_in_tasks_joins_unchanged_partitions_from_the_state(spark, project_dir, data_path, seed):
-    """On the executor path the events of users the batch did not change are joined and written by tasks,
-    the users' rows read from the join's state; the result is the batch SQL's, hot and lake, on both paths."""
+def run_tiers(spark, project_dir, seed: int, runs: int) -> dict[str, int | None]:
+    """The tier flow's runs (:func:`tier_run`), each to idle and then equal to the oracle, hot and lake; per
+    joined table the last batch its tasks wrote (``<writer>:delta``; None: never)."""
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -170,15 +170,20 @@ def test_log_join_in_tasks_joins_unchanged_partitions_from_the_state(spark, proj
     try:
         plan = project.plan(flow, spark=spark)
         assert {plan.table(t).strategy for t in TIER_ORACLE} == {"join_log"}
-        for run in range(4):
+        for run in range(runs):
             lines += tier_run(rng, events, users, run, project_dir)
             project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
             check_tiers(project, lines, users)
-        for table in TIER_ORACLE:
-            delta = project.store.last_seq(table, plan.table(table).writer_id + ":delta")
-            assert (delta is not None) == (data_path == "executors"), table
+        return {t: project.store.last_seq(t, plan.table(t).writer_id + ":delta") for t in TIER_ORACLE}
     finally:
         project.close()
+
+
+def test_log_join_in_tasks_joins_unchanged_partitions_from_the_state(spark, project_dir, data_path, seed):
+    """On the executor path the events of users the batch did not change are joined and written by tasks,
+    the users' rows read from the join's state; the result is the batch SQL's, hot and lake, on both paths."""
+    for table, delta in run_tiers(spark, project_dir, seed, 4).items():
+        assert (delta is not None) == (data_path == "executors"), table
 
 
 @pytest.mark.slow
@@ -242,26 +247,10 @@ def test_log_join_in_tasks_on_the_object_store(spark, project_dir, seaweedfs, po
     """The executor path's join_log with the hot store on SeaweedFS + PostgreSQL and the lake in the REST
     catalog: the driver and the tasks take turns writing the output's and the state's buckets (the object
     store's shared writers); hot and lake equal the oracle run after run."""
-    from runtime.project import Project
     from tests.services import shared_settings, write_project_file
 
     settings = shared_settings(seaweedfs, postgres, registry=False)
     write_project_file(
         project_dir, settings, {"materializer": {"data_path": "executors"}, "tiering": {"executor_rows": 0}}
     )
-    rng = random.Random(seed)
-    events = Events(rng)
-    flow = write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
-    lines: list[str] = []
-    users: dict[str, str] = {}
-    project = Project.open()
-    try:
-        plan = project.plan(flow, spark=spark)
-        for run in range(3):
-            lines += tier_run(rng, events, users, run, project_dir)
-            project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
-            check_tiers(project, lines, users)
-        writer = plan.table("ads.tiered").writer_id + ":delta"
-        assert project.store.last_seq("ads.tiered", writer) is not None  # run 1: written by tasks
-    finally:
-        project.close()
+    assert run_tiers(spark, project_dir, seed, 3)["ads.tiered"] is not None  # run 1: written by tasks
