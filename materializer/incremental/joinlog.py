@@ -44,7 +44,7 @@ from materializer.incremental.joinsides import ROW
 from materializer.plan import Input, TablePlan
 from materializer.rows import keys_table
 from materializer.strategies import QueryContext, _finish, conform_to
-from runtime.core.literals import BUCKET, DELETE, OFFSET, UPDATE_AFTER
+from runtime.core.literals import BUCKET, CHANGE, DELETE, OFFSET, UPDATE_AFTER
 from runtime.spark.options import Place
 from runtime.spark.writer import batch_rows
 
@@ -180,9 +180,8 @@ class LogRows:
         if not batches:
             return
         data = pa.Table.from_batches(batches)
-        rows = conform_to(data, self.ddl).append_column(
-            ROW, data.column(ROW)
-        )  # as the driver path keeps them
+        # the rows as the driver path keeps them: the input's user columns and their key in the state
+        rows = conform_to(data, self.ddl).append_column(ROW, data.column(ROW))
         store = self.place.store()
 
         def load(keys: list[str]) -> dict[str, object]:
@@ -264,7 +263,7 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                 lookup = KeyedRows(ctx.place, state.name, keyed_side, keyed_input.ddl)
                 keyed_rows = rest.select(PART).distinct().mapInArrow(lookup, struct_of(keyed_input.ddl))
                 keyed_rows.createOrReplaceTempView(keyed_input.name)
-                out = session.sql(table.sql, args=ctx.args).selectExpr("*", f"'{UPDATE_AFTER}' AS `__change`")
+                out = session.sql(table.sql, args=ctx.args).selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
                 writer = table.writer_id + DELTA
                 routed = write_routed(ctx, out, batch_id, origin, writer=writer, expect=False, unique=unique)
                 written += routed.written
