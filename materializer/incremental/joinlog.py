@@ -6,8 +6,8 @@ The query's stream carries the log input's rows (its user and system columns in 
 rows, read by tasks from the ranges Spark checkpointed. Per micro-batch:
 
 1. The driver reads the primary-key input's changed keys (O(change)) and from them the partitions (join key
-   values) they leave or enter, *T* (:meth:`Join.touched`): a function of the batch's range and of the homes
-   in the state, which only the driver writes.
+   values) they leave or enter, *T* (:func:`_touched`; a key leaves the partition of its home in the state,
+   which only the driver writes).
 2. The batch's log rows of *T* are collected (O(rows of *T*)) and the driver runs the driver path's step over
    them and the primary-key changes (:meth:`Join.apply`): output, then state.
 3. Tasks take the other log rows. Their partitions' primary-key rows did not change in the batch, so their
