@@ -26,8 +26,11 @@ from materializer.rows import (
     CORRUPT,
     Violations,
     expectation_exprs,
+    held_otherwise,
+    key_tuples,
     keys_table,
     quarantine_rows,
+    several_rows,
     split_corrupt,
     split_expectations,
     split_missing,
@@ -101,30 +104,11 @@ class UniqueCheck:
 
     def refusal(self, store, table: str, primary_key: tuple[str, ...], rows: pa.Table) -> dict | None:
         """The report entry refusing ``rows`` (user columns, cast to the table's types), or None."""
-        keys = _tuples(rows, primary_key)
-        if len(set(keys)) != len(keys):
-            seen: set[tuple] = set()
-            dup = next(k for k in keys if k in seen or seen.add(k))
-            return _refused(
-                f"table {table}: the SQL of {self.action} yields several rows for primary key {dup}",
-                self.dup_hint,
-            )
-        found = store.lookup(table, rows.select(list(primary_key)))
-        if found.num_rows == 0:
-            return None
-        mine = dict(zip(keys, rows.to_pylist()))
-        for k, row in zip(_tuples(found, primary_key), found.select(rows.column_names).to_pylist()):
-            if repr(mine.get(k)) != repr(row):  # NaN equals itself here
-                return _refused(
-                    f"table {table}: the SQL of {self.action} yields rows with primary key {k} for two "
-                    f"{self.where}",
-                    self.entering_hint,
-                )
-        return None
-
-
-def _tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
-    return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
+        message = several_rows(table, self.action, key_tuples(rows, primary_key))
+        if message is not None:
+            return _refused(message, self.dup_hint)
+        message = held_otherwise(store, table, self.action, primary_key, rows, self.where)
+        return None if message is None else _refused(message, self.entering_hint)
 
 
 def _refused(message: str, hint: str) -> dict[str, Any]:

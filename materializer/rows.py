@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -158,3 +159,35 @@ def split_expectations(table: str, rows: pa.Table, passed: pa.Table, expect: Seq
                 quarantined[j] = quarantined[j] or e.on_violation == "quarantine"
     out.reasons, out.quarantine = [r or "" for r in reasons], quarantined
     return out
+
+
+def key_tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
+    """The rows' values of ``columns``, a tuple per row (``()`` per row for no columns)."""
+    if not columns:
+        return [()] * rows.num_rows
+    return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
+
+
+def several_rows(table: str, action: str, keys: list[tuple]) -> str | None:
+    """Why a result of ``action`` whose primary keys are ``keys`` is refused (a key twice), or None."""
+    counts = Counter(keys)
+    dup = next((k for k in keys if counts[k] > 1), None)
+    if dup is None:
+        return None
+    return f"table {table}: the SQL of {action} yields several rows for primary key {dup}"
+
+
+def held_otherwise(
+    store, table: str, action: str, key: Sequence[str], rows: pa.Table, where: str
+) -> str | None:
+    """Why ``rows`` (cast to the table's types) are refused: a primary key the table holds with other values
+    comes from another of ``where`` (the partitions); None when none does. A replay's own earlier write
+    holds the same values (NaN equals itself here)."""
+    found = store.lookup(table, rows.select(list(key)))
+    if found.num_rows == 0:
+        return None
+    mine = dict(zip(key_tuples(rows, key), rows.to_pylist()))
+    for k, row in zip(key_tuples(found, key), found.select(rows.column_names).to_pylist()):
+        if repr(mine.get(k)) != repr(row):
+            return f"table {table}: the SQL of {action} yields rows with primary key {k} for two {where}"
+    return None

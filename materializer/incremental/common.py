@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from materializer.plan import Input
-from materializer.rows import keys_table
+from materializer.rows import held_otherwise, key_tuples, keys_table, several_rows
 from materializer.strategies import QueryContext, behind_retention, read_batch
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import BUCKET, DELETE, OFFSET, STATE_SUFFIX, UPDATE_AFTER
@@ -135,13 +135,6 @@ def order_indices(
     return pc.sort_indices(pa.table(helper), sort_keys=keys)
 
 
-def key_tuples(rows: pa.Table, columns: Sequence[str]) -> list[tuple]:
-    """The rows' values of ``columns``, a tuple per row (``()`` per row for no columns)."""
-    if not columns:
-        return [()] * rows.num_rows
-    return list(zip(*[rows.column(c).to_pylist() for c in columns])) if rows.num_rows else []
-
-
 def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin: float | None) -> int:
     if rows is None or rows.num_rows == 0:
         return 0
@@ -153,14 +146,9 @@ def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin
 def check_one_row_per_key(ctx: QueryContext, keys: list[tuple], hint: str) -> None:
     """Fail the batch (``TH243``) when the SQL's result over the touched partitions holds a primary key
     twice."""
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise TidehouseError(
-            ErrorCode.PRIMARY_KEY_INVALID,
-            f"table {ctx.table.name}: the SQL of {ctx.table.action} yields several rows for primary key "
-            f"{dup}",
-            hint=hint,
-        )
+    message = several_rows(ctx.table.name, ctx.table.action, keys)
+    if message is not None:
+        raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, message, hint=hint)
 
 
 def check_entering(ctx: QueryContext, after: pa.Table, entering: list[bool], where: str, hint: str) -> None:
@@ -171,19 +159,9 @@ def check_entering(ctx: QueryContext, after: pa.Table, entering: list[bool], whe
         return
     table = ctx.table
     rows = prepare(ctx.store, table.name, after.filter(pa.array(entering)))
-    found = ctx.store.lookup(table.name, rows.select(list(table.primary_key)))
-    if found.num_rows == 0:
-        return
-    names = rows.column_names
-    mine = dict(zip(key_tuples(rows, table.primary_key), rows.to_pylist()))
-    for k, row in zip(key_tuples(found, table.primary_key), found.select(names).to_pylist()):
-        if repr(mine.get(k)) != repr(row):  # NaN equals itself here
-            raise TidehouseError(
-                ErrorCode.PRIMARY_KEY_INVALID,
-                f"table {table.name}: the SQL of {table.action} yields rows with primary key {k} for two "
-                f"{where}",
-                hint=hint,
-            )
+    message = held_otherwise(ctx.store, table.name, table.action, table.primary_key, rows, where)
+    if message is not None:
+        raise TidehouseError(ErrorCode.PRIMARY_KEY_INVALID, message, hint=hint)
 
 
 def kv_state_rows(state: StateTable, ups: dict[str, bytes], downs: list[str]) -> pa.Table:
