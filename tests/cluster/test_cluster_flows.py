@@ -6,9 +6,10 @@ data path in the executors (``materializer.data_path: auto``).
   the flow goes on with the other worker) and then ``kill -9`` of the driver; a resumed ``--until-idle``
   leaves every table, hot and lake, equal to the batch oracle — with the hot store on the local disk, and
   on SeaweedFS + PostgreSQL with the lake in the REST catalog (the team setup);
-* the shipped flows run to the batch oracle, hot and lake.
+* the shipped flows run to the batch oracle, hot and lake;
+* a ``join_log`` joins the log rows of unchanged partitions in the executors' tasks.
 
-CI runs the local-disk variant; the shared-services variant and the shipped flows run with
+CI runs the local-disk variant; the shared-services variant, the shipped flows and the ``join_log`` run with
 ``TIDEHOUSE_SCALE=full`` (README: the full suite).
 """
 
@@ -22,6 +23,7 @@ import pytest
 from tests._support import scale
 from tests.cluster._clusterkit import (
     CLUSTER_CONF,
+    assert_log_join_in_tasks,
     assert_oracle,
     assert_shop_flow,
     cli,
@@ -112,6 +114,14 @@ def test_four_layer_flow_survives_kill_9_of_a_worker_and_of_the_driver(
         assert_oracle(project, lines, f"after kill -9 of worker {victim} and of the driver")
     finally:
         project.close()
+
+
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: join_log on the cluster")
+def test_log_join_on_the_cluster_joins_the_events_in_tasks(spark_cluster, project_dir, home, seed):
+    """A ``join_log`` on the standalone cluster: the second run's events, of users it did not change, are
+    joined and written by the executors' tasks; hot and lake equal the oracle."""
+    set_spark(project_dir, {"master": spark_cluster.url, "conf": CLUSTER_CONF})
+    assert_log_join_in_tasks(project_dir, home, random.Random(seed), spark_cluster.url)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pysp
 
 * the 4-layer test flow over a Connect server on ``local[2]``, run after run, equals the batch oracle (CI);
 * a ``join_log`` over Connect joins the events of users a run did not change in tasks, equal to the oracle
-  (CI);
+  (``TIDEHOUSE_SCALE=full``; CI runs join_log in tasks on ``local[2]``'s executor path, tests/materializer);
 * planning a flow over Connect leaves no session for the garbage collector to close at exit, where closing
   can wait forever (CI);
 * the 4-layer test flow, with the Connect server's Spark on the standalone cluster (master + 2 workers):
@@ -27,6 +27,7 @@ from tests._support import scale
 from tests.cluster._clusterkit import (
     CONNECT_SERVER_CONF,
     TASKS_TIERED,
+    assert_log_join_in_tasks,
     assert_oracle,
     assert_shop_flow,
     cli,
@@ -41,7 +42,6 @@ from tests.cluster._clusterkit import (
 )
 from tests.examples._library import FLOW_ORDER
 from tests.materializer._flowkit import make_events, oracle, write_batch, write_project
-from tests.materializer._logjoinkit import TIER_ACTIONS, TIER_FLOW, Events, check_tiers, tier_run
 from tests.spark_services import ConnectServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
@@ -73,27 +73,12 @@ def test_four_layer_flow_over_connect_equals_the_oracle_run_after_run(
             project.close()
 
 
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: join_log over Spark Connect")
 def test_log_join_over_connect_joins_the_events_in_tasks(connect_server, project_dir, home, seed):
     """A ``join_log`` over Connect: the second run's events, of users it did not change, are joined and
     written by tasks (the functions run in the server's Python process); hot and lake equal the oracle."""
-    from runtime.project import Project
-
-    rng = random.Random(seed)
     set_spark(project_dir, {"remote": connect_server.url})
-    write_project(project_dir, TIER_FLOW, TIER_ACTIONS)
-    events, users, lines = Events(rng), {}, []
-    for run in (0, 1):
-        lines += tier_run(rng, events, users, run, project_dir)
-        done = cli(project_dir, home, "flow", "trigger", "flows/testflow.yaml", "--until-idle")
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        project = Project.open()
-        try:
-            check_tiers(project, lines, users)
-            last = [project.store.batch_info("ads.tiered", b) for b in range(2)]
-            # run 1 changed no user: its rows came from the tasks' writer (<writer>:delta)
-            assert any(i is not None and i.writer.endswith(":delta") for i in last) == (run == 1), last
-        finally:
-            project.close()
+    assert_log_join_in_tasks(project_dir, home, random.Random(seed), connect_server.url)
 
 
 # In a process of its own: plan the test flow over Spark Connect, then list the Connect sessions still
