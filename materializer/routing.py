@@ -141,9 +141,7 @@ class WriteTask:
         if self.source is not None:  # records that do not parse or lack a column: to the driver's quarantine
             data = self.source.split(data, flags, out)
         rows = data.drop_columns([c for c in (*flags, ORDER, SEQ) if c in data.column_names])
-        if self.expect:
-            rows = self._expectations(meta, rows, data.select(flags), out)
-        if rows.num_rows and self.unique is not None:
+        if rows.num_rows and self.unique is not None:  # violators too, as the driver path checks
             plain = prepare(
                 store, self.table, rows.drop_columns([c for c in (CHANGE,) if c in rows.column_names])
             )
@@ -151,6 +149,8 @@ class WriteTask:
             if refused is not None:
                 yield from results([*out, refused])
                 return
+        if self.expect:
+            rows = self._expectations(meta, rows, data.select(flags), out)
         if rows.num_rows:
             result = store.write(
                 self.table,

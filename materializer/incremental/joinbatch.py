@@ -110,8 +110,17 @@ class Join:
         self.state.write(kv_state_rows(self.state, ups, []), batch_id)
         _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
 
-    def apply(self, session, changes: dict, batch_id: int, origin: float | None) -> int:
-        """Write the output rows and then the state that ``changes`` (per side) make: output rows written."""
+    def apply(
+        self,
+        session,
+        changes: dict,
+        batch_id: int,
+        origin: float | None,
+        *,
+        also: dict[str, bytes] | None = None,
+    ) -> int:
+        """Write the output rows and then the state that ``changes`` (per side) make, with the entries
+        ``also`` in the same state write: output rows written."""
         ctx = self.ctx
         with ctx.clock.phase("read"):
             step = self.parts.step(changes, self.load)
@@ -127,7 +136,8 @@ class Join:
             entering_hint=ENTERING_HINT,
         )
         written = write_output(ctx, writes, batch_id, origin)
-        self.state.write(kv_state_rows(self.state, *state_entries(step)), batch_id)
+        ups, downs = state_entries(step)
+        self.state.write(kv_state_rows(self.state, {**ups, **(also or {})}, downs), batch_id)
         return written
 
 

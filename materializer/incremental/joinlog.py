@@ -22,13 +22,20 @@ seq)`` idempotency keeps a replay of either step from writing twice. The driver 
 state through the store as tasks open it (:meth:`runtime.spark.options.Place.store`: a writer that closes a
 primary-key bucket after each write), since tasks write the same tables.
 
-Applies to inner joins and outer joins that keep only the log's unmatched rows, without expectations
-(:func:`in_tasks`); the others run :func:`materializer.incremental.joinbatch.join_batch` on both paths.
+(2) records *T* in the state it writes (:data:`TOUCHED`): a replay of the batch after that write, whose
+changed keys' homes have moved, takes the same partitions as the first attempt, so (3) takes the same rows and
+its writes (output, quarantined violators, state) are the first attempt's, skipped where they were made.
+
+Applies to inner joins and outer joins that keep only the log's unmatched rows (:func:`in_tasks`); the
+others run :func:`materializer.incremental.joinbatch.join_batch` on both paths. The write tasks check the
+table's expectations as the driver path does: a violator is not written (its key is deleted) and goes to
+the quarantine.
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +58,7 @@ from runtime.spark.writer import batch_rows
 LOG = "__log"  # the stream's column holding a log row (NULL in the primary-key input's branch)
 PART = "__part"  # a log row's partition, added by :class:`Tagger`
 DELTA = ":delta"  # the suffix of the writer ids of step (3)
+TOUCHED = "t"  # the state's entry of the last batch's T, written by (2): (batch id, sorted partitions)
 
 
 def sides_of(table: TablePlan) -> tuple[str, str] | None:
@@ -67,8 +75,8 @@ def sides_of(table: TablePlan) -> tuple[str, str] | None:
 
 def in_tasks(table: TablePlan) -> bool:
     """Whether the executor path runs ``table``'s log rows in tasks: a ``join_log`` that keeps no unmatched
-    row of its primary-key input (inner, or outer on the log's side) and checks no expectation."""
-    if table.strategy != "join_log" or table.expect:
+    row of its primary-key input (inner, or outer on the log's side)."""
+    if table.strategy != "join_log":
         return False
     sides = sides_of(table)
     return sides is not None and not set(PRESERVED[table.incremental.kind]) - {sides[0]}
@@ -238,7 +246,7 @@ def join_log_batch(ctx: QueryContext) -> Callable:
         session, origin = begun
         change = join.sides[keyed_side].change(batch_id)
         keyed = join.parts.change(keyed_side, *change) if change is not None else None
-        touched = _touched(join, keyed_side, keyed)
+        touched = _touched(join, keyed_side, keyed, batch_id)
         rows_in = batch_rows(table.checkpoint, batch_id, log_input.ref)
         if not rows_in and keyed is None:
             return
@@ -256,7 +264,8 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                         mine = conform_to(mine, log_input.ddl).append_column(ROW, mine.column(ROW))
                         changes[log_side] = join.parts.change(log_side, mine, mine.select([ROW]))
                     rest = tagged.where(~inside)
-                written += join.apply(session, changes, batch_id, origin)
+                recorded = {TOUCHED: pickle.dumps((int(batch_id), sorted(touched)))}
+                written += join.apply(session, changes, batch_id, origin, also=recorded)
             if rows_in:  # (3) the others, in tasks: output rows, then their state
                 rest.select(*user).createOrReplaceTempView(log_input.name)
                 keyed_input = next(i for i in table.inputs if i is not log_input)
@@ -265,7 +274,7 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                 keyed_rows.createOrReplaceTempView(keyed_input.name)
                 out = session.sql(table.sql, args=ctx.args).selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
                 writer = table.writer_id + DELTA
-                routed = write_routed(ctx, out, batch_id, origin, writer=writer, expect=False, unique=unique)
+                routed = write_routed(ctx, out, batch_id, origin, writer=writer, unique=unique)
                 written += routed.written
                 task = LogRows(
                     ctx.place, state.name, join.parts, log_side, log_input.ddl, writer, int(batch_id)
@@ -280,9 +289,15 @@ def join_log_batch(ctx: QueryContext) -> Callable:
     return run
 
 
-def _touched(join: Join, side: str, change: Change | None) -> set[str]:
-    """*T*: the partitions the primary-key input's changed keys leave (their homes) or enter."""
+def _touched(join: Join, side: str, change: Change | None, batch_id: int) -> set[str]:
+    """*T*: the partitions the primary-key input's changed keys leave (their homes) or enter — and, in a
+    replay of a batch whose step (2) wrote the state, those the first attempt recorded (the keys' homes
+    have moved since: the partitions they left would be missing)."""
     if change is None:
         return set()
-    homes = join.load([f"h{side}{k}" for k in change.keys])
-    return set(homes.values()) | {p for p, _ in change.rows.values()}
+    found = join.load([f"h{side}{k}" for k in change.keys] + [TOUCHED])
+    recorded = found.pop(TOUCHED, None)
+    touched = set(found.values()) | {p for p, _ in change.rows.values()}
+    if recorded is not None and recorded[0] == int(batch_id):
+        touched |= set(recorded[1])
+    return touched

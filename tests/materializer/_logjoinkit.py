@@ -81,6 +81,7 @@ layers:
       inputs: {events: dwd.clicks, users: dws.users}
       primary_key: [item_id]
       buckets: 2
+      expect: [{name: not_platinum, condition: "tier <> 'platinum'", on_violation: quarantine}]
     tiered_all:
       action: t_tier_all
       inputs: {events: dwd.clicks, users: dws.users}
@@ -88,7 +89,8 @@ layers:
 """
 TIER_ORACLE = {
     "ads.tiered": (
-        f"SELECT e.item_id, e.user_id, e.price, u.tier FROM ({CLEAN}) e JOIN users u ON e.user_id = u.user_id"
+        f"SELECT e.item_id, e.user_id, e.price, u.tier FROM ({CLEAN}) e JOIN users u "
+        "ON e.user_id = u.user_id WHERE u.tier <> 'platinum'"
     ),
     "ads.tiered_all": (
         f"SELECT e.item_id, e.user_id, u.tier FROM ({CLEAN}) e LEFT JOIN users u ON e.user_id = u.user_id"
@@ -107,6 +109,8 @@ def write_users(project_dir, name: str, users: dict[str, str], changed: dict[str
 
 
 def check_tiers(project, lines: list[str], users: dict[str, str]) -> None:
+    """Hot and lake tables equal the oracle; ``ads.tiered``'s quarantine holds each of its violators (the
+    events of platinum users) once."""
     import pyarrow as pa
 
     con = oracle_connection(lines)
@@ -115,6 +119,11 @@ def check_tiers(project, lines: list[str], users: dict[str, str]) -> None:
         want = canon(con.sql(sql).to_arrow_table())
         assert canon(project.store.scan(table)) == want, f"hot {table}"
         assert canon(project.lake.load(table).scan().to_arrow()) == want, f"lake {table}"
+    violators = con.sql(TIER_ORACLE["ads.tiered"].replace("<> 'platinum'", "= 'platinum'")).fetchall()
+    store, quarantine = project.store, "ads.tiered__quarantine"
+    raws = store.scan(quarantine).column("raw").to_pylist() if store.has_table(quarantine) else []
+    got = sorted((r["item_id"], r["user_id"], r["price"], r["tier"]) for r in map(json.loads, raws))
+    assert got == sorted(violators), "quarantine of ads.tiered"
 
 
 def tier_run(rng: random.Random, events: Events, users: dict[str, str], run: int, project_dir) -> list[str]:

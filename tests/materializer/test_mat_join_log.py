@@ -158,7 +158,8 @@ def test_kill_9_mid_log_join_then_until_idle_is_exact(spark, project_dir, home, 
 # -- the executor path's tasks: events joined with a dimension that changes rarely ---------------------------
 def run_tiers(spark, project_dir, seed: int, runs: int) -> dict[str, int | None]:
     """The tier flow's runs (:func:`tier_run`), each to idle and then equal to the oracle, hot and lake; per
-    joined table the last batch its tasks wrote (``<writer>:delta``; None: never)."""
+    joined table, and for ``ads.tiered``'s quarantined violators, the last batch its tasks wrote
+    (``<writer>:delta``; None: never)."""
     from runtime.project import Project
 
     rng = random.Random(seed)
@@ -174,7 +175,9 @@ def run_tiers(spark, project_dir, seed: int, runs: int) -> dict[str, int | None]
             lines += tier_run(rng, events, users, run, project_dir)
             project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
             check_tiers(project, lines, users)
-        return {t: project.store.last_seq(t, plan.table(t).writer_id + ":delta") for t in TIER_ORACLE}
+        tasks = {t: project.store.last_seq(t, plan.table(t).writer_id + ":delta") for t in TIER_ORACLE}
+        quarantine, writer = "ads.tiered__quarantine", plan.table("ads.tiered").writer_id + ":delta:qe"
+        return {**tasks, quarantine: project.store.last_seq(quarantine, writer)}
     finally:
         project.close()
 
@@ -182,7 +185,8 @@ def run_tiers(spark, project_dir, seed: int, runs: int) -> dict[str, int | None]
 @pytest.mark.parametrize("data_path", ["executors"], indirect=True)  # the driver path: the test below
 def test_log_join_in_tasks_joins_unchanged_partitions_from_the_state(spark, project_dir, data_path, seed):
     """On the executor path the events of users the batch did not change are joined and written by tasks,
-    the users' rows read from the join's state; the result is the batch SQL's, hot and lake."""
+    the users' rows read from the join's state; the result is the batch SQL's, hot and lake, and the tasks
+    quarantine the violators of ``ads.tiered``'s expectation (run 3's events of platinum users)."""
     for table, delta in run_tiers(spark, project_dir, seed, 4).items():
         assert delta is not None, table
 

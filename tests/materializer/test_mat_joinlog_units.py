@@ -1,7 +1,8 @@
 """The executor path's join_log tasks without Spark (materializer.incremental.joinlog, routing): a task adds
 the log rows outside the batch's touched partitions to the join state as chunks, folds a partition with
 MAX_CHUNKS chunks, writes nothing twice for a replayed batch; another reads a partition's primary-key rows
-from the state; a write task refuses a key produced twice or held with other values, as the driver path."""
+from the state; a write task refuses a key produced twice or held with other values, as the driver path; a
+replay of a batch whose driver step wrote the state takes the partitions its first attempt recorded."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from materializer.incremental.join import MAX_CHUNKS, SCHEMA, Partitioner, partition_of
+from materializer.incremental.join import MAX_CHUNKS, SCHEMA, Change, Partitioner, partition_of
 from materializer.incremental.joinfacts import EquiJoin
-from materializer.incremental.joinlog import PART, KeyedRows, LogRows
+from materializer.incremental.joinlog import PART, TOUCHED, KeyedRows, LogRows, _touched
 from materializer.incremental.joinsides import ROW
 from materializer.routing import UniqueCheck
 from runtime.spark.options import Place
@@ -104,3 +105,25 @@ def test_write_task_refuses_a_key_twice_or_held_with_other_values(tmp_path):
         "table ads.out: the SQL of act@1 yields rows with primary key ('x',) for two join key values"
     )
     assert held["name"] == "entering hint"
+
+
+class _State:
+    """A join's state as :func:`~materializer.incremental.joinlog._touched` reads it (``load``)."""
+
+    def __init__(self, entries: dict[str, object]) -> None:
+        self.entries = entries
+
+    def load(self, keys: list[str]) -> dict[str, object]:
+        return {k: self.entries[k] for k in keys if k in self.entries}
+
+
+def test_a_replay_after_the_state_write_takes_the_partitions_the_first_attempt_recorded():
+    # u1 moves from partition A to B in batch 7: T is {A, B} (its home, and the partition it enters)
+    change = Change({"u1": ("B", {"k": "b"})}, ["u1"])
+    before = _State({"hru1": "A", TOUCHED: (6, ["C"])})
+    assert _touched(before, "r", change, 7) == {"A", "B"}  # batch 6's record does not apply
+    # (2) wrote the state (u1's home is B now, T recorded), then the driver died: the replay of batch 7
+    after = _State({"hru1": "B", TOUCHED: (7, ["A", "B"])})
+    assert _touched(after, "r", change, 7) == {"A", "B"}
+    assert _touched(_State({"hru1": "B"}), "r", change, 7) == {"B"}  # without the record: A would be missing
+    assert _touched(after, "r", None, 7) == set()  # no primary-key change: no T
