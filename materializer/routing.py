@@ -93,18 +93,21 @@ class SourceCheck:
 @dataclass(frozen=True)
 class UniqueCheck:
     """In a write task of an incremental join's rows (:mod:`materializer.incremental.joinlog`): a primary key
-    twice among the task's upserts, or one the table holds with other values (another partition produces
-    it), refuses the write of the task's buckets — as the driver path's ``check_one_row_per_key`` and
-    ``check_entering`` fail the batch. A replay's own earlier write holds the same values."""
+    twice among the task's upserts or among the keys the driver's step produced in the batch (``taken``), or
+    one the table holds with other values (another partition produces it), refuses the write of the task's
+    buckets — as the driver path's ``check_one_row_per_key`` and ``check_entering`` fail the batch. A replay's
+    own earlier write holds the same values, and its driver step produces the same keys."""
 
     action: str
     where: str  # what the partitions are ("join key values")
     dup_hint: str
     entering_hint: str
+    taken: frozenset[tuple] = frozenset()  # the keys of the driver's step in the batch (the table's types)
 
     def refusal(self, store, table: str, primary_key: tuple[str, ...], rows: pa.Table) -> dict | None:
         """The report entry refusing ``rows`` (user columns, cast to the table's types), or None."""
-        message = several_rows(table, self.action, key_tuples(rows, primary_key))
+        keys = key_tuples(rows, primary_key)
+        message = several_rows(table, self.action, keys + [k for k in keys if k in self.taken])
         if message is not None:
             return _refused(message, self.dup_hint)
         message = held_otherwise(store, table, self.action, primary_key, rows, self.where)

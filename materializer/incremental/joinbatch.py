@@ -34,6 +34,7 @@ from materializer.incremental.join import (
 )
 from materializer.incremental.joinfacts import EquiJoin
 from materializer.incremental.joinsides import LogSide, side_of
+from materializer.rows import key_tuples
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -44,7 +45,7 @@ from materializer.strategies import (
     run_sql,
 )
 from runtime.spark.types import spark_to_arrow
-from runtime.spark.writer import origin_from_checkpoint
+from runtime.spark.writer import origin_from_checkpoint, prepare
 
 # which sides an empty relation makes the result empty: inner needs both, an outer join its preserved side(s)
 NEEDS = {"inner": ("any", SIDES), "left": ("any", ("l",)), "right": ("any", ("r",)), "full": ("all", SIDES)}
@@ -118,9 +119,10 @@ class Join:
         origin: float | None,
         *,
         also: dict[str, bytes] | None = None,
-    ) -> int:
+    ) -> tuple[int, frozenset[tuple]]:
         """Write the output rows and then the state that ``changes`` (per side) make, with the entries
-        ``also`` in the same state write: output rows written."""
+        ``also`` in the same state write: (output rows written, the primary keys of the step's result, cast to
+        the table's types)."""
         ctx = self.ctx
         with ctx.clock.phase("read"):
             step = self.parts.step(changes, self.load)
@@ -138,7 +140,10 @@ class Join:
         written = write_output(ctx, writes, batch_id, origin)
         ups, downs = state_entries(step)
         self.state.write(kv_state_rows(self.state, {**ups, **(also or {})}, downs), batch_id)
-        return written
+        if after is None:
+            return written, frozenset()
+        key = list(ctx.table.primary_key)
+        return written, frozenset(key_tuples(prepare(ctx.store, ctx.table.name, after.select(key)), key))
 
 
 WHERE = "join key values"
@@ -164,7 +169,7 @@ def join_batch(ctx: QueryContext) -> Callable:
                 changes[s] = join.parts.change(s, *change)
         if not changes:
             return
-        written = join.apply(session, changes, batch_id, origin)
+        written, _ = join.apply(session, changes, batch_id, origin)
         _finish(ctx, started, sum(len(c.keys) for c in changes.values()), written, origin)
 
     return run

@@ -13,7 +13,8 @@ rows, read by tasks from the ranges Spark checkpointed. Per micro-batch:
 3. Tasks take the other log rows. Their partitions' primary-key rows did not change in the batch, so their
    output rows are the action's SQL over those log rows and the primary-key rows of their partitions — read by
    tasks from the join's state (as of this batch: the hot table may be ahead) — written by routed tasks that
-   refuse a key produced twice or held by another partition (:class:`materializer.routing.UniqueCheck`);
+   refuse a key produced twice (or by (2) too) or held by another partition
+   (:class:`materializer.routing.UniqueCheck`);
    then one task adds the log rows to their partitions' state (:class:`LogRows`).
 
 (2) runs before (3): a key that moves in the batch from a partition of *T* to another is deleted by (2) before
@@ -35,6 +36,7 @@ the quarantine.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import time
 from collections.abc import Callable, Iterator
@@ -252,7 +254,7 @@ def join_log_batch(ctx: QueryContext) -> Callable:
             return
         tagged = batch_df.where(F.col(LOG).isNotNull()).select(f"{LOG}.*").mapInArrow(tagger, tag_schema)
         tagged = tagged.persist() if rows_in else tagged
-        written = 0
+        written, taken = 0, frozenset()
         try:
             rest = tagged
             if keyed is not None:  # (2) the partitions the primary-key input changed, in the driver
@@ -265,7 +267,8 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                         changes[log_side] = join.parts.change(log_side, mine, mine.select([ROW]))
                     rest = tagged.where(~inside)
                 recorded = {TOUCHED: pickle.dumps((int(batch_id), sorted(touched)))}
-                written += join.apply(session, changes, batch_id, origin, also=recorded)
+                done, taken = join.apply(session, changes, batch_id, origin, also=recorded)
+                written += done
             if rows_in:  # (3) the others, in tasks: output rows, then their state
                 rest.select(*user).createOrReplaceTempView(log_input.name)
                 keyed_input = next(i for i in table.inputs if i is not log_input)
@@ -274,7 +277,8 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                 keyed_rows.createOrReplaceTempView(keyed_input.name)
                 out = session.sql(table.sql, args=ctx.args).selectExpr("*", f"'{UPDATE_AFTER}' AS `{CHANGE}`")
                 writer = table.writer_id + DELTA
-                routed = write_routed(ctx, out, batch_id, origin, writer=writer, unique=unique)
+                check = dataclasses.replace(unique, taken=taken)  # a key of (2)'s too: produced twice
+                routed = write_routed(ctx, out, batch_id, origin, writer=writer, unique=check)
                 written += routed.written
                 task = LogRows(
                     ctx.place, state.name, join.parts, log_side, log_input.ddl, writer, int(batch_id)

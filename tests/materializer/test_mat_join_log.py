@@ -13,6 +13,7 @@ import random
 import time
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 
 from tests._support import scale
@@ -34,6 +35,7 @@ from tests.materializer._logjoinkit import (
     Events,
     check_tiers,
     tier_run,
+    write_users,
 )
 
 pytestmark = pytest.mark.spark
@@ -243,6 +245,54 @@ def test_an_event_key_from_two_users_fails_the_batch_on_both_paths(spark, projec
         assert err.value.code is ErrorCode.PRIMARY_KEY_INVALID, err.value.render()
         assert "two join key values" in err.value.message, err.value.render()
         check_tiers(project, lines, users)  # the refused event is in neither table
+    finally:
+        project.close()
+
+
+TIER_ONLY_ACTIONS = {
+    **TIER_ACTIONS,
+    "t_tier_only.sql": """/*---
+name: t_tier_only
+description: events with their user's tier, without the user (two users' events can give equal rows)
+inputs: [events, users]
+---*/
+SELECT e.item_id, u.tier FROM events e JOIN users u ON e.user_id = u.user_id
+""",
+}
+TIER_ONLY_FLOW = TIER_FLOW.split("    tiered_all:")[0].replace("action: t_tier\n", "action: t_tier_only\n")
+
+
+def test_one_key_with_equal_values_from_two_users_in_a_batch_fails_it_on_both_paths(
+    spark, project_dir, data_path
+):
+    """Two events with one item id in a batch, of a user whose tier the batch changes (the executor path's
+    driver step joins it) and of a user it does not (its tasks join it), both giving the same row: the
+    batch fails with TH243 on both paths, as a key produced twice (the tasks are given the driver step's
+    keys; the table's values could not tell it from a replay's own write)."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+
+    flow = write_project(project_dir, TIER_ONLY_FLOW, TIER_ONLY_ACTIONS)
+    users: dict[str, str] = {}
+    write_users(project_dir, "users-0", users, {"u0": "gold", "u1": "basic"})
+
+    def event(user: str, item: str) -> str:
+        ts = "2024-01-01T00:00:00Z"
+        return json.dumps({"user_id": user, "event_type": "buy", "item_id": item, "price": 5.0, "ts": ts})
+
+    write_batch(project_dir, "part-0", [event("u0", "e0"), event("u1", "e1")])
+    project = Project.open()
+    try:
+        project.trigger(flow, until_idle=True, spark=spark)
+        assert canon(project.store.scan("ads.tiered")) == canon(
+            pa.table({"item_id": ["e0", "e1"], "tier": ["gold", "basic"]})
+        )
+        write_users(project_dir, "users-1", users, {"u0": "basic"})  # u0 changes, u1 does not
+        write_batch(project_dir, "part-1", [event("u0", "x"), event("u1", "x")])
+        with pytest.raises(TidehouseError) as err:
+            project.trigger("testflow", until_idle=True, spark=spark)
+        assert err.value.code is ErrorCode.PRIMARY_KEY_INVALID, err.value.render()
+        assert "yields several rows for primary key ('x',)" in err.value.message, err.value.render()
     finally:
         project.close()
 

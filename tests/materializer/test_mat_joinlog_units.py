@@ -6,6 +6,7 @@ replay of a batch whose driver step wrote the state takes the partitions its fir
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pyarrow as pa
@@ -105,6 +106,12 @@ def test_write_task_refuses_a_key_twice_or_held_with_other_values(tmp_path):
         "table ads.out: the SQL of act@1 yields rows with primary key ('x',) for two join key values"
     )
     assert held["name"] == "entering hint"
+    # x as held, but the driver's step produced it in this batch too: twice, as the driver path finds it
+    check = dataclasses.replace(check, taken=frozenset({("x",), ("z",)}))
+    taken = refusal(["y", "x"], [2, 1])
+    assert taken["reason"] == "table ads.out: the SQL of act@1 yields several rows for primary key ('x',)"
+    assert taken["name"] == "dup hint"
+    assert refusal(["y"], [2]) is None
 
 
 class _State:
