@@ -36,14 +36,16 @@ class EquiJoin:
     left: str  # the input (view) name of the join's left side
     right: str
     keys: tuple[tuple[str, str], ...]  # (left input column, right input column), one per equality
+    filtered: tuple[str, ...] = ()  # the sides ("l", "r") with a Filter below the join (it may drop rows)
 
     def describe(self) -> str:
         on = " AND ".join(f"{self.left}.{a} = {self.right}.{b}" for a, b in self.keys)
         return f"{self.kind} join of {self.left} and {self.right} ON {on}"
 
 
-def _side(node: Node) -> tuple[str, dict[str, str]] | str:
-    """(the input's view name, ``{attribute id: input column}``) of one side of the join, or why not."""
+def _side(node: Node) -> tuple[str, dict[str, str], bool] | str:
+    """(the input's view name, ``{attribute id: input column}``, whether a Filter is on the way) of one side
+    of the join, or why not."""
     chain = []
     while node.name in ROW_WISE:
         if len(node.children) != 1 or node.inner:
@@ -66,7 +68,7 @@ def _side(node: Node) -> tuple[str, dict[str, str]] | str:
             a = _ALIAS.match(item)
             if a is not None and a.group(2) in columns:
                 columns[a.group(4)] = columns[a.group(2)]
-    return view.group(1), columns
+    return view.group(1), columns, any(above.name == "Filter" for above in chain)
 
 
 def join_facts(root: Node) -> tuple[EquiJoin | None, str]:
@@ -91,7 +93,7 @@ def join_facts(root: Node) -> tuple[EquiJoin | None, str]:
     for side in sides:
         if isinstance(side, str):
             return None, side
-    (left, lcols), (right, rcols) = sides  # type: ignore[misc]
+    (left, lcols, lfilter), (right, rcols, rfilter) = sides  # type: ignore[misc]
     if left == right:
         return None, "a self-join"
     keys = []
@@ -106,7 +108,8 @@ def join_facts(root: Node) -> tuple[EquiJoin | None, str]:
             keys.append((lcols[b], rcols[a]))
         else:
             return None, f"join condition {part!r} does not compare an input column of each side"
-    return EquiJoin(kind, left, right, tuple(keys)), ""
+    filtered = tuple(side for side, has in (("l", lfilter), ("r", rfilter)) if has)
+    return EquiJoin(kind, left, right, tuple(keys), filtered), ""
 
 
 def _has_join(node: Node) -> bool:

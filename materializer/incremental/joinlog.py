@@ -27,10 +27,13 @@ primary-key bucket after each write), since tasks write the same tables.
 changed keys' homes have moved, takes the same partitions as the first attempt, so (3) takes the same rows and
 its writes (output, quarantined violators, state) are the first attempt's, skipped where they were made.
 
-Applies to inner joins and outer joins that keep only the log's unmatched rows (:func:`in_tasks`); the
-others run :func:`materializer.incremental.joinbatch.join_batch` on both paths. The write tasks check the
-table's expectations as the driver path does: a violator is not written (its key is deleted) and goes to
-the quarantine.
+A join that keeps the primary-key input's unmatched rows adds (3a) before (2): tasks delete the unmatched
+rows of the partitions outside *T* that get their first log rows (:class:`KeyedRows` with ``fresh``), whose
+new log rows match every primary-key row there — unless a Filter below the join drops log rows: such a table
+runs :func:`materializer.incremental.joinbatch.join_batch` on both paths (:func:`in_tasks`).
+
+The write tasks check the table's expectations as the driver path does: a violator is not written (its key
+is deleted) and goes to the quarantine.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from runtime.spark.writer import batch_rows
 LOG = "__log"  # the stream's column holding a log row (NULL in the primary-key input's branch)
 PART = "__part"  # a log row's partition, added by :class:`Tagger`
 DELTA = ":delta"  # the suffix of the writer ids of step (3)
+GONE = ":gone"  # the suffix of the writer id of step (3a)
 TOUCHED = "t"  # the state's entry of the last batch's T, written by (2): (batch id, sorted partitions)
 
 
@@ -77,11 +81,17 @@ def sides_of(table: TablePlan) -> tuple[str, str] | None:
 
 def in_tasks(table: TablePlan) -> bool:
     """Whether the executor path runs ``table``'s log rows in tasks: a ``join_log`` that keeps no unmatched
-    row of its primary-key input (inner, or outer on the log's side)."""
+    row of its primary-key input (inner, or outer on the log's side), or one that does (right, full, or left
+    with the log on the right) with no Filter below the join on the log's side — then a log row matches
+    every primary-key row of its partition, so a partition's unmatched rows are gone once it has log rows."""
     if table.strategy != "join_log":
         return False
     sides = sides_of(table)
-    return sides is not None and not set(PRESERVED[table.incremental.kind]) - {sides[0]}
+    if sides is None:
+        return False
+    log, keyed = sides
+    facts: EquiJoin = table.incremental
+    return keyed not in PRESERVED[facts.kind] or log not in facts.filtered
 
 
 def _inputs(table: TablePlan) -> tuple[Input, Input]:
@@ -145,12 +155,14 @@ class Tagger:
 @dataclass(frozen=True)
 class KeyedRows:
     """``mapInArrow`` over distinct partitions: the primary-key input's rows in each, from the join's state
-    (the input as of this batch for partitions it did not change)."""
+    (the input as of this batch for partitions it did not change) — with ``fresh`` (the log's side), only in
+    the partitions where the state holds no log row yet."""
 
     place: Place
     state: str
     side: str
     ddl: str
+    fresh: str | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from runtime.spark.types import spark_to_arrow
@@ -158,12 +170,18 @@ class KeyedRows:
         schema = spark_to_arrow(struct_of(self.ddl))
         store = self.place.store()
         for batch in batches:
-            keys = [f"p{self.side}{p}" for p in batch.column(PART).to_pylist() if p.startswith("k")]
+            parts = [p for p in batch.column(PART).to_pylist() if p.startswith("k")]
+            logs = [f"{e}{self.fresh}{p}" for p in parts for e in ("p", "x")] if self.fresh else []
+            keys = [f"p{self.side}{p}" for p in parts] + logs
             if not keys:
                 continue
             found = store.lookup(self.state, pa.table({"key": pa.array(keys, pa.string())}))
-            parts = decode(found.column("key").to_pylist(), found.column("value").to_pylist())
-            rows = [row for part in parts.values() for row in part.values()]
+            names = found.column("key").to_pylist()
+            logged = {name[2:] for name in names if name[0] != "p" or name[1] != self.side}  # with log rows
+            mine = [i for i, n in enumerate(names) if n.startswith(f"p{self.side}") and n[2:] not in logged]
+            values = found.column("value").take(pa.array(mine, pa.int64()))
+            entries = decode([names[i] for i in mine], values.to_pylist())
+            rows = [row for part in entries.values() for row in part.values()]
             if rows:
                 yield from pa.Table.from_pylist(rows, schema=schema).to_batches()
 
@@ -239,6 +257,20 @@ def join_log_batch(ctx: QueryContext) -> Callable:
     )
     tagger = Tagger(log_input.ddl, log_side, tuple(join.parts.join_keys[log_side]))
     unique = UniqueCheck(table.action, WHERE, DUP_HINT, ENTERING_HINT)
+    keyed_input = next(i for i in table.inputs if i is not log_input)
+    preserves = keyed_side in PRESERVED[table.incremental.kind]  # its unmatched rows are output rows
+
+    def drop_unmatched(session, rest, batch_id: int, origin: float | None) -> int:
+        """Delete the output rows of the primary-key rows the partitions of ``rest`` without log rows in the
+        state produced unmatched (the SQL over no log row and their primary-key rows): their new log rows
+        match them all. Under a writer id of its own, before (2), which may produce those keys anew."""
+        rest.select(*user).limit(0).createOrReplaceTempView(log_input.name)
+        lookup = KeyedRows(ctx.place, state.name, keyed_side, keyed_input.ddl, fresh=log_side)
+        fresh = rest.select(PART).distinct().mapInArrow(lookup, struct_of(keyed_input.ddl))
+        fresh.createOrReplaceTempView(keyed_input.name)
+        gone = session.sql(table.sql, args=ctx.args).selectExpr("*", f"'{DELETE}' AS `{CHANGE}`")
+        writer = table.writer_id + GONE
+        return write_routed(ctx, gone, batch_id, origin, writer=writer, expect=False).written
 
     def run(batch_df, batch_id: int) -> None:
         started = time.time()
@@ -256,8 +288,8 @@ def join_log_batch(ctx: QueryContext) -> Callable:
         tagged = tagged.persist() if rows_in else tagged
         written, taken = 0, frozenset()
         try:
-            rest = tagged
-            if keyed is not None:  # (2) the partitions the primary-key input changed, in the driver
+            rest, changes = tagged, None
+            if keyed is not None:  # the partitions the primary-key input changed: step (2)'s
                 changes = {keyed_side: keyed}
                 if rows_in:
                     inside = F.col(PART).isin(sorted(touched))
@@ -266,12 +298,14 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                         mine = conform_to(mine, log_input.ddl).append_column(ROW, mine.column(ROW))
                         changes[log_side] = join.parts.change(log_side, mine, mine.select([ROW]))
                     rest = tagged.where(~inside)
+            if rows_in and preserves:  # (3a) the unmatched rows their first log rows match
+                written += drop_unmatched(session, rest, batch_id, origin)
+            if changes is not None:  # (2) in the driver
                 recorded = {TOUCHED: pickle.dumps((int(batch_id), sorted(touched)))}
                 done, taken = join.apply(session, changes, batch_id, origin, also=recorded)
                 written += done
             if rows_in:  # (3) the others, in tasks: output rows, then their state
                 rest.select(*user).createOrReplaceTempView(log_input.name)
-                keyed_input = next(i for i in table.inputs if i is not log_input)
                 lookup = KeyedRows(ctx.place, state.name, keyed_side, keyed_input.ddl)
                 keyed_rows = rest.select(PART).distinct().mapInArrow(lookup, struct_of(keyed_input.ddl))
                 keyed_rows.createOrReplaceTempView(keyed_input.name)

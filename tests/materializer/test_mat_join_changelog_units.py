@@ -217,6 +217,15 @@ PLANS = [
         EquiJoin("full", "a", "b", (("k", "k"),)),
     ),
     ("Project [id#8L]\n+- Join RightOuter, ((k#9 = k#12) AND (w#13 > 3))\n" + SIDES, "w#13 > 3"),
+    (  # a filter below the join, on b's side: recorded (join_log in tasks needs an unfiltered log side)
+        "Project [id#8L]\n+- Join RightOuter, (k#9 = k#12)\n"
+        + SIDES.replace(
+            "      +- View (`b`, [id#11L, k#12, w#13, k2#14])\n         +- LogicalRDD",
+            "      +- Filter (w#13 > 3)\n         +- View (`b`, [id#11L, k#12, w#13, k2#14])\n"
+            "            +- LogicalRDD",
+        ),
+        EquiJoin("right", "a", "b", (("k", "k"),), ("r",)),
+    ),
     ("Project [id#8L]\n+- Join Inner, (upper(k#9) = k#12)\n" + SIDES, "not an equality"),
     ("Project [id#8L]\n+- Join Inner, (k#9 <=> k#12)\n" + SIDES, "not an equality"),
     ("Project [id#8L]\n+- Join LeftAnti, (k#9 = k#12)\n" + SIDES, "LeftAnti join"),
