@@ -197,3 +197,25 @@ def assert_log_join_in_tasks(project_dir: Path, home: Path, rng, master: str) ->
             before = last
         finally:
             project.close()
+
+
+def assert_outer_log_join(project_dir: Path, home: Path, rng, master: str) -> None:
+    """The outer ``join_log`` test flow (tests.materializer._outerkit: joins that keep the users without
+    events) run to idle on ``master`` once per run of its input: hot and lake equal the oracle after each."""
+    from runtime.project import Project
+    from tests.materializer._flowkit import write_project
+    from tests.materializer._outerkit import OUTER_ACTIONS, OUTER_FLOW, OUTER_RUNS, check_outer, outer_run
+
+    write_project(project_dir, OUTER_FLOW, OUTER_ACTIONS)
+    users: dict[str, str] = {}
+    lines: list[str] = []
+    for run in range(len(OUTER_RUNS)):
+        lines += outer_run(rng, users, run, project_dir)
+        done = cli(project_dir, home, "flow", "trigger", "flows/testflow.yaml", "--until-idle")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert f"on {master} (data path: executors)" in done.stdout
+        project = Project.open()
+        try:
+            check_outer(project, lines, users, f"run {run}")
+        finally:
+            project.close()

@@ -3,7 +3,8 @@ client, the Spark Connect server (``sbin/start-connect-server.sh`` from the pysp
 
 * the 4-layer test flow over a Connect server on ``local[2]``, run after run, equals the batch oracle (CI);
 * a ``join_log`` over Connect joins the events of users a run did not change in tasks, equal to the oracle
-  (``TIDEHOUSE_SCALE=full``; CI runs join_log in tasks on ``local[2]``'s executor path, tests/materializer);
+  (``TIDEHOUSE_SCALE=full``; CI runs join_log in tasks on ``local[2]``'s executor path, tests/materializer),
+  and so do joins that keep the users without events (``TIDEHOUSE_SCALE=full``);
 * planning a flow over Connect leaves no session for the garbage collector to close at exit, where closing
   can wait forever (CI);
 * the 4-layer test flow, with the Connect server's Spark on the standalone cluster (master + 2 workers):
@@ -29,6 +30,7 @@ from tests.cluster._clusterkit import (
     TASKS_TIERED,
     assert_log_join_in_tasks,
     assert_oracle,
+    assert_outer_log_join,
     assert_shop_flow,
     cli,
     daemon_starts,
@@ -79,6 +81,15 @@ def test_log_join_over_connect_joins_the_events_in_tasks(connect_server, project
     written by tasks (the functions run in the server's Python process); hot and lake equal the oracle."""
     set_spark(project_dir, {"remote": connect_server.url})
     assert_log_join_in_tasks(project_dir, home, random.Random(seed), connect_server.url)
+
+
+@pytest.mark.skipif(scale(True, False), reason="TIDEHOUSE_SCALE=full: outer join_log over Spark Connect")
+def test_outer_log_join_over_connect_equals_the_oracle(connect_server, project_dir, home, seed):
+    """Joins that keep the users without events over Connect, the events in tasks: the unmatched rows of
+    users with their first events deleted by tasks (step (3a), its SQL run before the views are bound for
+    the join's); hot and lake equal the oracle run after run."""
+    set_spark(project_dir, {"remote": connect_server.url})
+    assert_outer_log_join(project_dir, home, random.Random(seed), connect_server.url)
 
 
 # In a process of its own: plan the test flow over Spark Connect, then list the Connect sessions still

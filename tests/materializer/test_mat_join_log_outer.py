@@ -6,138 +6,45 @@ run, on both data paths; a filter below the join on the events' side keeps the b
 
 from __future__ import annotations
 
-import json
 import random
 import time
 
-import pyarrow as pa
 import pytest
 
 from tests._support import scale
-from tests.materializer._flowkit import canon, oracle_connection, write_batch, write_project
+from tests.materializer._flowkit import write_batch, write_project
 from tests.materializer._killkit import kill_9, trigger_process, wait_for
-from tests.materializer._logjoinkit import CLEAN, TIER_ACTIONS, TIER_FLOW, write_users
+from tests.materializer._logjoinkit import write_users
+from tests.materializer._outerkit import (
+    OUTER_ACTIONS,
+    OUTER_FLOW,
+    OUTER_ORACLE,
+    OUTER_RUNS,
+    check_outer,
+    outer_events,
+    outer_run,
+)
 
 pytestmark = pytest.mark.spark
 
-OUTER_ACTIONS = {
-    **TIER_ACTIONS,
-    "t_users_events.sql": """/*---
-name: t_users_events
-description: every user with their events, a user without events once (left join, the events on the right)
-inputs: [events, users]
----*/
-SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, u.user_id, u.tier, e.price
-FROM users u LEFT JOIN events e ON e.user_id = u.user_id
-""",
-    "t_all_events.sql": """/*---
-name: t_all_events
-description: events and users, each without a match once (full join)
-inputs: [events, users]
----*/
-SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, e.user_id, u.tier
-FROM events e FULL JOIN users u ON e.user_id = u.user_id
-""",
-    "t_big_events.sql": """/*---
-name: t_big_events
-description: every user with their events over 10, a user without such events once (a filter below the join)
-inputs: [events, users]
----*/
-SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, u.user_id, u.tier
-FROM users u LEFT JOIN (SELECT * FROM events WHERE price > 10) e ON e.user_id = u.user_id
-""",
-}
-OUTER_FLOW = (
-    TIER_FLOW.split("  ads:\n")[0]
-    + """  ads:
-    users_events:
-      action: t_users_events
-      inputs: {events: dwd.clicks, users: dws.users}
-      primary_key: [item_id]
-      buckets: 2
-    all_events:
-      action: t_all_events
-      inputs: {events: dwd.clicks, users: dws.users}
-      primary_key: [item_id]
-    big_events:
-      action: t_big_events
-      inputs: {events: dwd.clicks, users: dws.users}
-      primary_key: [item_id]
-"""
-)
-OUTER_ORACLE = {
-    "ads.users_events": (
-        "SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, u.user_id, u.tier, e.price "
-        f"FROM users u LEFT JOIN ({CLEAN}) e ON e.user_id = u.user_id"
-    ),
-    "ads.all_events": (
-        "SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, e.user_id, u.tier "
-        f"FROM ({CLEAN}) e FULL JOIN users u ON e.user_id = u.user_id"
-    ),
-    "ads.big_events": (
-        "SELECT coalesce(e.item_id, concat('none-', u.user_id)) AS item_id, u.user_id, u.tier "
-        f"FROM users u LEFT JOIN (SELECT * FROM ({CLEAN}) WHERE price > 10) e ON e.user_id = u.user_id"
-    ),
-}
-
-
-def check_outer(project, lines: list[str], users: dict[str, str], when: str) -> None:
-    con = oracle_connection(lines)
-    con.register("users", pa.table({"user_id": list(users), "tier": list(users.values())}))
-    for table, sql in OUTER_ORACLE.items():
-        want = canon(con.sql(sql).to_arrow_table())
-        assert canon(project.store.scan(table)) == want, f"{when}: hot {table}"
-        assert canon(project.lake.load(table).scan().to_arrow()) == want, f"{when}: lake {table}"
-
-
-def _events(rng: random.Random, start: int, users: list[str], pool: list[int]) -> list[str]:
-    """An event of each of ``users``, then as many of users drawn from ``pool`` (u8-u11 join no user at
-    first)."""
-    picks = users + [f"u{rng.choice(pool)}" for _ in users]
-    return [
-        json.dumps(
-            {
-                "user_id": user,
-                "event_type": "buy",
-                "item_id": f"e{start + i}",
-                "price": round(rng.uniform(0.5, 20), 2),
-                "ts": "2024-01-01T00:00:00Z",
-            }
-        )
-        for i, user in enumerate(picks)
-    ]
-
 
 def test_joins_keeping_unmatched_users_have_batch_semantics_over_runs(spark, project_dir, data_path, seed):
-    """Runs of new events and dimension changes; each run's hot and lake tables equal the oracle. u4-u7 have
-    no event in run 0 and get their first in runs 1 and 2 while unchanged (on the executor path: their
-    unmatched rows deleted by the tasks, (3a)); u2's and u3's tiers change in the batches of their events,
-    u1's without events, u8 joins the dimension in run 2."""
+    """Runs of new events and dimension changes (``OUTER_RUNS``); each run's hot and lake tables equal the
+    oracle. On the executor path the unmatched rows of users with their first events are deleted by the tasks
+    ((3a)), and the join over filtered events runs the batch function."""
     from runtime.project import Project
 
     rng = random.Random(seed)
     flow = write_project(project_dir, OUTER_FLOW, OUTER_ACTIONS)
     users: dict[str, str] = {}
     lines: list[str] = []
-    runs = [  # (the users changed, the users of one event each, the users of the others)
-        (
-            {f"u{i}": rng.choice(["gold", "basic"]) for i in range(8)},
-            ["u0", "u1", "u2", "u3"],
-            [0, 1, 2, 3, 8, 9],
-        ),
-        ({"u2": "silver", "u1": "silver"}, ["u4", "u5", "u2", "u0"], [0, 2, 3, 4, 5, 9, 10]),
-        ({"u3": "silver", "u8": "basic"}, ["u6", "u7", "u3", "u8", "u4"], list(range(12))),
-    ]
     project = Project.open()
     try:
         plan = project.plan(flow, spark=spark)
         for table in OUTER_ORACLE:
             assert plan.table(table).strategy == "join_log", plan.table(table).reason
-        for run, (changed, who, pool) in enumerate(runs):
-            write_users(project_dir, f"users-{run}", users, changed)
-            more = _events(rng, 100 * run, who, pool)
-            write_batch(project_dir, f"part-{run}", more)
-            lines += more
+        for run in range(len(OUTER_RUNS)):
+            lines += outer_run(rng, users, run, project_dir)
             project.trigger(flow if run == 0 else "testflow", until_idle=True, spark=spark)
             check_outer(project, lines, users, f"run {run}")
         if data_path == "executors":  # the tasks joined events and deleted unmatched rows
@@ -170,7 +77,7 @@ def test_kill_9_mid_outer_log_join_in_tasks_then_until_idle_is_exact(
 
     def run(n: int, changed: dict[str, str], who: list[str]) -> None:
         write_users(project_dir, f"users-{n}", users, changed)
-        more = _events(rng, 100 * n, who, list(range(12)))
+        more = outer_events(rng, 100 * n, who, list(range(12)))
         write_batch(project_dir, f"part-{n}", more)
         lines.extend(more)
 
