@@ -108,17 +108,24 @@ def write_users(project_dir, name: str, users: dict[str, str], changed: dict[str
     users.update(changed)
 
 
-def check_tiers(project, lines: list[str], users: dict[str, str]) -> None:
-    """Hot and lake tables equal the oracle; ``ads.tiered``'s quarantine holds each of its violators (the
-    events of platinum users) once."""
+def check_joined(project, lines: list[str], users: dict[str, str], oracle: dict[str, str], when: str = ""):
+    """Hot and lake tables equal ``oracle``'s SQL over the events ``lines`` and the dimension ``users`` (the
+    view ``users``); returns the oracle's DuckDB connection."""
     import pyarrow as pa
 
     con = oracle_connection(lines)
     con.register("users", pa.table({"user_id": list(users), "tier": list(users.values())}))
-    for table, sql in TIER_ORACLE.items():
+    for table, sql in oracle.items():
         want = canon(con.sql(sql).to_arrow_table())
-        assert canon(project.store.scan(table)) == want, f"hot {table}"
-        assert canon(project.lake.load(table).scan().to_arrow()) == want, f"lake {table}"
+        assert canon(project.store.scan(table)) == want, f"{when}hot {table}"
+        assert canon(project.lake.load(table).scan().to_arrow()) == want, f"{when}lake {table}"
+    return con
+
+
+def check_tiers(project, lines: list[str], users: dict[str, str]) -> None:
+    """Hot and lake tables equal the oracle; ``ads.tiered``'s quarantine holds each of its violators (the
+    events of platinum users) once."""
+    con = check_joined(project, lines, users, TIER_ORACLE)
     violators = con.sql(TIER_ORACLE["ads.tiered"].replace("<> 'platinum'", "= 'platinum'")).fetchall()
     store, quarantine = project.store, "ads.tiered__quarantine"
     raws = store.scan(quarantine).column("raw").to_pylist() if store.has_table(quarantine) else []

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import random
 
-import pyarrow as pa
-
-from tests.materializer._flowkit import canon, oracle_connection, write_batch
-from tests.materializer._logjoinkit import CLEAN, TIER_ACTIONS, TIER_FLOW, write_users
+from tests.materializer._flowkit import write_batch
+from tests.materializer._logjoinkit import CLEAN, TIER_ACTIONS, TIER_FLOW, check_joined, write_users
 
 OUTER_ACTIONS = {
     **TIER_ACTIONS,
@@ -73,12 +71,7 @@ OUTER_ORACLE = {
 
 
 def check_outer(project, lines: list[str], users: dict[str, str], when: str) -> None:
-    con = oracle_connection(lines)
-    con.register("users", pa.table({"user_id": list(users), "tier": list(users.values())}))
-    for table, sql in OUTER_ORACLE.items():
-        want = canon(con.sql(sql).to_arrow_table())
-        assert canon(project.store.scan(table)) == want, f"{when}: hot {table}"
-        assert canon(project.lake.load(table).scan().to_arrow()) == want, f"{when}: lake {table}"
+    check_joined(project, lines, users, OUTER_ORACLE, f"{when}: ")
 
 
 def outer_events(rng: random.Random, start: int, users: list[str], pool: list[int]) -> list[str]:
