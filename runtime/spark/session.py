@@ -349,6 +349,9 @@ def stop_session(session) -> None:
         _CONNECT_SESSIONS.discard(session)
 
 
+_CLOSED = ("NO_ACTIVE_SESSION", "Channel closed", "closed channel")
+
+
 def lost_server_error(exc: BaseException) -> TidehouseError | None:
     """The error for a call whose Spark Connect server stopped answering (the client's retries, about
     70 s, ran out), or None when ``exc`` is something else or this process is no Connect client."""
@@ -358,7 +361,8 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
         exc = exc.__cause__ or exc.__context__
     text = "\n".join(str(e) for e in chain)
     unreachable = any(mark in text for mark in ("UNAVAILABLE", "Connection refused"))
-    closed = _LOST and "NO_ACTIVE_SESSION" in text  # a call after server_lost() closed the sessions
+    # a call after server_lost() closed the sessions: a new one, or one in flight whose gRPC channel closed
+    closed = _LOST and any(mark in text for mark in _CLOSED)
     if not _CONNECT_URLS or not (unreachable or closed):
         return None
     detail = re.search(r'details = "([^"]*)"', text)
@@ -379,8 +383,8 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
 def server_lost() -> None:
     """The Spark Connect server is gone: this process's sessions close without asking it to release them
     (each request would wait out its retries), all at once (a close may wait 10 s for calls in flight). A
-    call still in flight elsewhere (a tiering cycle) then fails with ``NO_ACTIVE_SESSION``, which
-    :func:`lost_server_error` reads as the lost server too."""
+    call still in flight elsewhere (a tiering cycle) then fails with ``NO_ACTIVE_SESSION``, or with gRPC's
+    closed channel, which :func:`lost_server_error` reads as the lost server too."""
     global _LOST
     _LOST = True
     sessions = list(_CONNECT_SESSIONS)

@@ -61,6 +61,17 @@ def test_a_call_after_the_sessions_were_closed_for_a_lost_server_is_that_server_
     assert error.message.startswith("lost the Spark Connect server sc://spark:15002: it stopped answering")
 
 
+def test_a_call_in_flight_whose_channel_closed_for_a_lost_server_is_that_server_lost(client, monkeypatch):
+    """A tiering cycle's collect in flight when server_lost() closed its session: gRPC's closed channel (a
+    full-scale kill -9 of the server logged it with a traceback before)."""
+    closed = ValueError("Cannot invoke RPC: Channel closed!")
+    assert session.lost_server_error(closed) is None  # not after a lost server: a bug
+    monkeypatch.setattr(session, "_LOST", True)
+    error = session.lost_server_error(closed)
+    assert error is not None and error.code is ErrorCode.SPARK_START
+    assert error.message.startswith("lost the Spark Connect server sc://spark:15002: it stopped answering")
+
+
 def test_a_tiering_cycle_that_meets_the_lost_server_fails_with_that_one_error(client, monkeypatch):
     """Not a traceback in the run's output (the scheduler logs a TidehouseError as its message)."""
     from types import SimpleNamespace
