@@ -305,9 +305,9 @@ def check_executors(spark, probe: Callable = _probe) -> None:
 
 
 def _join_log(ctx: QueryContext) -> Callable:
-    """``join_log``: the log's new rows read, joined and written by tasks (an inner join, or an outer join
-    keeping only the log's unmatched rows: :func:`~materializer.incremental.joinlog.in_tasks`), else the
-    driver path's function."""
+    """``join_log``: the log's new rows read, joined and written by tasks where
+    :func:`~materializer.incremental.joinlog.in_tasks` says so (every join but one that keeps the primary-key
+    input's unmatched rows over a filtered log), else the driver path's function."""
     from materializer.incremental.joinlog import in_tasks, join_log_batch
 
     return join_log_batch(ctx) if in_tasks(ctx.table) else incremental("join_log")(ctx)
