@@ -93,6 +93,7 @@ def test_flow_plan_names_the_strategy_and_why(spark, project_dir, run_cli):
         "left": "mid",
         "right": "counts",
         "keys": [["events", "events"]],
+        "filtered": [],  # no Filter below the join on either side
     }
     assert tables["ads.not_equi"]["strategy"] == "recompute"
     assert "is not an equality of two columns" in tables["ads.not_equi"]["reason"]
