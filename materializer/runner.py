@@ -49,6 +49,7 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
 from runtime.spark.options import Place
 from runtime.spark.session import is_connect, lost_server_error, new_session, server_lost, stop_session
+from runtime.spark.writer import clear_unstarted
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0
@@ -218,6 +219,8 @@ class FlowRunner:
         if t.strategy == "aggregate":
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        if clear_unstarted(t.checkpoint):  # a run killed while Spark wrote the query's first offsets
+            log.warning("%s: removed an unfinished first offset log entry", t.name, extra={"table": t.name})
         self.awake.clear([t.name])  # one a killed run left
         sc = None if self.connect else self.spark.sparkContext  # Connect: the server schedules its jobs
         if sc is not None:

@@ -134,6 +134,26 @@ def foreach_batch_writer(
     return write
 
 
+# -- checkpoints ----------------------------------------------------------------------------------------
+def clear_unstarted(checkpoint: str | os.PathLike) -> list[str]:
+    """Remove what a query killed while Spark wrote its first offset log entry left: that write's temporary
+    file (``offsets/.0.<uuid>.tmp``, and its ``.crc``) and no entry. Spark refuses to start such a query
+    (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``: "offsets should be empty on batch 0"); with no entry in
+    ``offsets`` no batch ran, so nothing else is lost. A checkpoint with an entry is left alone (Spark skips a
+    later entry's leftovers itself). Returns the names removed."""
+    root = local_path(str(checkpoint))
+    offsets = root / "offsets"
+    if not offsets.is_dir() or any(not p.name.startswith(".") for p in offsets.iterdir()):
+        return []
+    removed = []
+    for folder in (offsets, root / "commits"):
+        for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if p.name.startswith(".") and ".tmp" in p.name:  # a write that never landed
+                p.unlink()
+                removed.append(f"{folder.name}/{p.name}")
+    return removed
+
+
 # -- origin of a micro-batch's input --------------------------------------------------------------------
 def read_offset_log(checkpoint: str | os.PathLike, batch_id: int) -> list[dict]:
     """The ``tidehouse`` source offsets recorded in the checkpoint for ``batch_id``.
