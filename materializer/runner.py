@@ -219,8 +219,8 @@ class FlowRunner:
         if t.strategy == "aggregate":
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-        if clear_unstarted(t.checkpoint):  # a run killed while Spark wrote the query's first offsets
-            log.warning("%s: removed an unfinished first offset log entry", t.name, extra={"table": t.name})
+        if left := clear_unstarted(t.checkpoint):  # a run killed while Spark wrote the query's first offsets
+            log.warning("%s: removed an unfinished first offset log entry: %s", t.name, ", ".join(left))
         self.awake.clear([t.name])  # one a killed run left
         sc = None if self.connect else self.spark.sparkContext  # Connect: the server schedules its jobs
         if sc is not None:

@@ -34,7 +34,6 @@ from materializer.incremental.join import (
 )
 from materializer.incremental.joinfacts import EquiJoin
 from materializer.incremental.joinsides import LogSide, side_of
-from materializer.rows import key_tuples
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -45,7 +44,7 @@ from materializer.strategies import (
     run_sql,
 )
 from runtime.spark.types import spark_to_arrow
-from runtime.spark.writer import origin_from_checkpoint, prepare
+from runtime.spark.writer import origin_from_checkpoint
 
 # which sides an empty relation makes the result empty: inner needs both, an outer join its preserved side(s)
 NEEDS = {"inner": ("any", SIDES), "left": ("any", ("l",)), "right": ("any", ("r",)), "full": ("all", SIDES)}
@@ -119,10 +118,9 @@ class Join:
         origin: float | None,
         *,
         also: dict[str, bytes] | None = None,
-    ) -> tuple[int, frozenset[tuple]]:
+    ) -> tuple[int, pa.Table | None]:
         """Write the output rows and then the state that ``changes`` (per side) make, with the entries
-        ``also`` in the same state write: (output rows written, the primary keys of the step's result, cast to
-        the table's types)."""
+        ``also`` in the same state write: (output rows written, the step's result: None when empty)."""
         ctx = self.ctx
         with ctx.clock.phase("read"):
             step = self.parts.step(changes, self.load)
@@ -140,10 +138,7 @@ class Join:
         written = write_output(ctx, writes, batch_id, origin)
         ups, downs = state_entries(step)
         self.state.write(kv_state_rows(self.state, {**ups, **(also or {})}, downs), batch_id)
-        if after is None:
-            return written, frozenset()
-        key = list(ctx.table.primary_key)
-        return written, frozenset(key_tuples(prepare(ctx.store, ctx.table.name, after.select(key)), key))
+        return written, after
 
 
 WHERE = "join key values"

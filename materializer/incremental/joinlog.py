@@ -58,7 +58,7 @@ from materializer.rows import keys_table
 from materializer.strategies import QueryContext, _finish, conform_to
 from runtime.core.literals import BUCKET, CHANGE, DELETE, OFFSET, UPDATE_AFTER
 from runtime.spark.options import Place
-from runtime.spark.writer import batch_rows
+from runtime.spark.writer import batch_rows, prepare
 
 LOG = "__log"  # the stream's column holding a log row (NULL in the primary-key input's branch)
 PART = "__part"  # a log row's partition, added by :class:`Tagger`
@@ -302,8 +302,8 @@ def join_log_batch(ctx: QueryContext) -> Callable:
                 written += drop_unmatched(session, rest, batch_id, origin)
             if changes is not None:  # (2) in the driver
                 recorded = {TOUCHED: pickle.dumps((int(batch_id), sorted(touched)))}
-                done, taken = join.apply(session, changes, batch_id, origin, also=recorded)
-                written += done
+                done, after = join.apply(session, changes, batch_id, origin, also=recorded)
+                written, taken = written + done, _keys(ctx, after)
             if rows_in:  # (3) the others, in tasks: output rows, then their state
                 rest.select(*user).createOrReplaceTempView(log_input.name)
                 lookup = KeyedRows(ctx.place, state.name, keyed_side, keyed_input.ddl)
@@ -325,6 +325,14 @@ def join_log_batch(ctx: QueryContext) -> Callable:
         _finish(ctx, started, rows_in + (len(keyed.keys) if keyed is not None else 0), written, origin)
 
     return run
+
+
+def _keys(ctx: QueryContext, result: pa.Table | None) -> frozenset[tuple]:
+    """The primary keys of (2)'s result, cast to the table's types as the write tasks see theirs."""
+    if result is None:
+        return frozenset()
+    key = list(ctx.table.primary_key)
+    return frozenset(key_tuples(prepare(ctx.store, ctx.table.name, result.select(key)), key))
 
 
 def _touched(join: Join, side: str, change: Change | None, batch_id: int) -> set[str]:
