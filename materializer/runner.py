@@ -319,9 +319,7 @@ class FlowRunner:
         session = new_session(self.spark)
         writer = f"{t.writer_id}:reconcile"
         used = [(t.name, writer)] + ([(t.quarantine, f"{writer}:qe")] if t.quarantine else [])
-        seq = 1 + max(
-            (self.store.last_seq(table, w) or 0) for table, w in used if self.store.has_table(table)
-        )
+        seq = self.store.next_seq(used)
         try:
             if self.data_path == "executors":
                 return recompute_distributed(ctx, session, seq, writer=writer, origin=None)

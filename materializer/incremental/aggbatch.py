@@ -16,6 +16,7 @@ from materializer.incremental.common import (
     changed_images,
     key_tuples,
     kv_state_rows,
+    rebuild_seq,
     write_output,
 )
 from materializer.incremental.facts import GroupAggregate
@@ -85,13 +86,15 @@ def aggregate_batch(ctx: QueryContext) -> Callable:
         after = {g: agg.output(g, groups[g], types) for g in touched}
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
         meta = ctx.store.get_table(table.name)
-        if fresh:
+        writer, seq = None, batch_id
+        if fresh:  # built from the input's current rows: a replay differs
+            writer, seq = rebuild_seq(ctx, state)
             result = pa.Table.from_pylist([r for r in after.values() if r is not None], schema=out_schema)
             writes = output_difference(ctx, result)
         else:
             writes = _changes(meta, table.primary_key, before, after, out_schema)
-        written = write_output(ctx, writes, batch_id, origin)
-        state.write(_state_rows(state, old, new, changed, groups, per_group), batch_id)
+        written = write_output(ctx, writes, seq, origin, writer=writer)
+        state.write(_state_rows(state, old, new, changed, groups, per_group), seq, writer=writer)
         _finish(ctx, started, len(changed), written, origin)
 
     return run

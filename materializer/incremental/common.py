@@ -19,6 +19,7 @@ from runtime.spark.writer import prepare
 from runtime.storage.api import TableMeta
 
 OWNER = "tidehouse.state_of"  # table property: the writer id and output incarnation the state belongs to
+REBUILD = ":rebuild"  # the suffix of the writer id of the writes built from the inputs' current rows
 
 
 def state_name(table: str) -> str:
@@ -76,7 +77,7 @@ class StateTable:
         store.create_table(meta, exist_ok=True)
         self.checked = True
         # never written: a state created but not yet filled (a crash between create and first write)
-        writers = (self.ctx.table.writer_id, *self.also)
+        writers = (self.ctx.table.writer_id, self.ctx.table.writer_id + REBUILD, *self.also)
         return fresh or all(store.last_seq(self.name, w) is None for w in writers)
 
     def reset(self) -> None:
@@ -85,9 +86,9 @@ class StateTable:
             self.ctx.store.drop_table(self.name)
         self.checked = False
 
-    def write(self, rows: pa.Table, seq: int) -> None:
+    def write(self, rows: pa.Table, seq: int, writer: str | None = None) -> None:
         if rows.num_rows:
-            self.ctx.store.write(self.name, rows, writer=self.ctx.table.writer_id, seq=int(seq))
+            self.ctx.store.write(self.name, rows, writer=writer or self.ctx.table.writer_id, seq=int(seq))
 
     def upserts(self, rows: pa.Table) -> pa.Table:
         return keys_table(self.schema, rows, self.primary_key, UPDATE_AFTER)
@@ -135,12 +136,33 @@ def order_indices(
     return pc.sort_indices(pa.table(helper), sort_keys=keys)
 
 
-def write_output(ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin: float | None) -> int:
+def write_output(
+    ctx: QueryContext, rows: pa.Table | None, batch_id: int, origin: float | None, writer: str | None = None
+) -> int:
     if rows is None or rows.num_rows == 0:
         return 0
     with ctx.clock.phase("write"):
-        ctx.store.write(ctx.table.name, rows, writer=ctx.table.writer_id, seq=int(batch_id), origin_ts=origin)
+        ctx.store.write(
+            ctx.table.name, rows, writer=writer or ctx.table.writer_id, seq=int(batch_id), origin_ts=origin
+        )
     return rows.num_rows
+
+
+def rebuild_seq(ctx: QueryContext, state: StateTable) -> tuple[str, int]:
+    """The writer id and ``seq`` of a micro-batch's writes built from its inputs' *current* rows (a new
+    state, a top-N refill), output, quarantine and state alike.
+
+    Those rows may be ahead of the batch, so a replay of it builds other writes than the attempt the crash
+    stopped; under the batch's ``(writer, seq)`` the replay's output write would be skipped as committed
+    while its state write went through, and the changes in between would never reach the output. Under
+    ``<writer>:rebuild`` and a ``seq`` no attempt used, every attempt's writes apply: each one's output is a
+    difference against the output as the last attempt left it. A later replay of the batch finds the state
+    written (:meth:`StateTable.ensure`) and applies its images under the batch's own ``(writer, seq)``."""
+    writer = ctx.table.writer_id + REBUILD
+    uses = [(ctx.table.name, writer), (state.name, writer)]
+    if ctx.table.quarantine:
+        uses.append((ctx.table.quarantine, f"{writer}:qe"))
+    return writer, ctx.store.next_seq(uses)
 
 
 def check_one_row_per_key(ctx: QueryContext, keys: list[tuple], hint: str) -> None:

@@ -22,6 +22,7 @@ from materializer.incremental.common import (
     behind,
     kv_state_rows,
     partition_writes,
+    rebuild_seq,
     write_output,
 )
 from materializer.incremental.join import (
@@ -105,9 +106,12 @@ class Join:
         ups, _ = self.parts.rebuild(current)
         for s, inp in self.inputs.items():
             local_df(session, current[s], inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
-        result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
-        written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
-        self.state.write(kv_state_rows(self.state, ups, []), batch_id)
+        writer, seq = rebuild_seq(ctx, self.state)  # the inputs' current rows: a replay differs
+        result = run_sql(ctx, session)
+        result, _ = apply_expectations(ctx, session, result, seq, writer=writer, whole_result=True)
+        writes = output_difference(ctx, result, unique=True)
+        written = write_output(ctx, writes, seq, origin, writer=writer)
+        self.state.write(kv_state_rows(self.state, ups, []), seq, writer=writer)
         _finish(ctx, started, sum(t.num_rows for t in current.values()), written, origin)
 
     def apply(

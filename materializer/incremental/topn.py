@@ -25,6 +25,7 @@ from materializer.incremental.common import (
     changed_images,
     key_tuples,
     order_indices,
+    rebuild_seq,
     write_output,
 )
 from materializer.incremental.facts import TopN
@@ -132,10 +133,11 @@ def topn_batch(ctx: QueryContext) -> Callable:
             rows_in = change[1].num_rows if change is not None else 0
         with ctx.clock.phase("read"):
             old = buffer_of.sort(conform_to(ctx.store.scan(state.name), inp.ddl))
-        new = None
+        new, writer, seq = None, None, batch_id
         if change is not None and not fresh:
             new = buffer_of.apply(old, conform_to(change[0], inp.ddl), change[1])
-        if new is None:  # refill: the input's state, once
+        if new is None:  # refill: the input's state, once (its current rows: a replay differs)
+            writer, seq = rebuild_seq(ctx, state)
             with ctx.clock.phase("read"):
                 new = buffer_of.refill(conform_to(ctx.store.scan(inp.ref), inp.ddl))
         if facts.output is not None and not table.expect:  # the SQL only ranks and renames: Arrow does it
@@ -143,10 +145,12 @@ def topn_batch(ctx: QueryContext) -> Callable:
                 result = ranked(new, facts, out_schema)
         else:
             local_df(session, new, inp.ddl, ctx.handoff).createOrReplaceTempView(inp.name)
-            result, _ = apply_expectations(ctx, session, run_sql(ctx, session), batch_id, whole_result=True)
+            result, _ = apply_expectations(
+                ctx, session, run_sql(ctx, session), seq, writer=writer, whole_result=True
+            )
         origin = origin_from_checkpoint(ctx.store, table.checkpoint, batch_id)
-        written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
-        state.write(_buffer_change(state, old, new, buffer_of.primary_key), batch_id)
+        written = write_output(ctx, output_difference(ctx, result, unique=True), seq, origin, writer=writer)
+        state.write(_buffer_change(state, old, new, buffer_of.primary_key), seq, writer=writer)
         _finish(ctx, started, rows_in, written, origin)
 
     return run

@@ -26,6 +26,7 @@ from materializer.incremental.common import (
     kv_state_rows,
     order_indices,
     partition_writes,
+    rebuild_seq,
     write_output,
 )
 from materializer.incremental.facts import TopN
@@ -112,13 +113,15 @@ def partitioned_topn_batch(ctx: QueryContext) -> Callable:
             partitions: dict[str, dict] = {}
             for row in rows:
                 partitions.setdefault(partition_of(row, facts.partition), {})[repr(_key(row, key))] = row
+            writer, seq = rebuild_seq(ctx, state)  # the input's current rows: a replay differs
             result, _ = apply_expectations(
-                ctx, session, ranker.result(session, rows), batch_id, whole_result=True
+                ctx, session, ranker.result(session, rows), seq, writer=writer, whole_result=True
             )
-            written = write_output(ctx, output_difference(ctx, result, unique=True), batch_id, origin)
+            writes = output_difference(ctx, result, unique=True)
+            written = write_output(ctx, writes, seq, origin, writer=writer)
             ups = {name: pickle.dumps(part) for name, part in partitions.items()}
             ups.update({"h" + k: name.encode() for name, part in partitions.items() for k in part})
-            state.write(kv_state_rows(state, ups, []), batch_id)
+            state.write(kv_state_rows(state, ups, []), seq, writer=writer)
             _finish(ctx, started, len(rows), written, origin)
             return
         change = changed_images(ctx, batch_id)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,6 +199,13 @@ class TableStore(abc.ABC):
     @abc.abstractmethod
     def last_seq(self, name: str, writer: str) -> int | None:
         """The highest ``seq`` committed by ``writer`` in any bucket of the table, or None."""
+
+    def next_seq(self, uses: Iterable[tuple[str, str]]) -> int:
+        """A ``seq`` that no write of the ``(table, writer)`` pairs ``uses`` committed, above all they did
+        (tables that do not exist count nothing): the writes under it apply, none is skipped as a replay."""
+        return 1 + max(
+            ((self.last_seq(name, writer) or 0) for name, writer in uses if self.has_table(name)), default=0
+        )
 
     # -- reads ------------------------------------------------------------------------------------
     @abc.abstractmethod
