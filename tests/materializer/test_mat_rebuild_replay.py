@@ -20,13 +20,13 @@ from tests.materializer._joinflow import JOIN_ACTIONS, JOIN_FLOW, join_oracle
 
 pytestmark = pytest.mark.spark
 
-# flow, actions, oracle, rows per run: the last run's first batches replay and rebuild. Before it, each table
-# needs a batch that wrote output under the query's own writer (its first builds the state): the joins' first
-# batches run while their inputs fill; the top-N and aggregates over one input see it whole (a second run)
+# flow, actions, oracle: run 0 builds the states (its first batches may see the whole input: only the writer
+# of new states writes), run 1 writes output under each query's own writer, run 2's first batches replay
 FLOWS = {
-    "joins": (JOIN_FLOW, JOIN_ACTIONS, join_oracle, (80, 90)),
-    "topn_agg": (INC_FLOW, INC_ACTIONS, inc_oracle, (80, 60, 90)),
+    "joins": (JOIN_FLOW, JOIN_ACTIONS, join_oracle),
+    "topn_agg": (INC_FLOW, INC_ACTIONS, inc_oracle),
 }
+RUNS = (80, 60, 90)  # rows per run; the last moves rows across groups, ranks and join keys
 INCREMENTAL = ("agg_changelog", "topn", "join_changelog")
 
 
@@ -60,14 +60,14 @@ def test_a_replayed_batch_that_builds_a_new_state_from_newer_input_is_exact(
 ):
     from runtime.project import Project
 
-    flow_yaml, actions, oracle, runs = FLOWS[flow_name]
+    flow_yaml, actions, oracle = FLOWS[flow_name]
     rng = random.Random(seed)
     flow = write_project(project_dir, flow_yaml, actions)
     lines: list[str] = []
     project = Project.open()
     try:
-        for run, n in enumerate(runs):  # the last moves rows across groups, ranks and join keys
-            if run == len(runs) - 1:
+        for run, n in enumerate(RUNS):
+            if run == len(RUNS) - 1:
                 damaged = _replay_rebuild(project, project.plan("testflow", spark=spark))
                 assert len(damaged) >= 3, damaged
             more = make_events(rng, n, users=30, bad=0)
