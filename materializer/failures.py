@@ -37,6 +37,20 @@ def query_failure(name: str, stats: TableStats, exc) -> TidehouseError:
     return TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
 
 
+def stopped_elsewhere(name: str) -> TidehouseError:
+    """The error for table ``name``'s query found stopped without an error while the run needs it: only the
+    run stops its queries (at its end), so something else did — never a run that ends as if the table were
+    up to date."""
+    return TidehouseError(
+        ErrorCode.QUERY_FAILED,
+        f"the query of table {name} stopped without an error while the run needed it: "
+        "something outside this run stopped it",
+        hint="Spark stops a running query when another query with the same id (its checkpoint's) starts on "
+        "the same Spark application (spark.sql.streaming.stopActiveRunOnRestart): is a checkpoint of this "
+        "flow copied from another table, or is another program running it?",
+    )
+
+
 def raised_in_spark(text: str) -> tuple[ErrorCode, str] | None:
     """(code, message) of a TidehouseError a Python worker raised, as Spark's error text carries it."""
     matches = _RAISED.findall(text)

@@ -30,7 +30,7 @@ from materializer.admission import rows_per_batch, source_options
 from materializer.analyze import struct_of
 from materializer.drain import Awake, drain
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
-from materializer.failures import TRANSIENT, query_failure
+from materializer.failures import TRANSIENT, query_failure, stopped_elsewhere
 from materializer.handoff import Handoff
 from materializer.hotstream import Waiting, hot_stream
 from materializer.incremental.joinlog import in_tasks as log_join_in_tasks
@@ -269,6 +269,7 @@ class FlowRunner:
                 continue
             if exc is not None:
                 raise self._failure(name, exc)
+            raise stopped_elsewhere(name)
 
     def _drain(self, names: list[str]) -> None:
         """Wait until each query of ``names`` (one generation: independent tables) processed all its input;
@@ -278,6 +279,8 @@ class FlowRunner:
                 failed = drain(self.queries, names)
             names = []
             for name, exc in failed.items():
+                if exc is None and not self.queries[name].isActive:  # drained at once: it had stopped
+                    raise stopped_elsewhere(name)
                 if exc is not None:
                     if not self._restart_if_transient(name, exc):
                         raise self._failure(name, exc) from exc
