@@ -3,8 +3,9 @@ ahead of the micro-batch that builds it. A run killed between such a batch's out
 left the output committed under the batch's ``(writer, seq)``; the replay then rebuilt from newer input rows
 and its output write was skipped as a replay, while its state held the newer rows: the changes in between
 never reached the output (a stale row of ``ads.full_groups`` after a kill -9, seed 2678457651). Reproduced
-here without a kill: each incremental table's state is dropped and its last batch made a replay (Spark's
-commit file removed) while its inputs move on; every table must still equal the oracle, hot and lake."""
+here without a kill: each incremental table's state is dropped and its checkpoint rolled back to its last
+batch that wrote output (that batch replays and builds a new state) while its inputs move on; every table must
+still equal the oracle, hot and lake."""
 
 from __future__ import annotations
 
