@@ -220,7 +220,10 @@ class FlowRunner:
             writer = writer.outputMode("update")
         Path(t.checkpoint).parent.mkdir(parents=True, exist_ok=True)
         if left := clear_unstarted(t.checkpoint):  # a run killed while Spark wrote the query's first offsets
-            log.warning("%s: removed an unfinished first offset log entry: %s", t.name, ", ".join(left))
+            where = {"flow": self.plan.flow, "table": t.name}
+            log.warning(
+                "%s: removed an unfinished first offsets entry: %s", t.name, ", ".join(left), extra=where
+            )
         self.awake.clear([t.name])  # one a killed run left
         sc = None if self.connect else self.spark.sparkContext  # Connect: the server schedules its jobs
         if sc is not None:

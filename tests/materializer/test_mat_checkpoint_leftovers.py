@@ -5,6 +5,7 @@ kill -9 test on 2026-11-29). The next run removes the leftover and is exact."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import uuid
 from pathlib import Path
@@ -37,8 +38,12 @@ def test_only_the_leftovers_of_a_first_entry_are_removed(tmp_path):
 
 
 @pytest.mark.spark
-def test_a_run_after_a_kill_during_the_first_offsets_write_is_exact(spark, project_dir, test_flow, seed):
+def test_a_run_after_a_kill_during_the_first_offsets_write_is_exact(
+    spark, project_dir, test_flow, seed, caplog
+):
     from runtime.project import Project
+
+    caplog.set_level(logging.WARNING, logger="materializer.runner")
 
     lines = make_events(random.Random(seed), 40)
     write_batch(project_dir, "part-0", lines)
@@ -48,6 +53,9 @@ def test_a_run_after_a_kill_during_the_first_offsets_write_is_exact(spark, proje
         for t in plan.tables:
             _leave(Path(t.checkpoint))
         project.trigger(test_flow, until_idle=True, spark=spark)
+        warned = [r for r in caplog.records if "unfinished first offsets" in r.getMessage()]
+        assert sorted((r.flow, r.table) for r in warned) == sorted((plan.flow, t.name) for t in plan.tables)
+        assert all(LEFTOVER in r.getMessage() for r in warned)
         for table, rows in oracle(lines).items():
             if not table.endswith("__quarantine"):
                 assert canon(project.store.scan(table)) == rows, f"hot {table}"
