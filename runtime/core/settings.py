@@ -153,6 +153,25 @@ def _mapping(value: Any) -> dict:
     return {str(k): v for k, v in value.items()}
 
 
+# pyiceberg's catalog types (pyiceberg.catalog.CatalogType; tests/config checks this copy against it, so the
+# project file is checked without importing pyiceberg). rest and sql are tested against real servers.
+CATALOG_TYPES = ("rest", "hive", "glue", "dynamodb", "sql", "in-memory", "bigquery")
+
+
+def _catalog(value: Any) -> dict:
+    """pyiceberg catalog properties: a flat mapping whose ``type``, if given, is one pyiceberg knows (a
+    misspelt type would otherwise pass every check and fail only at the first tiering cycle or lake read)."""
+    props = _mapping(value)
+    kind = props.get("type")
+    if kind is not None and str(kind).lower() not in CATALOG_TYPES:
+        raise SettingValueError(
+            f"unknown catalog type {kind!r}: expected one of {', '.join(CATALOG_TYPES)} "
+            "(or leave type out and give py-catalog-impl for a catalog class of your own)",
+            at=("type",),
+        )
+    return props
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "spark.master",
@@ -236,9 +255,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "lake.catalog",
         {},
-        "pyiceberg catalog properties (type: rest|glue|hive|sql, uri, warehouse, "
-        "credentials); default: a SQL catalog on SQLite under the home.",
-        _mapping,
+        "pyiceberg catalog properties (type, uri, warehouse, credentials); default: a SQL catalog on SQLite "
+        "under the home. Tested: type rest (SeaweedFS's Iceberg REST catalog) and sql (SQLite, PostgreSQL); "
+        "pyiceberg's other types (hive, glue, ...) take their own properties and are not tested.",
+        _catalog,
         secret=True,
     ),
     Setting("lake.catalog_name", "tidehouse", "Name of the pyiceberg catalog.", _str),

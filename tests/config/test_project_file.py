@@ -92,6 +92,8 @@ INVALID = [
         "spark.conf.spark.executor.memory",
     ),
     ("list-in-catalog", "lake:\n  catalog:\n    type: rest\n    uri: [a, b]\n", C, 4, 5, "lake.catalog.uri"),
+    # a misspelt catalog type passed every check and failed only at the first tiering cycle
+    ("unknown-catalog-type", "lake:\n  catalog:\n    type: nessie\n", C, 3, 5, "lake.catalog.type"),
     (
         "missing-env",
         'lake:\n  catalog:\n    type: rest\n    token: "${TH_TEST_UNSET_VARIABLE}"\n',
@@ -140,6 +142,16 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
     for error in _errors(info.value):
         assert Path(error.location.file).name == PROJECT_FILE, error.render()
     assert info.value.exit_code == 2
+
+
+def test_the_catalog_types_are_pyicebergs_in_any_case(tmp_path):
+    from pyiceberg.catalog import CatalogType
+
+    from runtime.core.settings import CATALOG_TYPES
+
+    assert sorted(CATALOG_TYPES) == sorted(t.value for t in CatalogType)
+    config = _load(tmp_path, "lake:\n  catalog:\n    type: REST\n    uri: http://x:8181\n")
+    assert config.lake_catalog_properties == {"type": "REST", "uri": "http://x:8181"}
 
 
 def test_the_message_reads_file_line_col_setting(tmp_path):
