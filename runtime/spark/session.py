@@ -34,6 +34,7 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.launcher import worker_python
+from runtime.spark.masters import java_summary, unreachable
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {
@@ -248,15 +249,25 @@ def get_spark(
 
             if SparkContext._active_spark_context is not None:  # its JVM runs: no start, no archive to claim
                 class_archive = "off"
+            elif (why := unreachable(master)) is not None:  # before Spark's minute of registration retries
+                raise TidehouseError(
+                    ErrorCode.SPARK_START,
+                    f"could not reach the Spark master {master}: {why}",
+                    hint="start the standalone master (spark-class org.apache.spark.deploy.master.Master) or "
+                    "set spark.master to one that runs",
+                )
             builder = SparkSession.builder.master(master).appName(app_name)
             for key, value in session_conf(master, conf, log_dir, class_archive=class_archive).items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
+        except TidehouseError:
+            raise
         except Exception as exc:  # Java missing, bad master URL, port clash...
+            where = f"; Spark's log: {Path(log_dir) / SPARK_LOG}" if log_dir is not None else ""
             raise TidehouseError(
                 ErrorCode.SPARK_START,
-                f"could not start Spark: {exc}",
-                hint="check that Java 17 is installed and spark.master is right",
+                f"could not start Spark: {java_summary(str(exc))}",
+                hint=f"check that Java 17 is installed and spark.master is right{where}",
             ) from exc
         if class_archive == "make":  # the archive this process claimed, dumped from its JVM now
             gateway = getattr(spark.sparkContext._gateway, "proc", None)

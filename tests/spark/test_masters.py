@@ -1,0 +1,70 @@
+"""A standalone master that is not there fails the start at once with its address (runtime.spark.masters):
+Spark itself retried its registration for about a minute and then reported a stopped SparkContext's Java
+stack, 46 lines whose cause was nowhere in them. Another failed start reports the Java exception's line."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from runtime.spark.masters import java_summary, unreachable
+
+TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # a port no one listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_master_that_accepts_connections_is_reachable():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        up = server.getsockname()[1]
+        down = _closed_port()
+        assert unreachable(f"spark://127.0.0.1:{up}") is None
+        assert unreachable(f"spark://127.0.0.1:{down},127.0.0.1:{up}") is None  # one of HA masters suffices
+        why = unreachable(f"spark://127.0.0.1:{down}", timeout=2)
+        assert why is not None and why.startswith(f"127.0.0.1:{down}: ") and "refused" in why.lower(), why
+
+
+def test_only_standalone_masters_with_a_port_are_checked():
+    for master in ("local[*]", "local[2]", "yarn", "spark://127.0.0.1", "spark://"):
+        assert unreachable(master) is None, master  # Spark reports a URL without a port itself
+
+
+def test_a_py4j_error_is_reported_by_its_java_exception_line():
+    text = (
+        "An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.\n"
+        ": java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext.\n"
+        "This stopped SparkContext was created at:\n\n"
+        "org.apache.spark.api.java.JavaSparkContext.<init>(JavaSparkContext.scala:59)\n"
+        "\tat py4j.Gateway.invoke(Gateway.java:238)\n"
+    )
+    assert java_summary(text) == (
+        "java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext."
+    )
+    gateway = "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number."
+    assert java_summary(f"\n{gateway}\n") == gateway
+
+
+def test_a_command_that_starts_spark_on_a_master_that_is_not_there_exits_2_naming_it(tmp_path):
+    port = _closed_port()
+    (tmp_path / "tidehouse.yaml").write_text(f"spark:\n  master: spark://127.0.0.1:{port}\n")
+    (tmp_path / "actions").mkdir()
+    (tmp_path / "actions" / "ingest.sql").write_text(
+        "/*---\nname: ingest\ndescription: raw rows\ninputs: [raw]\n---*/\nSELECT a FROM raw\n"
+    )
+    env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
+    cmd = [TIDEHOUSE, "action", "register", "actions/"]  # checks the SQL with Spark
+    proc = subprocess.run(
+        cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"could not reach the Spark master spark://127.0.0.1:{port}: 127.0.0.1:{port}: " in proc.stderr
+    assert "\tat " not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
