@@ -32,6 +32,7 @@ from materializer.plan import (
     data_path_of,
     fingerprint,
     quarantine_name,
+    source_path,
     table_fingerprint,
 )
 from registry.graph import FlowGraph, node_location, source_node
@@ -432,9 +433,7 @@ def _rel(project, path: str | None) -> str | None:
 
 
 def _source_plan(project, name: str, src, session) -> SourcePlan:
-    path = getattr(src, "path", None)
-    if path and "://" not in path and not Path(path).is_absolute():
-        path = str((project.config.project_dir / path).resolve())
+    path = source_path(project.config.project_dir, getattr(src, "path", None))
     options = tuple(sorted((str(k), str(v)) for k, v in (getattr(src, "options", None) or {}).items()))
     ddl = getattr(src, "schema_", None)
     required: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from registry.graph import FlowGraph
@@ -64,6 +65,14 @@ class BatchException:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.detail}"
+
+
+def source_path(project_dir, path: str | None) -> str | None:
+    """A flow source's ``path`` as its plan holds it: a relative local path resolved against the project
+    directory (docs/flows.md), a URI or absolute path as it is."""
+    if path and "://" not in path and not Path(path).is_absolute():
+        return str((Path(project_dir) / path).resolve())
+    return path
 
 
 @dataclass(frozen=True)

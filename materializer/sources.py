@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from materializer.plan import SourcePlan
 from materializer.rows import CORRUPT
 from registry.specs.flow import FILE_FORMATS
-from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 from runtime.core.uris import scheme_of
 from runtime.spark.filelog import source_files
 from runtime.spark.filesource import NAME as FILES
@@ -49,6 +50,31 @@ LISTING_OPTIONS = frozenset(
 )
 ADMISSION = frozenset({"maxfilespertrigger", "maxbytespertrigger"})  # both listings apply these
 _GLOB = re.compile(r"[*?\[\]{}\\]")
+
+
+def missing_folder(path: str | None) -> bool:
+    """A file source's local folder that does not exist (a glob pattern or a URI: Spark's to resolve)."""
+    return bool(path) and "://" not in path and not _GLOB.search(path) and not Path(path).exists()
+
+
+def refuse_missing(paths: Mapping[str, str | None], locate) -> None:
+    """An ``--until-idle`` run over a file source whose folder does not exist would read nothing from it and
+    end as if it were drained (a mistyped path): refused, each at ``locate(name)`` (its ``path``).
+    ``paths``: each source's path as its plan holds it (:func:`materializer.plan.source_path`)."""
+    errors = [
+        TidehouseError(
+            ErrorCode.SOURCE_INVALID,
+            f"source {name}: the folder {path} does not exist, so an --until-idle run would read "
+            "nothing from it",
+            location=locate(name),
+            hint="fix the source's path, or create the folder (a run without --until-idle creates it and "
+            "waits for files)",
+        )
+        for name, path in paths.items()
+        if missing_folder(path)
+    ]
+    if errors:
+        raise TidehouseErrors(errors) if len(errors) > 1 else errors[0]
 
 
 def listing_refusal(src: SourcePlan, options: dict[str, str], config, *, connect: bool) -> str | None:
@@ -104,7 +130,14 @@ def source_stream(
     (``materializer.hotstream.Waiting``); Spark's listing does not wait."""
     from runtime.spark.session import is_connect
 
-    if src.path and "://" not in src.path:
+    # a long-running flow waits for a source folder that does not exist; an --until-idle run refused it
+    if missing_folder(src.path):
+        log.warning(
+            "source %s: the folder %s does not exist: created it empty, the query waits for files",
+            src.name,
+            src.path,
+            extra={"table": table},
+        )
         Path(src.path).mkdir(parents=True, exist_ok=True)
     why = listing_refusal(src, options, config, connect=is_connect(session))
     if why is None:

@@ -299,8 +299,10 @@ class Project:
         """
         from materializer.lock import RunLock
         from materializer.metrics import FlowCollector
+        from materializer.plan import source_path
         from materializer.runner import FlowRunner
         from materializer.selection import select_tables
+        from materializer.sources import refuse_missing
 
         name = plan.flow if plan is not None else self.flow_name(flow)
         selectors = list(full_refresh)
@@ -308,6 +310,10 @@ class Project:
             from registry.selectors import spec_tables
 
             spec_tables(self._spec(flow), selectors, option="--full-refresh")
+        if until_idle:  # a mistyped source folder would read as drained: refused before Spark starts
+            spec = self._spec(flow)
+            where = {n: source_path(self.config.project_dir, s.path) for n, s in spec.sources.items()}
+            refuse_missing(where, lambda n: spec.location_of(f"sources.{n}.path"))
         lock = RunLock(self.config.run_dir, name)
         lock.acquire()
         latest: dict[str, dict] = {}
