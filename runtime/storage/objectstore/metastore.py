@@ -51,6 +51,18 @@ def disconnected(exc: BaseException) -> bool:
     return isinstance(cause, sa.exc.DBAPIError) and bool(cause.connection_invalidated)
 
 
+def lost_connection(exc: BaseException) -> bool:
+    """Whether a database driver's error means the server ended the session: SQLSTATE class 08 (connection
+    exception) or 57P (an administrator's or a crash's shutdown), or a psycopg ``OperationalError`` without a
+    SQLSTATE (sending or receiving on the socket failed). SQLAlchemy's psycopg dialect asks only whether
+    psycopg has marked the connection broken, which it has not yet when a send finds the server's FATAL
+    message waiting ("sending query failed: terminating connection due to administrator command")."""
+    state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    if state:
+        return str(state).startswith(("08", "57P"))
+    return type(exc).__name__ == "OperationalError" and type(exc).__module__.startswith("psycopg")
+
+
 def shown_url(url: str) -> str:
     """The URL with its password hidden (for messages)."""
     try:
@@ -106,6 +118,12 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
                     location=Location(path="storage.metastore"),
                     hint="postgresql+psycopg:// needs the postgres extra: pip install 'tidehouse[postgres]'",
                 ) from None
+
+            @event.listens_for(engine, "handle_error")
+            def _lost(context) -> None:  # the pool discards the connection, `disconnected` sees it
+                if lost_connection(context.original_exception):
+                    context.is_disconnect = True
+
         _ENGINES[key] = engine
         return engine
 
