@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
+from runtime.core.dbsessions import mark_lost_sessions
 from runtime.core.errors import ErrorCode, TidehouseError
 
 Kind = Literal["action", "flow"]
@@ -147,6 +148,7 @@ class SqlStore(VersionStore):
                 _sqlite_immediate(engine)
             else:
                 engine = create_engine(url, pool_pre_ping=True)
+                mark_lost_sessions(engine)  # a pre-ping that finds the session ended reconnects
         except (ArgumentError, ImportError, SQLAlchemyError) as exc:
             raise TidehouseError(
                 ErrorCode.REGISTRY_UNAVAILABLE,

@@ -530,6 +530,19 @@ class Postgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url_of(name)
 
+    def drop_connections(self, url: str) -> int:
+        """End every session of ``url``'s database on the server (as a restart or an idle timeout does): how
+        many it ended."""
+        import psycopg
+
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as admin:
+            return admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                (url.rsplit("/", 1)[1],),
+            ).fetchone()[0]
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):  # pooled connections would hold the server up otherwise
             from runtime.storage.objectstore.metastore import dispose_engines

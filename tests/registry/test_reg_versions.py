@@ -73,6 +73,27 @@ def test_reopening_keeps_everything(registry_url):
     second.close()
 
 
+@pytest.mark.parametrize("dialect_sees_it", [True, False])
+def test_a_session_the_server_ended_costs_a_reconnect(postgres, monkeypatch, dialect_sees_it):
+    """The registry's pooled PostgreSQL sessions ended by the server (a restart, an idle timeout): the next
+    calls reconnect. Also when SQLAlchemy's psycopg dialect does not call the error a disconnect (psycopg had
+    not marked the connection broken yet: runtime.core.dbsessions)."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    if not dialect_sees_it:
+        monkeypatch.setattr(PGDialect_psycopg, "is_disconnect", lambda self, e, connection, cursor: False)
+    url = postgres.create_database()
+    registry = Registry.open(url)
+    try:
+        registry.register_action(action_text("a", 1))
+        assert postgres.drop_connections(url) >= 1
+        assert registry.register_action(action_text("a", 2)).version == 2
+        assert postgres.drop_connections(url) >= 1
+        assert [a.version for a in registry.action_versions("a")] == [1, 2]
+    finally:
+        registry.close()
+
+
 def test_unreachable_database_is_a_user_error(tmp_path):
     with pytest.raises(TidehouseError) as info:
         Registry.open(f"sqlite:///{tmp_path / 'missing-dir' / 'deeper' / 'r.db'}")

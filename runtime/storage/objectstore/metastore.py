@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from runtime.core.dbsessions import mark_lost_sessions
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.storage.objectstore.metacommit import LOCK_HEADS, Commit, Fenced, Stale
 from runtime.storage.objectstore.metaschema import (
@@ -49,18 +50,6 @@ def disconnected(exc: BaseException) -> bool:
     """Whether ``exc`` (or its cause) is a database connection that was lost (the pool discards it)."""
     cause = exc if isinstance(exc, sa.exc.DBAPIError) else exc.__cause__
     return isinstance(cause, sa.exc.DBAPIError) and bool(cause.connection_invalidated)
-
-
-def lost_connection(exc: BaseException) -> bool:
-    """Whether a database driver's error means the server ended the session: SQLSTATE class 08 (connection
-    exception) or 57P (an administrator's or a crash's shutdown), or a psycopg ``OperationalError`` without a
-    SQLSTATE (sending or receiving on the socket failed). SQLAlchemy's psycopg dialect asks only whether
-    psycopg has marked the connection broken, which it has not yet when a send finds the server's FATAL
-    message waiting ("sending query failed: terminating connection due to administrator command")."""
-    state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
-    if state:
-        return str(state).startswith(("08", "57P"))
-    return type(exc).__name__ == "OperationalError" and type(exc).__module__.startswith("psycopg")
 
 
 def shown_url(url: str) -> str:
@@ -118,12 +107,7 @@ def engine_for(url: str, *, durable: bool = True) -> Engine:
                     location=Location(path="storage.metastore"),
                     hint="postgresql+psycopg:// needs the postgres extra: pip install 'tidehouse[postgres]'",
                 ) from None
-
-            @event.listens_for(engine, "handle_error")
-            def _lost(context) -> None:  # the pool discards the connection, `disconnected` sees it
-                if lost_connection(context.original_exception):
-                    context.is_disconnect = True
-
+            mark_lost_sessions(engine)  # the pool discards a dropped connection, `disconnected` sees it
         _ENGINES[key] = engine
         return engine
 
