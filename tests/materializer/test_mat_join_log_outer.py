@@ -99,6 +99,10 @@ def test_kill_9_mid_outer_log_join_in_tasks_then_until_idle_is_exact(
         project.close()
 
 
+@pytest.mark.skipif(
+    scale(True, False),
+    reason="TIDEHOUSE_SCALE=full: outer joins moved between the data paths (CI: inner ones)",
+)
 def test_outer_log_joins_moved_between_the_data_paths_keep_their_checkpoint_and_state(
     spark, project_dir, seed
 ):
