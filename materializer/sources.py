@@ -53,8 +53,11 @@ _GLOB = re.compile(r"[*?\[\]{}\\]")
 
 
 def missing_folder(path: str | None) -> bool:
-    """A file source's local folder that does not exist (a glob pattern or a URI: Spark's to resolve)."""
-    return bool(path) and "://" not in path and not _GLOB.search(path) and not Path(path).exists()
+    """A file source's local folder (a path or a ``file://`` URI) that does not exist; a glob pattern or
+    another URI is Spark's to resolve."""
+    if not path or _GLOB.search(path) or scheme_of(path) not in ("", "file"):
+        return False
+    return not Path(uri_path(path)).exists()
 
 
 def refuse_missing(paths: Mapping[str, str | None], locate) -> None:
@@ -138,7 +141,7 @@ def source_stream(
             src.path,
             extra={"table": table},
         )
-        Path(src.path).mkdir(parents=True, exist_ok=True)
+        Path(uri_path(src.path)).mkdir(parents=True, exist_ok=True)
     why = listing_refusal(src, options, config, connect=is_connect(session))
     if why is None:
         log.info("%s: Tidehouse lists the source folder %s", table, src.path)

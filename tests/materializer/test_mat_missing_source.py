@@ -17,6 +17,7 @@ from tests.materializer._flowkit import canon, make_events, oracle, write_batch
 
 def test_only_a_local_folder_that_does_not_exist_is_missing(tmp_path):
     assert missing_folder(str(tmp_path / "nope"))
+    assert missing_folder((tmp_path / "nope").as_uri()) and not missing_folder(tmp_path.as_uri())
     assert not missing_folder(str(tmp_path))
     assert not missing_folder(None) and not missing_folder("")
     assert not missing_folder(str(tmp_path / "*" / "events"))  # a glob pattern: Spark matches it
