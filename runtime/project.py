@@ -310,7 +310,9 @@ class Project:
             from registry.selectors import spec_tables
 
             spec_tables(self._spec(flow), selectors, option="--full-refresh")
-        if until_idle:  # a mistyped source folder would read as drained: refused before Spark starts
+        # a mistyped source folder would read as drained: refused before Spark starts (not over Spark Connect:
+        # the paths are the server's, which this process may not see)
+        if until_idle and not self.config.get("spark.remote"):
             spec = self._spec(flow)
             where = {n: source_path(self.config.project_dir, s.path) for n, s in spec.sources.items()}
             refuse_missing(where, lambda n: spec.location_of(f"sources.{n}.path"))

@@ -34,7 +34,7 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.launcher import worker_python
-from runtime.spark.masters import java_summary, unreachable
+from runtime.spark.masters import connect_unreachable, java_summary, unreachable
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {
@@ -293,6 +293,12 @@ def connect_session(url: str, conf: Mapping[str, Any] | None = None):
         warnings.filterwarnings("ignore", message=r".*\[RETRIES_EXCEEDED\].*")
         warnings.filterwarnings("ignore", message=".*StreamingQueryListenerBus Handler thread.*")
         warnings.filterwarnings("ignore", message=".*Failed to (add|remove) the listener.*")
+        if (why := connect_unreachable(url)) is not None:  # before the client's minutes of retries
+            raise TidehouseError(
+                ErrorCode.SPARK_START,
+                f"could not reach the Spark Connect server {url}: {why}",
+                hint="check spark.remote and that the server runs (sbin/start-connect-server.sh)",
+            )
         try:
             from pyspark.sql import SparkSession
 

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtime.spark.masters import java_summary, unreachable
+import pytest
+
+from runtime.spark.masters import connect_unreachable, java_summary, unreachable
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 
@@ -33,6 +35,19 @@ def test_a_master_that_accepts_connections_is_reachable():
         assert why is not None and why.startswith(f"127.0.0.1:{down}: ") and "refused" in why.lower(), why
 
 
+def test_a_connect_server_that_accepts_connections_is_reachable():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        up = server.getsockname()[1]
+        down = _closed_port()
+        assert connect_unreachable(f"sc://127.0.0.1:{up}") is None
+        assert connect_unreachable(f"sc://127.0.0.1:{up}/;user_id=me;session_id=x") is None
+        why = connect_unreachable(f"sc://127.0.0.1:{down}/;user_id=me", timeout=2)
+        assert why is not None and why.startswith(f"127.0.0.1:{down}: ") and "refused" in why.lower(), why
+    assert connect_unreachable("sc://host:port") is None  # not a port: the client reports the URL
+
+
 def test_only_standalone_masters_with_a_port_are_checked():
     for master in ("local[*]", "local[2]", "yarn", "spark://127.0.0.1", "spark://"):
         assert unreachable(master) is None, master  # Spark reports a URL without a port itself
@@ -53,9 +68,12 @@ def test_a_py4j_error_is_reported_by_its_java_exception_line():
     assert java_summary(f"\n{gateway}\n") == gateway
 
 
-def test_a_command_that_starts_spark_on_a_master_that_is_not_there_exits_2_naming_it(tmp_path):
+@pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
+def test_a_command_that_starts_spark_on_a_server_that_is_not_there_exits_2_naming_it(tmp_path, where):
+    """The master, or the Connect server: the client retried one that refused for minutes (more than 10 in a
+    try here, its exit retrying again), printing nothing."""
     port = _closed_port()
-    (tmp_path / "tidehouse.yaml").write_text(f"spark:\n  master: spark://127.0.0.1:{port}\n")
+    (tmp_path / "tidehouse.yaml").write_text(f"spark:\n  {where}://127.0.0.1:{port}\n")
     (tmp_path / "actions").mkdir()
     (tmp_path / "actions" / "ingest.sql").write_text(
         "/*---\nname: ingest\ndescription: raw rows\ninputs: [raw]\n---*/\nSELECT a FROM raw\n"
@@ -66,5 +84,7 @@ def test_a_command_that_starts_spark_on_a_master_that_is_not_there_exits_2_namin
         cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"could not reach the Spark master spark://127.0.0.1:{port}: 127.0.0.1:{port}: " in proc.stderr
+    what = "Spark master" if where.startswith("master") else "Spark Connect server"
+    url = f"{where.split(': ')[1]}://127.0.0.1:{port}"
+    assert f"could not reach the {what} {url}: 127.0.0.1:{port}: " in proc.stderr, proc.stderr
     assert "\tat " not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
