@@ -70,8 +70,8 @@ def test_a_py4j_error_is_reported_by_its_java_exception_line():
 
 @pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
 def test_a_command_that_starts_spark_on_a_server_that_is_not_there_exits_2_naming_it(tmp_path, where):
-    """The master, or the Connect server: the client retried one that refused for minutes (more than 10 in a
-    try here, its exit retrying again), printing nothing."""
+    """The master, or the Connect server: the Connect client retried one that refused for minutes, printing
+    nothing, and again in its exit handler (a run was still there after 10 minutes)."""
     port = _closed_port()
     (tmp_path / "tidehouse.yaml").write_text(f"spark:\n  {where}://127.0.0.1:{port}\n")
     (tmp_path / "actions").mkdir()
