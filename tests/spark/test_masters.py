@@ -1,6 +1,7 @@
-"""A standalone master that is not there fails the start at once with its address (runtime.spark.masters):
-Spark itself retried its registration for about a minute and then reported a stopped SparkContext's Java
-stack, 46 lines whose cause was nowhere in them. Another failed start reports the Java exception's line."""
+"""A standalone master or a Spark Connect server that is not there fails the start at once with its address
+(runtime.spark.masters): Spark itself retried a master's registration for about a minute and then reported a
+stopped SparkContext's Java stack, 46 lines whose cause was nowhere in them; the Connect client retried for
+minutes without a word. Another failed start reports the Java exception's line."""
 
 from __future__ import annotations
 
