@@ -5,10 +5,12 @@ minutes without a word. Another failed start reports the Java exception's line."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,28 +26,31 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_master_that_accepts_connections_is_reachable():
+@contextlib.contextmanager
+def _ports() -> Iterator[tuple[int, int]]:
+    """(a port a server listens on, one nobody does) on 127.0.0.1, while the block runs."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        up = server.getsockname()[1]
-        down = _closed_port()
+        yield server.getsockname()[1], _closed_port()
+
+
+def _refused(why: str | None, port: int) -> bool:
+    return why is not None and why.startswith(f"127.0.0.1:{port}: ") and "refused" in why.lower()
+
+
+def test_a_master_that_accepts_connections_is_reachable():
+    with _ports() as (up, down):
         assert unreachable(f"spark://127.0.0.1:{up}") is None
         assert unreachable(f"spark://127.0.0.1:{down},127.0.0.1:{up}") is None  # one of HA masters suffices
-        why = unreachable(f"spark://127.0.0.1:{down}", timeout=2)
-        assert why is not None and why.startswith(f"127.0.0.1:{down}: ") and "refused" in why.lower(), why
+        assert _refused(unreachable(f"spark://127.0.0.1:{down}", timeout=2), down)
 
 
 def test_a_connect_server_that_accepts_connections_is_reachable():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        up = server.getsockname()[1]
-        down = _closed_port()
+    with _ports() as (up, down):
         assert connect_unreachable(f"sc://127.0.0.1:{up}") is None
         assert connect_unreachable(f"sc://127.0.0.1:{up}/;user_id=me;session_id=x") is None
-        why = connect_unreachable(f"sc://127.0.0.1:{down}/;user_id=me", timeout=2)
-        assert why is not None and why.startswith(f"127.0.0.1:{down}: ") and "refused" in why.lower(), why
+        assert _refused(connect_unreachable(f"sc://127.0.0.1:{down}/;user_id=me", timeout=2), down)
     assert connect_unreachable("sc://host:port") is None  # not a port: the client reports the URL
 
 
