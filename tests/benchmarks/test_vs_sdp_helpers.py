@@ -75,17 +75,21 @@ def test_a_child_sharing_its_parents_address_space_is_counted_once(monkeypatch):
     from benchmarks.vs_sdp import process
 
     assert process.shares_memory(os.getpid(), os.getpid())
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # The child writes 32 MiB and then says so: just after its exec, /proc may still show it with 0 resident
+    # pages (the kernel syncs a task's RSS counters lazily), which would make ``both`` equal ``alone``.
+    script = "import time; held = b'x' * (32 << 20); print('ready', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pid = child.pid
     try:
+        assert child.stdout.readline() == "ready\n"
         assert not process.shares_memory(os.getpid(), pid)
         both = tree_rss_bytes(os.getpid())
         monkeypatch.setattr(process, "shares_memory", lambda kid, parent: kid == pid)  # as if vforked
         alone = tree_rss_bytes(os.getpid())
-        assert 0 < alone < both
+        assert 0 < alone < both - (32 << 20)
     finally:
         child.kill()
-        child.wait()
+        child.communicate()  # waits, and closes the pipe
     assert not process.shares_memory(os.getpid(), pid)  # gone: nothing shared
 
 
