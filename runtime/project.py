@@ -15,7 +15,7 @@ import contextlib
 import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,15 +221,6 @@ class Project:
             return parse_flow(ref.path)
         return self.registry.get_flow(ref.ref.name, ref.ref.version).spec
 
-    def flow_name(self, flow: str | os.PathLike | FlowRef) -> str:
-        """The name of a flow without Spark or the registry: a file's ``flow:`` key, else ``NAME``."""
-        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
-        if ref.is_path:
-            from registry.specs import parse_flow
-
-            return parse_flow(ref.path).flow
-        return ref.ref.name
-
     # -- plan and run ------------------------------------------------------------------------------
     def plan(
         self,
@@ -304,18 +295,20 @@ class Project:
         from materializer.selection import select_tables
         from materializer.sources import refuse_missing
 
-        name = plan.flow if plan is not None else self.flow_name(flow)
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        spec = cache(lambda: self._spec(ref))  # parsed at most once, and only when a check below needs it
+        # the lock's name without Spark or the registry: a file's ``flow:`` key, else ``NAME``
+        name = plan.flow if plan is not None else spec().flow if ref.is_path else ref.ref.name
         selectors = list(full_refresh)
         if selectors and plan is None:  # a mistyped selector fails before Spark starts
             from registry.selectors import spec_tables
 
-            spec_tables(self._spec(flow), selectors, option="--full-refresh")
+            spec_tables(spec(), selectors, option="--full-refresh")
         # a mistyped source folder would read as drained: refused before Spark starts (not over Spark Connect:
         # the paths are the server's, which this process may not see)
         if until_idle and not self.config.get("spark.remote"):
-            spec = self._spec(flow)
-            where = {n: source_path(self.config.project_dir, s.path) for n, s in spec.sources.items()}
-            refuse_missing(where, lambda n: spec.location_of(f"sources.{n}.path"))
+            where = {n: source_path(self.config.project_dir, s.path) for n, s in spec().sources.items()}
+            refuse_missing(where, lambda n: spec().location_of(f"sources.{n}.path"))
         lock = RunLock(self.config.run_dir, name)
         lock.acquire()
         latest: dict[str, dict] = {}
@@ -327,7 +320,7 @@ class Project:
 
         try:
             with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
-                plan = plan or self.plan(flow, register=True, spark=spark)
+                plan = plan or self.plan(ref, register=True, spark=spark)
                 rebuild = select_tables(plan, selectors, option="--full-refresh") if selectors else []
                 runner = FlowRunner(self, plan, spark=spark, on_status=keep, lock=lock)
                 return runner.run(

@@ -45,6 +45,24 @@ def test_until_idle_over_a_missing_source_folder_is_refused_at_its_path(project_
         project.close()
 
 
+def test_the_checks_before_spark_parse_the_flow_file_once(project_dir, test_flow, monkeypatch):
+    """The lock's name, the --full-refresh selectors and the source folders all come from one parse."""
+    import registry.specs
+    from runtime.core.errors import TidehouseError
+    from runtime.project import Project
+
+    shutil.rmtree(project_dir / "data" / "clicks")
+    parse, parsed = registry.specs.parse_flow, []
+    monkeypatch.setattr(registry.specs, "parse_flow", lambda path: parsed.append(path) or parse(path))
+    project = Project.open()
+    try:
+        with pytest.raises(TidehouseError, match="does not exist"):
+            project.trigger(test_flow, until_idle=True, full_refresh=["layer:ads"])
+    finally:
+        project.close()
+    assert parsed == [test_flow]
+
+
 @pytest.mark.spark
 def test_a_long_running_trigger_creates_the_folder_and_reads_what_arrives(
     spark, project_dir, test_flow, caplog, seed
