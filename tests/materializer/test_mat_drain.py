@@ -53,7 +53,16 @@ def test_the_waits_run_side_by_side_and_each_failure_is_returned():
     assert drain({"a": _Query(0.0, release)}, ["a"]) == {"a": None}
 
 
-def test_an_interrupt_leaves_at_once():
+@pytest.fixture
+def interruptible():
+    """Python's own SIGINT handler, also where the shell started this process with SIGINT ignored (bash does
+    that to a simple command it runs with `&`): the test is about what drain does with an interrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_leaves_at_once(interruptible):
     release = threading.Event()
     queries = {"a": _Query(30, release), "b": _Query(30, release)}
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
