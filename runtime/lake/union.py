@@ -83,7 +83,8 @@ def referenced_tables(sql: str, tables: Iterable[str]) -> list[TableRef]:
             continue
         if i > 0 and texts[i - 1][0] == ".":  # part of a longer dotted name (catalog.schema.table)
             continue
-        layer, rel = _unquote(a), _unquote(b)
+        # DuckDB matches identifiers case-insensitively, quoted or not (tables are named in lower case)
+        layer, rel = _unquote(a).lower(), _unquote(b).lower()
         for suffix, view in ((LAKE_SUFFIX, "lake"), (CHANGELOG_SUFFIX, "changelog"), ("", "")):
             if suffix and not rel.endswith(suffix):
                 continue

@@ -101,6 +101,18 @@ def test_join_and_string_literals_are_untouched(filled):
     assert out == [{"label": "ods.clicks", "n": sum(1 for r in hot if r["user_id"] in live)}]
 
 
+def test_table_names_match_in_any_case_as_duckdb_matches_identifiers(filled):
+    """DuckDB resolves ``ODS.Clicks`` and ``"ODS"."CLICKS$LAKE"`` to ``ods.clicks``; so does the union."""
+    store, lake = filled
+    sql = 'SELECT (SELECT count(*) FROM ODS.Clicks) AS hot, (SELECT count(*) FROM "ODS"."CLICKS$LAKE") lake'
+    assert [(r.table, r.view) for r in referenced_tables(sql, {"ods.clicks"})] == [
+        ("ods.clicks", ""),
+        ("ods.clicks", "lake"),
+    ]
+    plain = "SELECT (SELECT count(*) FROM ods.clicks) AS hot, (SELECT count(*) FROM ods.clicks$lake) AS lake"
+    assert union_query(store, lake, sql).to_pylist() == union_query(store, lake, plain).to_pylist()
+
+
 def test_unknown_table_is_a_user_error(filled):
     store, lake = filled
     with pytest.raises(TidehouseError) as err:
