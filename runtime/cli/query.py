@@ -14,7 +14,8 @@ from runtime.cli._render import echo_json, table_csv, table_text
 @pass_state
 def query_cmd(state, sql: str, fmt: str) -> None:
     """Run SQL (DuckDB dialect) over union reads: `layer.t` = lake + hot tail, `layer.t$lake` = lake only,
-    `layer.t$changelog` = the hot changelog with its system columns."""
+    `layer.t$changelog` = the hot changelog with its system columns. Of several statements
+    (`SET ...; SELECT ...`), the last one's rows are printed; an earlier one may not return rows."""
     result = state.project.query(sql)
     headers = result.column_names
     rows = result.to_pylist()

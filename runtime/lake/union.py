@@ -19,7 +19,9 @@ For every table a query names:
 Table references are not rewritten in the SQL text: each layer becomes a DuckDB schema and each table a view
 of a registered Arrow table, so ``ods.clicks`` resolves by DuckDB's own name binding, and string literals or
 comments that happen to contain ``ods.clicks`` are untouched. Which tables to load is found with DuckDB's
-tokenizer (identifier ``.`` identifier, quoted or not), so only the tables a query names are read.
+tokenizer (identifier ``.`` identifier, quoted or not, in any case as DuckDB binds names), so only the tables
+a query names are read. A query may hold several statements (``SET TimeZone = 'UTC'; SELECT ...``); its
+result is the last one's rows, so an earlier statement that returns rows is refused, as is an empty query.
 """
 
 from __future__ import annotations
@@ -160,8 +162,40 @@ class UnionReader:
         return self.union(ref.table)
 
 
+_HINT = (
+    "tables are named <layer>.<name> (also <layer>.<name>$lake, <layer>.<name>$changelog); the SQL dialect "
+    "is DuckDB's"
+)
+# statements that return rows: before the last one, their rows would be computed and never shown
+_ROWS = {getattr(duckdb.StatementType, kind) for kind in ("SELECT", "EXPLAIN", "PRAGMA", "CALL")}
+
+
+def check_statements(sql: str) -> None:
+    """A query is one or more statements, and only the last one's rows are the result: an empty query, or a
+    statement before the last that returns rows (``SELECT 1; SELECT 2``), is an error, not a result that
+    silently leaves something out."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise TidehouseError(ErrorCode.QUERY_INVALID, str(exc).strip().splitlines()[0], hint=_HINT) from exc
+    if not statements:
+        raise TidehouseError(ErrorCode.QUERY_INVALID, "the query is empty", hint="give one SQL statement")
+    for i, statement in enumerate(statements[:-1], start=1):
+        if statement.type in _ROWS:
+            text = " ".join(statement.query.split()).rstrip(";")
+            text = text if len(text) <= 60 else text[:57] + "..."
+            raise TidehouseError(
+                ErrorCode.QUERY_INVALID,
+                f"statement {i} of {len(statements)} ({text}) returns rows, and only the last statement's "
+                "rows are shown",
+                hint="run each query on its own, or combine them with UNION ALL or a join",
+            )
+
+
 def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
-    """Run ``sql`` (DuckDB dialect) over union reads of the tables it names; return the result as Arrow."""
+    """Run ``sql`` (DuckDB dialect) over union reads of the tables it names; return the result as Arrow (the
+    last statement's rows: :func:`check_statements`)."""
+    check_statements(sql)
     reader = UnionReader(store, lake)
     refs = referenced_tables(sql, reader.tables)
     con = duckdb.connect(":memory:")
@@ -180,10 +214,7 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
             return relation.to_arrow_table()
         except duckdb.Error as exc:
             raise TidehouseError(
-                ErrorCode.QUERY_INVALID,
-                str(exc).strip().splitlines()[0],
-                hint="tables are named <layer>.<name> (also <layer>.<name>$lake, "
-                "<layer>.<name>$changelog); the SQL dialect is DuckDB's",
+                ErrorCode.QUERY_INVALID, str(exc).strip().splitlines()[0], hint=_HINT
             ) from exc
     finally:
         con.close()

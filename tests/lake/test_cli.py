@@ -53,6 +53,20 @@ def test_query_errors_exit_2(run_cli, home):
     assert code == 2 and "TH510" in err
     code, _, err = run_cli("tier", "run", "--table", "ods.missing")
     assert code == 2 and "TH300" in err
+    # an empty query (an unset variable: `tidehouse query "$SQL"`) printed "(0 rows)" with exit 0
+    for empty in ("", "  -- a comment\n"):
+        code, out, err = run_cli("query", empty)
+        assert (code, out) == (
+            2,
+            "",
+        ) and err == "error: the query is empty (give one SQL statement) [TH510]\n"
+    # a first SELECT's rows were computed and never printed
+    code, out, err = run_cli("query", "SELECT count(*) FROM ods.clicks; SELECT 2 AS b")
+    assert (code, out) == (2, "") and "statement 1 of 2 (SELECT count(*) FROM ods.clicks) returns rows" in err
+    code, out, err = run_cli(
+        "query", "SET TimeZone = 'UTC'; SELECT count(*) AS n FROM ods.clicks", "--format", "json"
+    )
+    assert code == 0 and json.loads(out) == [{"n": 1}], err
 
 
 def test_a_querys_private_state_table_is_never_tiered_nor_queried(run_cli, home):

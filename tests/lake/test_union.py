@@ -3,6 +3,8 @@ tables."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -111,6 +113,29 @@ def test_table_names_match_in_any_case_as_duckdb_matches_identifiers(filled):
     ]
     plain = "SELECT (SELECT count(*) FROM ods.clicks) AS hot, (SELECT count(*) FROM ods.clicks$lake) AS lake"
     assert union_query(store, lake, sql).to_pylist() == union_query(store, lake, plain).to_pylist()
+
+
+def test_only_the_last_statement_may_return_rows():
+    from runtime.lake.union import check_statements
+
+    check_statements("SELECT 1")
+    check_statements("SET threads = 1; CREATE TABLE t AS SELECT 1; SELECT * FROM t;")
+    for sql, text in [
+        ("SELECT 1; SELECT 2", "statement 1 of 2 (SELECT 1) returns rows"),
+        ("SET threads = 1;\n EXPLAIN SELECT 1; SELECT 2", "statement 2 of 3 (EXPLAIN SELECT 1) returns rows"),
+        ("PRAGMA version; SELECT 2", "(PRAGMA version) returns rows"),
+        ("CALL pragma_version(); SELECT 2", "(CALL pragma_version()) returns rows"),
+        (
+            f"SELECT {'1 + ' * 30}1; SELECT 2",
+            "(SELECT 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 ...)",
+        ),
+        ("", "the query is empty"),
+        (" ;; -- nothing", "the query is empty"),
+        ("SELEC 1", 'syntax error at or near "SELEC"'),
+    ]:
+        with pytest.raises(TidehouseError, match=re.escape(text)) as err:
+            check_statements(sql)
+        assert err.value.code == ErrorCode.QUERY_INVALID, sql
 
 
 def test_unknown_table_is_a_user_error(filled):
