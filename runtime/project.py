@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.core.config import Config, load_config, mask_catalog, redact
+from runtime.core.durations import run_seconds
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.literals import is_internal_table
 from runtime.core.refs import FlowRef, Ref
@@ -295,6 +296,14 @@ class Project:
         from materializer.selection import select_tables
         from materializer.sources import refuse_missing
 
+        if until_idle and duration is not None:
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                "--until-idle and --duration exclude each other: an --until-idle run ends when it is drained",
+                location=Location("--duration"),
+                hint="give one of them",
+            )
+        duration = run_seconds(duration, "--duration")
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
         spec = cache(lambda: self._spec(ref))  # parsed at most once, and only when a check below needs it
         # the lock's name without Spark or the registry: a file's ``flow:`` key, else ``NAME``

@@ -126,7 +126,13 @@ class _Progress:
     is_flag=True,
     help="Run until every source is exhausted and every layer caught up, then tier once more and exit.",
 )
-@click.option("--duration", type=float, default=None, metavar="S", help="Run for S seconds, then stop.")
+@click.option(
+    "--duration",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Run for S seconds (above 0), then stop; not with --until-idle.",
+)
 @click.option(
     "--full-refresh",
     "full_refresh",

@@ -10,6 +10,7 @@ import click
 
 from runtime.cli import pass_state, tier
 from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, echo_json, table_text
+from runtime.core.durations import run_seconds
 from runtime.core.errors import ErrorCode, TidehouseError
 
 
@@ -69,7 +70,10 @@ def run_cmd(
 @tier.command("schedule")
 @click.option("--flow", "flow", help="Tier the tables of this registered flow on their intervals.")
 @click.option(
-    "--duration", type=float, default=None, help="Stop after this many seconds (default: until stopped)."
+    "--duration",
+    type=float,
+    default=None,
+    help="Stop after this many seconds, above 0 (default: until stopped).",
 )
 @pass_state
 def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
@@ -77,6 +81,7 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
 
     With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
     """
+    duration = run_seconds(duration, "--duration")
     project = state.project
     tables = project.tier_tables(flow)
     if not tables:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
+
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -13,6 +16,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like '500ms', '5s' or '1m', got {value!r}")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):  # YAML's .nan and .inf are floats
+            raise ValueError(f"a duration is a finite number of seconds, got {value!r}")
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value!r}")
         return float(value)
@@ -34,3 +39,17 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
             return f"{round(seconds / size)}{unit}"
     return f"{round(seconds * 1000)}ms"
+
+
+def run_seconds(value: float | None, option: str) -> float | None:
+    """How long a run lasts (``--duration``): ``None`` (until stopped) or a finite number of seconds above 0.
+    Anything else is an error located at ``option``: 0 read as "no limit", a negative number stopped at once,
+    and NaN never stopped."""
+    if value is None or (math.isfinite(value) and value > 0):
+        return value
+    raise TidehouseError(
+        ErrorCode.CONFIG_INVALID,
+        f"a run's duration is a number of seconds above 0, not {value!r}",
+        location=Location(option),
+        hint="leave it out to run until stopped",
+    )

@@ -107,6 +107,13 @@ def init_project(
     """Scaffold a project in ``root`` (created if missing). Refuses a folder that already has a project file
     unless ``force`` (then shipped files are rewritten; files the user added are left alone)."""
     root = Path(root).resolve()
+    if with_data and events < 1:  # checked before anything is written: not a project without its data
+        raise TidehouseError(
+            ErrorCode.CONFIG_INVALID,
+            f"the sample data needs at least 1 event, not {events}",
+            location=Location("--events"),
+            hint="give --events 1 or more, or --no-data for none",
+        )
     if root.exists() and not root.is_dir():
         raise TidehouseError(
             ErrorCode.CONFIG_INVALID,

@@ -50,6 +50,9 @@ INVALID = [
     ("bad-integer", "storage:\n  segment_bytes: lots\n", C, 2, 18, "storage.segment_bytes"),
     ("boolean-for-integer", "storage:\n  segment_bytes: true\n", C, 2, 18, "storage.segment_bytes"),
     ("bad-duration", "tiering:\n  interval: soon\n", C, 2, 13, "tiering.interval"),
+    # YAML's .nan and .inf are floats: a NaN interval was accepted
+    ("nan-duration", "tiering:\n  interval: .nan\n", C, 2, 13, "tiering.interval"),
+    ("infinite-duration", "tiering:\n  interval: .inf\n", C, 2, 13, "tiering.interval"),
     # YAML 1.1 read 1:30 as 90 (seconds): now it is the string '1:30', which is not a duration
     ("sexagesimal-duration", "tiering:\n  interval: 1:30\n", C, 2, 13, "tiering.interval"),
     ("ambiguous-boolean", "storage:\n  fsync: no\n", C, 2, 10, "storage.fsync"),

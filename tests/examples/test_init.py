@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 
 from runtime.core.settings import SETTINGS
@@ -54,6 +55,20 @@ def test_init_refuses_an_existing_project_unless_forced(run_cli, tmp_path):
     assert code == 2 and "TH100" in err and "tidehouse.yaml" in err and "--force" in err
     assert run_cli("init", str(target), "--no-data", "--force")[0] == 0
     assert (target / "flows" / "mine.yaml").read_text() == "flow: mine\n", "user files are kept"
+
+
+@pytest.mark.parametrize("events", ["0", "-5"])
+def test_init_refuses_sample_data_of_no_events_before_writing_anything(run_cli, tmp_path, events):
+    """It was an internal error (TH900, a ValueError from the generator) after the project files were
+    written: a project without its data, refused by the next init."""
+    target = tmp_path / "p"
+    code, out, err = run_cli("init", str(target), "--events", events)
+    assert (code, out) == (2, "") and err == (
+        f"error: --events: the sample data needs at least 1 event, not {events} "
+        "(give --events 1 or more, or --no-data for none) [TH100]\n"
+    )
+    assert not target.exists()
+    assert run_cli("init", str(target), "--events", events, "--no-data")[0] == 0
 
 
 def test_init_in_the_current_directory(run_cli, project_dir):

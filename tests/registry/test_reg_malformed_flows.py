@@ -214,6 +214,7 @@ CASES = [
         None,
     ),
     ("duration-negative", HEAD + "trigger: -1s #<\nlayers:\n  " + ODS, E.SPEC_BAD_DURATION, "trigger", None),
+    ("duration-nan", HEAD + "trigger: .nan #<\nlayers:\n  " + ODS, E.SPEC_BAD_DURATION, "trigger", None),
     (
         "duration-zero-tiering",
         HEAD + "tiering: {interval: 0s} #<\nlayers:\n  " + ODS,
