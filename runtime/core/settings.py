@@ -59,6 +59,26 @@ def _count(value: Any) -> int:
     return n
 
 
+def _positive(value: Any) -> int:
+    """A whole number of at least 1 (a size or a cap that 0 would not bound)."""
+    n = _int(value)
+    if n < 1:
+        raise SettingValueError(f"expected 1 or more, got {n}")
+    return n
+
+
+def _off_or_at_least(minimum: int) -> Callable[[Any], int]:
+    """0 (the feature is off, as the description says) or a whole number of at least ``minimum``."""
+
+    def check(value: Any) -> int:
+        n = _int(value)
+        if n != 0 and n < minimum:
+            raise SettingValueError(f"expected 0 (off) or {minimum} or more, got {n}")
+        return n
+
+    return check
+
+
 def _str(value: Any) -> str:
     """A non-empty string: an empty one would silently mean "the default", so it is refused."""
     if not isinstance(value, str):
@@ -236,7 +256,9 @@ SETTINGS: tuple[Setting, ...] = (
         "fsync every hot append before acknowledging it (false trades durability on power loss for latency).",
         _bool,
     ),
-    Setting("storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _int),
+    Setting(
+        "storage.segment_bytes", 64 * 1024 * 1024, "Roll a log segment when it reaches this size.", _positive
+    ),
     Setting(
         "storage.retention",
         24 * 3600.0,
@@ -250,7 +272,7 @@ SETTINGS: tuple[Setting, ...] = (
         "its changelog since the last snapshot has at least this many rows, and as many as the state holds; "
         "retention then deletes that changelog below the snapshot (docs/architecture.md, Retention of state "
         "tables). Unused with a local root, whose state is durable on its disk.",
-        _int,
+        _positive,
     ),
     Setting(
         "lake.catalog",
@@ -265,19 +287,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration
     ),
-    Setting("tiering.max_snapshots", 100, "Expire lake snapshots beyond this many per table.", _int),
+    Setting(
+        "tiering.max_snapshots",
+        100,
+        "Expire lake snapshots beyond this many per table. 0: never expire.",
+        _off_or_at_least(1),
+    ),
     Setting(
         "tiering.compact_min_files",
         32,
         "Compact a lake partition's files of similar size (within 8x) "
-        "once there are at least this many of them.",
-        _int,
+        "once there are at least this many of them. 0: no compaction.",
+        _off_or_at_least(2),
     ),
     Setting(
         "tiering.compact_target_bytes",
         128 * 1024 * 1024,
         "Compaction writes files up to this size and never rewrites a file this big.",
-        _int,
+        _positive,
     ),
     Setting(
         "tiering.executor_rows",
@@ -309,7 +336,7 @@ SETTINGS: tuple[Setting, ...] = (
         "On the driver data path: at most this many rows of a hot input per micro-batch "
         "of an append or changelog query (they read the batch in the driver): a backlog is worked off in "
         "several batches, so driver memory stays bounded.",
-        _int,
+        _positive,
     ),
     Setting(
         "materializer.source_bytes_per_batch",
@@ -371,7 +398,7 @@ SETTINGS: tuple[Setting, ...] = (
         "holds the rows, and each micro-batch costs the driver fixed planning and commit "
         "(executor_source_bytes_per_batch); but the one write task of a table of one bucket holds its batch: "
         "lower it for wide rows.",
-        _int,
+        _positive,
     ),
     Setting(
         "metrics.port",

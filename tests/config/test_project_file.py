@@ -50,6 +50,29 @@ INVALID = [
     ("bad-integer", "storage:\n  segment_bytes: lots\n", C, 2, 18, "storage.segment_bytes"),
     ("boolean-for-integer", "storage:\n  segment_bytes: true\n", C, 2, 18, "storage.segment_bytes"),
     ("bad-duration", "tiering:\n  interval: soon\n", C, 2, 13, "tiering.interval"),
+    # sizes and caps that 0 or a negative number would not bound: 0 rows per batch read as no cap at all
+    (
+        "zero-batch-cap",
+        "materializer:\n  max_rows_per_batch: 0\n",
+        C,
+        2,
+        23,
+        "materializer.max_rows_per_batch",
+    ),
+    (
+        "negative-executor-cap",
+        "materializer:\n  executor_rows_per_batch: -3\n",
+        C,
+        2,
+        28,
+        "materializer.executor_rows_per_batch",
+    ),
+    ("zero-segment", "storage:\n  segment_bytes: 0\n", C, 2, 18, "storage.segment_bytes"),
+    ("zero-snapshot-rows", "storage:\n  state_snapshot_rows: 0\n", C, 2, 24, "storage.state_snapshot_rows"),
+    ("negative-target", "tiering:\n  compact_target_bytes: -1\n", C, 2, 25, "tiering.compact_target_bytes"),
+    # 0 turns these off (their descriptions say so); not below 0, nor 1 file to compact (rewritten alone)
+    ("negative-snapshots", "tiering:\n  max_snapshots: -1\n", C, 2, 18, "tiering.max_snapshots"),
+    ("compact-one-file", "tiering:\n  compact_min_files: 1\n", C, 2, 22, "tiering.compact_min_files"),
     # YAML's .nan and .inf are floats: a NaN interval was accepted
     ("nan-duration", "tiering:\n  interval: .nan\n", C, 2, 13, "tiering.interval"),
     ("infinite-duration", "tiering:\n  interval: .inf\n", C, 2, 13, "tiering.interval"),
