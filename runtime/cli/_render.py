@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +30,22 @@ EXCLUDE = click.option(
 
 
 def echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
+    """Strict JSON (RFC 8259), as Spark's ``to_json`` writes what JSON has no literal for: a NaN or infinite
+    float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (Python's ``NaN`` is not JSON: jq and
+    most parsers refuse it), binary as base64; decimals, dates and times as their text."""
+    click.echo(json.dumps(_strict(value), indent=2, sort_keys=False, default=str, allow_nan=False))
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    return value
 
 
 def version_dict(version: Any, **fields: Any) -> dict[str, Any]:

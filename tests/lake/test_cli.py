@@ -47,6 +47,32 @@ def test_tier_run_then_query(run_cli, home):
     assert code == 0 and "(2 rows)" in out
 
 
+def test_query_json_is_strict_json(run_cli, home):
+    """What JSON has no literal for is written as Spark's to_json writes it: NaN and infinities as strings
+    (Python's NaN, which jq refuses, was printed), binary as base64."""
+    _seed_hot(1)
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    sql = (
+        "SELECT count(*) AS n, 'nan'::DOUBLE AS nan, ['inf'::DOUBLE, 1.5] AS floats, "
+        "{'low': '-inf'::DOUBLE} AS nested, 'ab'::BLOB AS raw, 1.50::DECIMAL(4, 2) AS exact FROM ods.clicks"
+    )
+    code, out, err = run_cli("query", sql, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out, parse_constant=refuse) == [
+        {
+            "n": 1,
+            "nan": "NaN",
+            "floats": ["Infinity", 1.5],
+            "nested": {"low": "-Infinity"},
+            "raw": "YWI=",
+            "exact": "1.50",
+        }
+    ]
+
+
 def test_query_errors_exit_2(run_cli, home):
     _seed_hot(1)
     code, _, err = run_cli("query", "SELECT * FROM ods.missing")
