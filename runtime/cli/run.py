@@ -248,6 +248,7 @@ def _freshness(row: dict) -> str:
 
 
 def _offsets(value) -> str:
+    """A table's offsets, one per bucket: ``5000``, or ``[97,103]`` (bare, ``97,103`` read as 97,103 rows)."""
     if not value:
         return "-"
-    return ",".join(str(v) for v in value)
+    return str(value[0]) if len(value) == 1 else "[" + ",".join(str(v) for v in value) + "]"

@@ -96,6 +96,12 @@ def test_rows_later_than_the_watermark_are_counted_in_status(spark, project_dir,
     column = header.index("late dropped")
     row = next(line for line in lines if line.startswith("dws.per_minute "))
     assert row[column:].split()[0] == "3"
+    offsets = header.index("hot offsets")  # one figure per bucket, as a list when there are several
+    for table, figure in figures.items():
+        row = next(line for line in lines if line.startswith(f"{table} "))
+        ends = figure["hot_end_offsets"]
+        shown = str(ends[0]) if len(ends) == 1 else "[" + ",".join(map(str, ends)) + "]"
+        assert row[offsets:].split()[0] == shown, (table, ends)
 
     # the stream dropped them; a batch run counts them: the table lacks exactly their windows
     project = Project.open()
