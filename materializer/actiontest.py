@@ -46,6 +46,7 @@ from materializer.rowdiff import RowDiff, diff_rows, rows_of, show
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.literals import is_system_column
 from runtime.core.sparktypes import parse_columns
+from runtime.core.text import counted
 from runtime.core.yamlsource import read_text
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ def run_action_tests(
     under ``root``). Raises the test files' problems (``TidehouseErrors``); returns the results."""
     began = time.monotonic()
     say = on_progress or (lambda _message: None)
-    say(f"batch: {len(cases)} case{'s' if len(cases) != 1 else ''}")
+    say(f"batch: {counted(len(cases), 'case')}")
     runs = [_Case(case) for case in cases]
     errors: list[TidehouseError] = []
     for run in runs:
@@ -453,7 +454,7 @@ class _Stream:
                 flow_path.write_text(json.dumps(flow, indent=2, default=str), encoding="utf-8")
                 if project is None:
                     project = self.scratch(root)
-                self.say(f"planning {len(self.cases)} case{'s' if len(self.cases) != 1 else ''}")
+                self.say(f"planning {counted(len(self.cases), 'case')}")
                 try:
                     plan = project.plan(flow_path, register=True, spark=self.spark)
                     break

@@ -68,7 +68,7 @@ def tidehouse_project(
 
 
 _FINISHED = re.compile(r"finished in ([\d.]+)s on (\S+) \(data path: (\w+)\)")
-_TABLE = re.compile(r"^  (\S+): (\d+) rows written in (\d+) batches", re.M)
+_TABLE = re.compile(r"^  (\S+): (\d+) rows? written in (\d+) batch(?:es)?", re.M)
 _TIERING = re.compile(r"final tiering cycle in ([\d.]+)s")
 
 

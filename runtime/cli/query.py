@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from runtime.cli import cli, pass_state
-from runtime.cli._render import echo_json, table_csv, table_text
+from runtime.cli._render import counted, echo_json, table_csv, table_text
 
 
 @cli.command("query")
@@ -25,4 +25,4 @@ def query_cmd(state, sql: str, fmt: str) -> None:
         click.echo(table_csv(headers, ([r[h] for h in headers] for r in rows)))
     else:
         click.echo(table_text(headers, ([row[h] for h in headers] for row in rows)))
-        click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+        click.echo(f"({counted(len(rows), 'row')})")

@@ -10,7 +10,7 @@ import time
 import click
 
 from runtime.cli import flow, pass_state
-from runtime.cli._render import EXCLUDE, SELECT, echo_json, table_text
+from runtime.cli._render import EXCLUDE, SELECT, counted, echo_json, table_text
 
 
 @flow.command("plan")
@@ -52,11 +52,11 @@ def _layer_lines(snap: dict) -> list[str]:
         quarantined = sum(r.get("quarantined") or 0 for r in rows)
         late = sum(r.get("late_dropped") or 0 for r in rows)
         lines.append(
-            f"{layer}: {written} rows in {batches} batches, "
+            f"{layer}: {counted(written, 'row')} in {counted(batches, 'batch')}, "
             f"hot delay {_fmt(max(delays) if delays else None, 2)}s,"
             f" lake delay {_fmt(max(lake) if lake else None)}s"
             + (f", {quarantined} quarantined" if quarantined else "")
-            + (f", {late} late rows dropped" if late else "")
+            + (f", {counted(late, 'late row')} dropped" if late else "")
         )
     return lines
 
@@ -174,11 +174,11 @@ def trigger_cmd(
     )
     for name, stats in report.tables.items():
         click.echo(
-            f"  {name}: {stats['rows_out']} rows written in {stats['batches']} batches"
+            f"  {name}: {counted(stats['rows_out'], 'row')} written in {counted(stats['batches'], 'batch')}"
             + (f", {stats['quarantined']} quarantined" if stats["quarantined"] else "")
             + (f", {stats['dropped']} dropped by expectations" if stats["dropped"] else "")
             + (
-                f", {stats['late_dropped']} late rows dropped by the watermark"
+                f", {counted(stats['late_dropped'], 'late row')} dropped by the watermark"
                 if stats.get("late_dropped")
                 else ""
             )

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from runtime.cli import cli, pass_state
-from runtime.cli._render import TEXT_OR_JSON, echo_json, table_text
+from runtime.cli._render import TEXT_OR_JSON, counted, echo_json, table_text
 
 MARKS = {"pass": "PASS ", "fail": "FAIL ", "error": "ERROR"}
 
@@ -73,10 +73,10 @@ def _facts(case: dict[str, Any]) -> str:
     facts = []
     if case["strategy"]:
         facts.append(case["strategy"])
-        facts.append(f"{case['runs']} run{'s' if case['runs'] != 1 else ''}")
+        facts.append(counted(case["runs"], "run"))
         if case["retractions"]:
-            facts.append(f"{case['retractions']} retraction{'s' if case['retractions'] != 1 else ''}")
-    facts.append(f"{case['rows']} row{'s' if case['rows'] != 1 else ''}")
+            facts.append(counted(case["retractions"], "retraction"))
+    facts.append(counted(case["rows"], "row"))
     return "  " + ", ".join(facts)
 
 
@@ -112,16 +112,16 @@ def _summary(data: dict[str, Any]) -> str:
     if data["failed"]:
         parts.append(f"{data['failed']} failed")
     if data["errors"]:
-        parts.append(f"{data['errors']} error{'s' if data['errors'] != 1 else ''}")
+        parts.append(counted(data["errors"], "error"))
     line = (
-        f"{cases} case{'s' if cases != 1 else ''} in {files} file{'s' if files != 1 else ''}: "
+        f"{counted(cases, 'case')} in {counted(files, 'file')}: "
         f"{', '.join(parts)} in {data['seconds']:.1f}s (batch {data['batch_seconds']:.1f}s"
     )
     stream = data["stream"]
     if stream:
-        flows = f"{stream['flows']} flow{'s' if stream['flows'] != 1 else ''}"
         line += (
-            f", stream {stream['seconds']:.1f}s: {flows} of {stream['tables']} tables, {stream['runs']} runs"
+            f", stream {stream['seconds']:.1f}s: {counted(stream['flows'], 'flow')} of "
+            f"{counted(stream['tables'], 'table')}, {counted(stream['runs'], 'run')}"
         )
     else:
         line += ", no stream run"

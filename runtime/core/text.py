@@ -20,6 +20,13 @@ def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(out)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``, ``0 rows``; ``1 batch``, ``2 batches``."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"
+
+
 def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)

@@ -195,6 +195,7 @@ def test_the_trigger_output_is_parsed():
             "flow vs_sdp: until-idle finished in 80.2s on spark://127.0.0.1:7077 (data path: executors)",
             "  ods.events: 200000 rows written in 4 batches",
             "  dwd.events: 196000 rows written in 4 batches, 4000 quarantined",
+            "  ads.total: 1 row written in 1 batch",
         ]
     )
     parsed = parse_trigger_log(text)
@@ -203,6 +204,7 @@ def test_the_trigger_output_is_parsed():
     assert parsed["tables"] == {
         "ods.events": {"rows": 200000, "batches": 4},
         "dwd.events": {"rows": 196000, "batches": 4},
+        "ads.total": {"rows": 1, "batches": 1},
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runtime.cli.run import _offsets
+from runtime.core.text import counted
 
 
 def test_offsets_print_one_figure_per_bucket_and_read_as_a_list_when_there_are_several():
@@ -10,3 +11,9 @@ def test_offsets_print_one_figure_per_bucket_and_read_as_a_list_when_there_are_s
     assert _offsets([97, 103]) == "[97,103]"  # "97,103" read as ninety-seven thousand one hundred three
     assert _offsets([0, 1_000_000, 7]) == "[0,1000000,7]"
     assert _offsets(None) == "-" and _offsets([]) == "-"
+
+
+def test_counts_read_in_the_singular_for_one():
+    assert [counted(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
+    assert [counted(n, "batch") for n in (1, 4)] == ["1 batch", "4 batches"]
+    assert counted(1, "late row") + " dropped" == "1 late row dropped"

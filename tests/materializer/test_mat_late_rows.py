@@ -81,7 +81,7 @@ def test_rows_later_than_the_watermark_are_counted_in_status(spark, project_dir,
     code, out, err = run_cli("flow", "trigger", "lateflow", "--until-idle")
     assert code == 0, err
     assert "dws.per_minute: " in out and ", 3 late rows dropped by the watermark" in out
-    assert "ods.clicks: 5 rows written in 1 batches\n" in out  # the ODS table lands every row
+    assert "ods.clicks: 5 rows written in 1 batch\n" in out  # the ODS table lands every row
 
     code, out, err = run_cli("flow", "status", "lateflow", "--json")
     assert code == 0, err
