@@ -32,7 +32,8 @@ class Ref:
         if not match:
             raise TidehouseError(
                 ErrorCode.SPEC_BAD_IDENTIFIER,
-                f"{text!r} is not a {what} reference: write 'name' or 'name@N' (N = a version number from 1)",
+                f"{text!r} is not {'an' if what[:1] in 'aeiou' else 'a'} {what} reference: write 'name' or "
+                "'name@N' (N = a version number from 1)",
             )
         return cls(match.group(1), int(match.group(2)) if match.group(2) else None)
 

@@ -44,6 +44,11 @@ def test_action_errors_exit_2_without_traceback(run_cli, project_dir):
     assert code == 2 and "bad.sql:2:7: name:" in err and "[TH215]" in err and "Traceback" not in err
     code, _, err = run_cli("action", "show", "nothing")
     assert code == 2 and "[TH221]" in err
+    for what, ref in (("an action", "clean@0"), ("a flow", "shop@x")):
+        code, _, err = run_cli(what.split()[1], "show", ref)
+        assert code == 2 and err.startswith(
+            f"error: '{ref}' is not {what} reference: write 'name' or 'name@N'"
+        )
     code, _, err = run_cli("action", "register", "no/such/file.sql")
     assert code == 2 and "no such file" in err
     code, _, err = run_cli("--debug", "action", "show", "nothing")
