@@ -104,7 +104,15 @@ class Project:
         """The versioned flow & action registry."""
         from registry.service import Registry
 
-        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file, or a folder this user cannot create: not an internal error
+            why = "it exists and is not a directory" if self.home.exists() else exc.strerror
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"cannot use {self.home} as the home directory: {why}",
+                hint="give --home, $TIDEHOUSE_HOME or the project file's home: a folder this user can create",
+            ) from None
         return Registry.open(self.config.registry_url)
 
     @cached_property

@@ -99,3 +99,21 @@ def test_opening_a_store_on_an_unsupported_scheme_fails_without_creating_a_local
 def test_a_store_opens_on_a_file_uri(tmp_path):
     store = open_store((tmp_path / "hot").as_uri())
     assert Path(store.root) == tmp_path / "hot" and (tmp_path / "hot").is_dir()
+
+
+@pytest.mark.parametrize("where", ["--home", "home:"])
+def test_a_home_that_cannot_be_a_folder_is_a_user_error(run_cli, project_dir, tmp_path, monkeypatch, where):
+    """A file, or a folder that cannot be made under one: exit 2 naming the home (was TH900, an internal
+    error; click checks --home and $TIDEHOUSE_HOME against a regular file, not what lies below one)."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    if where == "--home":
+        home, why, args = afile / "below", "Not a directory", ["--home", str(afile / "below")]
+    else:
+        (project_dir / "tidehouse.yaml").write_text(f"home: {afile}\n")
+        monkeypatch.delenv("TIDEHOUSE_HOME", raising=False)  # (the tests' own home would win)
+        home, why, args = afile, "it exists and is not a directory", []
+    code, out, err = run_cli(*args, "flow", "list")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: cannot use {home} as the home directory: {why} ("), err
+    assert err.rstrip().endswith("[TH100]")
