@@ -94,9 +94,8 @@ def action_files(paths: Iterable[str | Path]) -> list[Path]:
         elif path.is_file():
             out.append(path)
         else:
-            raise TidehouseError(
-                ErrorCode.SPEC_BAD_VALUE, "no such file or folder", location=Location(str(path))
-            )
+            what = "not a file or folder" if path.exists() else "no such file or folder"  # /dev/null, a fifo
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, what, location=Location(str(path)))
     return out
 
 

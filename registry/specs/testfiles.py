@@ -56,7 +56,8 @@ def collect_test_files(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, s
         elif path.is_file():
             out.append((path, case or None))
         else:
-            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, "no such file or folder", location=Location(name))
+            what = "not a file or folder" if path.exists() else "no such file or folder"  # /dev/null, a fifo
+            raise TidehouseError(ErrorCode.SPEC_BAD_VALUE, what, location=Location(name))
     return out
 
 

@@ -51,6 +51,9 @@ def test_action_errors_exit_2_without_traceback(run_cli, project_dir):
         )
     code, _, err = run_cli("action", "register", "no/such/file.sql")
     assert code == 2 and "no such file" in err
+    for command in (("action", "register"), ("test",)):
+        code, _, err = run_cli(*command, "/dev/null")
+        assert (code, err) == (2, "error: /dev/null: not a file or folder [TH213]\n"), command
     code, _, err = run_cli("--debug", "action", "show", "nothing")
     assert code == 2 and "Traceback" in err
 
