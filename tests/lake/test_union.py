@@ -123,7 +123,9 @@ def test_only_the_last_statement_may_return_rows():
     for sql, text in [
         ("SELECT 1; SELECT 2", "statement 1 of 2 (SELECT 1) returns rows"),
         ("SET threads = 1;\n EXPLAIN SELECT 1; SELECT 2", "statement 2 of 3 (EXPLAIN SELECT 1) returns rows"),
-        ("PRAGMA version; SELECT 2", "(PRAGMA version) returns rows"),
+        # DuckDB before 2.0 (Python 3.10's) gives this statement's text as "SELECT * FROM pragma_version()"
+        ("PRAGMA version; SELECT 2", "statement 1 of 2 ("),
+        ("PRAGMA version; SELECT 2", ") returns rows"),
         ("CALL pragma_version(); SELECT 2", "(CALL pragma_version()) returns rows"),
         (
             f"SELECT {'1 + ' * 30}1; SELECT 2",
