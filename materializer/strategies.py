@@ -37,7 +37,7 @@ from materializer.rows import (
     split_expectations,
     split_missing,
 )
-from materializer.telemetry import PhaseClock, batch_scope, timed
+from materializer.telemetry import BatchInterrupted, PhaseClock, batch_scope, timed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import (
     CHANGE,
@@ -129,6 +129,8 @@ def guarded(fn, ctx: QueryContext):
         except TidehouseError as exc:
             ctx.stats.error = exc.render()
             ctx.stats.failure = exc
+            raise
+        except BatchInterrupted:  # by its query's stop: not an error of the table
             raise
         except Exception as exc:
             ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -19,7 +19,8 @@ commit logs) come from its progress events (:mod:`materializer.progress`).
 :func:`batch_scope` wraps one call of a batch function (the runner's ``_guarded``): it starts the clock,
 then adds the phases to the table's :class:`~materializer.strategies.TableStats` (``phase_seconds``), and logs
 the batch — at DEBUG when it succeeded, at ERROR when it raised — with ``flow``, ``table`` and ``batch_id``
-as record attributes (``logging.format: json`` prints them as fields).
+as record attributes (``logging.format: json`` prints them as fields). A batch whose Java call its query's
+stop interrupted or cancelled raises :class:`BatchInterrupted` instead, logged at INFO (:func:`stop_made`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,42 @@ def batch_fields(ctx, batch_id: int | None = None) -> dict[str, Any]:
     return fields
 
 
+class BatchInterrupted(Exception):
+    """A micro-batch whose Java call was interrupted or cancelled, as its query's stop does: not committed, it
+    runs again when the query next starts."""
+
+
+# Spark's own test of whether a batch function's error is its query's stop (StreamExecution.PROXY_ERROR) is a
+# regex over the whole Python traceback that recurses once per character. On an interrupted call's Py4J error
+# (8 KB: the Java stack) it overflows the stream thread's stack: the query then dies of a StackOverflowError
+# with ~1,000 lines of stack on stderr instead of stopping (Spark 4.3, measured). So such an error is raised
+# again as its first lines only, which the regex still reads as the stop.
+_STOP_MARKS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+    " cancelled ",  # a job of the query's job group, cancelled by the stop
+)
+
+
+def stop_made(exc: BaseException) -> BatchInterrupted | None:
+    """``exc`` as a short :class:`BatchInterrupted` when it is a Py4J call that an interrupt or a cancelled
+    job ended; else None (the error stays as it is: its text may carry a Python worker's error)."""
+    from py4j.protocol import Py4JJavaError
+
+    if not isinstance(exc, Py4JJavaError):
+        return None
+    text = str(exc)
+    head = text.split("\n\tat ", 1)[0]  # the call and the Java exception's line, without its stack
+    marks = [line.strip() for line in text.splitlines() if any(m in line for m in _STOP_MARKS)]
+    if not marks:
+        return None
+    cause = (
+        "" if any(m in head for m in _STOP_MARKS) else f"\n{marks[0]}"
+    )  # e.g. "Caused by: ...Interrupted..."
+    return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[:2000]}{cause[:500]}")
+
+
 @contextmanager
 def batch_scope(ctx, batch_id: int) -> Iterator[None]:
     """One call of a table's batch function: its phases go into the table's stats, and it is logged."""
@@ -115,6 +152,9 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
+        failed = stop_made(exc)
+        if failed is not None:
+            raise failed from None  # short: see _STOP_MARKS
         failed = exc
         raise
     finally:
@@ -132,7 +172,16 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
                 stats.quarantined - before[2],
             )
         fields = batch_fields(ctx, batch_id)
-        if failed is not None:
+        if isinstance(failed, BatchInterrupted):
+            log.info(
+                "batch %d of %s interrupted after %.3fs, as a stop does: not committed, it runs again "
+                "when the query next starts",
+                batch_id,
+                ctx.table.name,
+                seconds,
+                extra=fields,
+            )
+        elif failed is not None:
             first = str(failed).splitlines()[0] if str(failed) else ""
             log.error(
                 "batch %d of %s failed after %.3fs: %s: %s",
