@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from runtime.core.text import counted, table_csv, table_text  # noqa: F401 - the commands' renderers
+from runtime.core.text import counted, seconds, table_csv, table_text  # noqa: F401 - the commands' renderers
 
 # the --format option of the commands that print text or JSON
 TEXT_OR_JSON = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")

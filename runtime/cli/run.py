@@ -10,7 +10,7 @@ import time
 import click
 
 from runtime.cli import flow, pass_state
-from runtime.cli._render import EXCLUDE, SELECT, counted, echo_json, table_text
+from runtime.cli._render import EXCLUDE, SELECT, counted, echo_json, seconds, table_text
 
 
 @flow.command("plan")
@@ -53,8 +53,8 @@ def _layer_lines(snap: dict) -> list[str]:
         late = sum(r.get("late_dropped") or 0 for r in rows)
         lines.append(
             f"{layer}: {counted(written, 'row')} in {counted(batches, 'batch')}, "
-            f"hot delay {_fmt(max(delays) if delays else None, 2)}s,"
-            f" lake delay {_fmt(max(lake) if lake else None)}s"
+            f"hot delay {seconds(max(delays) if delays else None, 2)},"
+            f" lake delay {seconds(max(lake) if lake else None)}"
             + (f", {quarantined} quarantined" if quarantined else "")
             + (f", {counted(late, 'late row')} dropped" if late else "")
         )

@@ -27,6 +27,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"
 
 
+def seconds(value: float | None, digits: int = 1) -> str:
+    """``2.50s``, or ``-`` for a figure not measured yet (not ``-s``)."""
+    return "-" if value is None else f"{value:.{digits}f}s"
+
+
 def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)

@@ -27,6 +27,7 @@ from typing import Any
 
 from runtime.core.durations import format_duration
 from runtime.core.literals import LAYERS
+from runtime.core.text import seconds
 
 FLOW = "ecommerce_activity"
 MARKER = ".tidehouse-demo"  # only a folder holding this file is ever wiped by the demo
@@ -167,7 +168,7 @@ class LiveView:
             f"[{now - self.started:5.0f}s] "
             + " | ".join(
                 f"{r['layer']}: {r['hot_rows']} rows, {_num(r['rows_per_s'])} rows/s, hot delay "
-                f"{_num(r['hot_delay_s'], 2)}s, lake delay {_num(r['lake_delay_s'])}s"
+                f"{seconds(r['hot_delay_s'], 2)}, lake delay {seconds(r['lake_delay_s'])}"
                 + (f", {r['quarantined']} quarantined" if r["quarantined"] else "")
                 for r in rows
             )

@@ -17,3 +17,10 @@ def test_counts_read_in_the_singular_for_one():
     assert [counted(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
     assert [counted(n, "batch") for n in (1, 4)] == ["1 batch", "4 batches"]
     assert counted(1, "late row") + " dropped" == "1 late row dropped"
+
+
+def test_a_layer_line_shows_a_delay_not_measured_yet_as_a_dash():
+    from runtime.cli.run import _layer_lines
+
+    row = {"layer": "ods", "rows_written": 1, "batches": 1, "hot_delay_s": None, "lake_delay_s": 2.25}
+    assert _layer_lines({"tables": [row]}) == ["ods: 1 row in 1 batch, hot delay -, lake delay 2.2s"]

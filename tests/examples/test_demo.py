@@ -67,6 +67,11 @@ def test_plain_view_prints_one_line_per_interval():
     assert len(lines) == 1
     assert "ods: 100 rows, 50.0 rows/s, hot delay 0.20s, lake delay 4.0s, 2 quarantined" in lines[0]
     assert "dws: 37 rows" in lines[0]
+    lines.clear()
+    quiet = {"tables": [dict(SNAPSHOT["tables"][0], hot_rows=0, hot_delay_s=None, lake_delay_s=None)]}
+    with LiveView(lines.append, tty=False, every_s=3600) as view:
+        view(quiet)
+    assert "ods: 0 rows, 50.0 rows/s, hot delay -, lake delay -" in lines[0]  # nothing measured: not "-s"
 
 
 def test_producer_writes_one_part_per_step_then_stops(tmp_path):
