@@ -130,13 +130,13 @@ def stop_made(exc: BaseException) -> BatchInterrupted | None:
         return None
     text = str(exc)
     head = text.split("\n\tat ", 1)[0]  # the call and the Java exception's line, without its stack
-    marks = [line.strip() for line in text.splitlines() if any(m in line for m in _STOP_MARKS)]
-    if not marks:
+    if any(mark in head for mark in _STOP_MARKS):
+        return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[:2000]}")
+    lines = (line.strip() for line in text.splitlines())
+    cause = next((line for line in lines if any(mark in line for mark in _STOP_MARKS)), None)
+    if cause is None:
         return None
-    cause = (
-        "" if any(m in head for m in _STOP_MARKS) else f"\n{marks[0]}"
-    )  # e.g. "Caused by: ...Interrupted..."
-    return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[:2000]}{cause[:500]}")
+    return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {head[:2000]}\n{cause[:500]}")  # "Caused by: ..."
 
 
 @contextmanager
