@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -259,7 +260,8 @@ def get_spark(
             builder = SparkSession.builder.master(master).appName(app_name)
             for key, value in session_conf(master, conf, log_dir, class_archive=class_archive).items():
                 builder = builder.config(key, value)
-            spark = builder.getOrCreate()
+            with _sigint_kept():
+                spark = builder.getOrCreate()
         except TidehouseError:
             raise
         except Exception as exc:  # Java missing, bad master URL, port clash...
@@ -276,6 +278,21 @@ def get_spark(
             spark.sparkContext.setLogLevel("ERROR")
         _register_sources(spark)
         return spark
+
+
+@contextlib.contextmanager
+def _sigint_kept():
+    """PySpark's SparkContext replaces the SIGINT handler with its own (cancel every job, raise
+    KeyboardInterrupt). A handler the program installed itself (``flow trigger``'s graceful stop on Ctrl-C,
+    which PySpark's turned into an abort with exit 130 and no final report) is put back; where Python's own
+    handler was, PySpark's stays, as in any PySpark program."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        yield
+    finally:
+        if before is not None and before is not signal.default_int_handler:
+            signal.signal(signal.SIGINT, before)
 
 
 def is_connect(session) -> bool:
