@@ -148,13 +148,13 @@ def trigger_cmd(
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 
     A PATH is registered first, together with the actions of the project's actions/ folder. Ctrl-C or
-    SIGTERM stops the flow gracefully; triggering it again resumes where it stopped.
+    SIGTERM stops the flow gracefully (a second Ctrl-C at once); triggering it again resumes where it stopped.
     """
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+            previous[sig] = signal.signal(sig, stop_handler(stop))
     try:
         with _Progress() as progress:
             report = state.project.trigger(
@@ -183,6 +183,23 @@ def trigger_cmd(
                 else ""
             )
         )
+
+
+def stop_handler(stop: threading.Event):
+    """SIGINT/SIGTERM: a graceful stop (the queries end after their micro-batch, an --until-idle run after
+    the drain under way). A second Ctrl-C leaves at once (exit 130): the checkpoints stay consistent, and
+    the next trigger runs the unfinished batches again."""
+
+    def handle(signum, _frame) -> None:
+        if signum == signal.SIGINT and stop.is_set():
+            raise KeyboardInterrupt
+        if not stop.is_set():
+            click.echo(
+                f"{signal.Signals(signum).name}: stopping gracefully (Ctrl-C again: at once)", err=True
+            )
+        stop.set()
+
+    return handle
 
 
 @flow.command("status")
