@@ -22,6 +22,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_for_first_aggregation(store, timeout: float = 420) -> None:
+    """Until the test flow's DWS aggregation has written its first rows: every layer of the trigger runs."""
+    wait_for(
+        lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
+        timeout,
+        "the first aggregation batch",
+    )
+
+
 def kill_9(proc: subprocess.Popen) -> None:
     """``kill -9`` of the trigger and everything it started (its JVM, Python workers)."""
     os.killpg(proc.pid, signal.SIGKILL)

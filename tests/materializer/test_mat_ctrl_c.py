@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from tests.materializer._flowkit import make_events, write_batch, write_project
-from tests.materializer._killkit import trigger_process, wait_for
+from tests.materializer._killkit import trigger_process, wait_for_first_aggregation
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -22,11 +22,7 @@ def test_ctrl_c_stops_a_running_trigger_gracefully(project_dir, home, seed):
     write_batch(project_dir, "part-0", make_events(random.Random(seed), 40))
     with trigger_process(project_dir, home) as proc:
         store = open_store(str(home / "hot"))
-        wait_for(
-            lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
-            420,
-            "the first aggregation batch",
-        )
+        wait_for_first_aggregation(store)
         proc.send_signal(signal.SIGINT)  # the trigger alone, as a terminal's Ctrl-C reaches the foreground
         assert proc.wait(timeout=120) == 0
     log = (project_dir.parent / "trigger.log").read_text(errors="replace")

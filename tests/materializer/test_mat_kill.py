@@ -10,7 +10,7 @@ import pytest
 
 from tests._support import scale
 from tests.materializer._flowkit import canon, make_events, oracle, write_batch, write_project
-from tests.materializer._killkit import kill_9, trigger_process, wait_for
+from tests.materializer._killkit import kill_9, trigger_process, wait_for, wait_for_first_aggregation
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.reliability]
 
@@ -32,11 +32,7 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
     write_batch(project_dir, "part-0", lines)
     with trigger_process(project_dir, home) as proc:
         store = open_store(str(home / "hot"))
-        wait_for(
-            lambda: store.has_table("dws.user_activity") and sum(store.end_offsets("dws.user_activity")) > 0,
-            420,
-            "the first aggregation batch",
-        )
+        wait_for_first_aggregation(store)
         more = make_events(rng, 40)
         write_batch(project_dir, "part-1", more)
         lines += more
