@@ -281,15 +281,15 @@ def _param_type(param) -> str:
 
 
 def settings_reference() -> str:
-    from runtime.core.durations import format_duration, parse_duration
-    from runtime.core.settings import SETTINGS
+    from runtime.core.durations import format_duration
+    from runtime.core.settings import DURATION_PARSES, SETTINGS
 
     rows = ["| setting | default | description |", "|---|---|---|"]
     for s in SETTINGS:
         default = s.default
         if default is None:
             shown = "—"
-        elif s.parse is parse_duration:
+        elif s.parse in DURATION_PARSES:
             shown = f"`{format_duration(default)}`"
         elif isinstance(default, bool):
             shown = f"`{str(default).lower()}`"

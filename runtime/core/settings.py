@@ -8,6 +8,8 @@ settings marked secret and any value that came from an environment variable.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -145,6 +147,52 @@ def _local_place(value: Any) -> str:
     return text
 
 
+def _interval(value: Any) -> float:
+    """A duration above 0: a scheduler's interval (APScheduler would silently make 0 an interval of 1 s)."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise SettingValueError(f"an interval must be above 0, got {value!r}")
+    return seconds
+
+
+# the settings whose values are durations (the scaffold writes their defaults as '30s', not 30.0)
+DURATION_PARSES = (parse_duration, _interval)
+
+# the master URLs Spark parses itself (SparkContext.createTaskScheduler and spark-submit's checks)
+_LOCAL = re.compile(r"local(\[\s*(\d+|\*)\s*(,\s*\d+\s*)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]")
+_HOST_PORT = re.compile(r"[^\s:/,]+:\d+")
+_MASTERS = "local, local[N], local[*], local[N,F], spark://host:port, yarn or k8s://https://host:port"
+
+
+def _master(value: Any) -> str:
+    """A Spark master URL in a form Spark parses, checked here so that a wrong one is refused at its line
+    rather than by the JVM's launcher with a Java stack trace."""
+    text = _str(value).strip()
+    local = _LOCAL.fullmatch(text)
+    if local:
+        if local.group(2) is not None and local.group(2) != "*" and int(local.group(2)) < 1:
+            raise SettingValueError(f"{text!r} runs no task: local[N] takes N of 1 or more (or local[*])")
+        return text
+    if _LOCAL_CLUSTER.fullmatch(text):
+        return text
+    if text.startswith("spark://"):
+        hosts = text[len("spark://") :].split(",")
+        if not all(_HOST_PORT.fullmatch(h.strip()) for h in hosts):
+            raise SettingValueError(f"{text!r}: a standalone master is spark://host:port (or h1:p1,h2:p2)")
+        return text
+    if text == "yarn":
+        if not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+            raise SettingValueError(
+                "master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR in the environment (the folder of the "
+                "cluster's yarn-site.xml): Spark's launcher refuses to start without"
+            )
+        return text
+    if text.startswith("k8s://") and len(text) > len("k8s://"):
+        return text
+    raise SettingValueError(f"{text!r} is not a Spark master URL: expected {_MASTERS}")
+
+
 def _remote(value: Any) -> str:
     """A Spark Connect URL: ``sc://host[:port][/;param=value...]``."""
     text = _str(value)
@@ -198,7 +246,7 @@ SETTINGS: tuple[Setting, ...] = (
         "local[*]",
         "Spark master URL: local[*] or a standalone cluster's spark://host:7077 (both tested; other "
         "masters such as yarn take the same settings but are not tested).",
-        _str,
+        _master,
     ),
     Setting(
         "spark.remote",
@@ -284,9 +332,7 @@ SETTINGS: tuple[Setting, ...] = (
         secret=True,
     ),
     Setting("lake.catalog_name", "tidehouse", "Name of the pyiceberg catalog.", _str),
-    Setting(
-        "tiering.interval", 30.0, "Default tiering interval of every table (a duration).", parse_duration
-    ),
+    Setting("tiering.interval", 30.0, "Default tiering interval of every table (a duration).", _interval),
     Setting(
         "tiering.max_snapshots",
         100,

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.core.config import PROJECT_FILE
-from runtime.core.durations import format_duration, parse_duration
+from runtime.core.durations import format_duration
 from runtime.core.errors import ErrorCode, Location, TidehouseError
-from runtime.core.settings import SETTINGS
+from runtime.core.settings import DURATION_PARSES, SETTINGS
 
 SHIPPED = Path(__file__).resolve().parents[2]  # the checkout: actions/, flows/ live here
 HEADER = """\
@@ -86,7 +86,7 @@ def project_file_text() -> str:
         lines.append(f"#   # {setting.description}")
         if setting.default is not None:
             value = setting.default
-            if setting.parse is parse_duration:
+            if setting.parse in DURATION_PARSES:
                 value = format_duration(value)
             lines.append(f"#   {leaf}: {_yaml_scalar(value)}")
         if setting.name in EXAMPLES:

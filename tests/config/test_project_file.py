@@ -78,6 +78,14 @@ INVALID = [
     ("infinite-duration", "tiering:\n  interval: .inf\n", C, 2, 13, "tiering.interval"),
     # YAML 1.1 read 1:30 as 90 (seconds): now it is the string '1:30', which is not a duration
     ("sexagesimal-duration", "tiering:\n  interval: 1:30\n", C, 2, 13, "tiering.interval"),
+    # APScheduler made an interval of 0 one of 1 s, without a word
+    ("zero-interval", "tiering:\n  interval: 0s\n", C, 2, 13, "tiering.interval"),
+    # master URLs the JVM's launcher refused with a Java stack trace, after Spark began to start
+    ("master-no-threads", "spark:\n  master: local[0]\n", C, 2, 11, "spark.master"),
+    ("master-not-a-url", "spark:\n  master: local[x]\n", C, 2, 11, "spark.master"),
+    ("master-no-port", "spark:\n  master: spark://h\n", C, 2, 11, "spark.master"),
+    ("master-gone", "spark:\n  master: mesos://h:5050\n", C, 2, 11, "spark.master"),
+    ("master-yarn-without-conf", "spark:\n  master: yarn\n", C, 2, 11, "spark.master"),
     ("ambiguous-boolean", "storage:\n  fsync: no\n", C, 2, 10, "storage.fsync"),
     (
         "ambiguous-in-spark-conf",
@@ -161,6 +169,8 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
     tmp_path, monkeypatch, content, code, line, col, path
 ):
     monkeypatch.delenv("TH_TEST_UNSET_VARIABLE", raising=False)
+    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(TidehouseError) as info:
         _load(tmp_path, content)
     found = [(e.code, e.location.line, e.location.col, e.location.path) for e in _errors(info.value)]
@@ -168,6 +178,16 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
     for error in _errors(info.value):
         assert Path(error.location.file).name == PROJECT_FILE, error.render()
     assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "master",
+    ["local", "local[*]", "local[2]", "local[*, 3]", "local[2,4]", "local-cluster[2, 1, 1024]"]
+    + ["spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn", "k8s://https://k8s.example:6443"],
+)
+def test_every_master_url_form_spark_parses_is_taken(tmp_path, monkeypatch, master):
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # yarn needs it (or YARN_CONF_DIR)
+    assert _load(tmp_path, f"spark:\n  master: '{master}'\n").get("spark.master") == master
 
 
 def test_the_catalog_types_are_pyicebergs_in_any_case(tmp_path):
