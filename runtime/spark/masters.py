@@ -65,3 +65,19 @@ def java_summary(text: str) -> str:
         if found:
             return found.group(1)
     return lines[0] if lines else text
+
+
+_CLASS = re.compile(r"(?:[\w$]+\.)+[\w$]+")
+
+
+def java_cause(text: str) -> str:
+    """Spark's own words in a Java error's text: the message of its innermost ``Caused by:``, else of its
+    exception line (:func:`java_summary`), without the exception's class."""
+    causes = [
+        line.strip()[len("Caused by:") :].strip()
+        for line in text.splitlines()
+        if line.strip().startswith("Caused by:")
+    ]
+    line = causes[-1] if causes else java_summary(text)
+    cls, sep, message = line.partition(": ")
+    return message.strip() if sep and _CLASS.fullmatch(cls) else line

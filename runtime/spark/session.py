@@ -34,8 +34,9 @@ from typing import Any
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
+from runtime.spark.gateway import launch
 from runtime.spark.launcher import worker_python
-from runtime.spark.masters import connect_unreachable, java_summary, unreachable
+from runtime.spark.masters import connect_unreachable, java_cause, java_summary, unreachable
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {
@@ -257,8 +258,13 @@ def get_spark(
                     hint="start the standalone master (spark-class org.apache.spark.deploy.master.Master) or "
                     "set spark.master to one that runs",
                 )
-            builder = SparkSession.builder.master(master).appName(app_name)
-            for key, value in session_conf(master, conf, log_dir, class_archive=class_archive).items():
+            options = {"spark.master": master, "spark.app.name": app_name}
+            options.update(session_conf(master, conf, log_dir, class_archive=class_archive))
+            started = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+            if log_dir is not None and not started:
+                launch(options, log_dir)  # the JVM's own output into log_dir, not onto the terminal
+            builder = SparkSession.builder
+            for key, value in options.items():
                 builder = builder.config(key, value)
             with _sigint_kept():
                 spark = builder.getOrCreate()
@@ -271,6 +277,14 @@ def get_spark(
                 f"could not start Spark: {java_summary(str(exc))}",
                 hint=f"check that Java 17 is installed and spark.master is right{where}",
             ) from exc
+        try:  # the session state takes the spark.sql.* settings when first used: a refused one fails here
+            spark.conf.get("spark.sql.session.timeZone")
+        except Exception as exc:  # noqa: BLE001 - Spark's IllegalArgumentException, through Py4J
+            raise TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                f"spark.conf: Spark refuses a setting: {java_cause(str(exc))}",
+                hint="fix or remove it under spark.conf in the project file",
+            ) from None
         if class_archive == "make":  # the archive this process claimed, dumped from its JVM now
             gateway = getattr(spark.sparkContext._gateway, "proc", None)
             dump_when_started(getattr(gateway, "pid", None))

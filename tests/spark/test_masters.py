@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.spark.masters import connect_unreachable, java_summary, unreachable
+from runtime.spark.gateway import launcher_reason
+from runtime.spark.masters import connect_unreachable, java_cause, java_summary, unreachable
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 
@@ -74,21 +75,91 @@ def test_a_py4j_error_is_reported_by_its_java_exception_line():
     assert java_summary(f"\n{gateway}\n") == gateway
 
 
-@pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
-def test_a_command_that_starts_spark_on_a_server_that_is_not_there_exits_2_naming_it(tmp_path, where):
-    """The master, or the Connect server: the Connect client retried one that refused for minutes, printing
-    nothing, and again in its exit handler (a run was still there after 10 minutes)."""
-    port = _closed_port()
-    (tmp_path / "tidehouse.yaml").write_text(f"spark:\n  {where}://127.0.0.1:{port}\n")
+def test_a_refused_setting_is_reported_in_sparks_own_words():
+    text = (
+        "java.lang.IllegalArgumentException: Error while instantiating 'SessionStateBuilder':\n"
+        "\tat org.apache.spark.sql.SparkSession$.instantiateSessionState(SparkSession.scala:1208)\n"
+        "Caused by: org.apache.spark.SparkIllegalArgumentException: [INVALID_CONF_VALUE.TYPE_MISMATCH] The "
+        "value 'abc' in the config \"spark.sql.shuffle.partitions\" is invalid.\n\tat x.y(Z.scala:1)\n"
+    )
+    assert java_cause(text) == (
+        "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config \"spark.sql.shuffle.partitions\" "
+        "is invalid."
+    )
+    assert java_cause("org.apache.spark.SparkException: it failed\n\tat a.b(C.java:1)\n") == "it failed"
+    assert java_cause("no Java here") == "no Java here"
+
+
+def test_the_launchers_reason_is_read_from_what_it_wrote():
+    thread = (
+        "WARNING: Using incubator modules: jdk.incubator.vector\n"
+        "Exception in thread \"main\" org.apache.spark.SparkException: When running with master 'yarn' "
+        "either HADOOP_CONF_DIR or YARN_CONF_DIR must be set in the environment.\n"
+        "\tat org.apache.spark.deploy.SparkSubmitArguments.error(SparkSubmitArguments.scala:670)\n"
+    )
+    assert launcher_reason(thread) == (
+        "When running with master 'yarn' either HADOOP_CONF_DIR or YARN_CONF_DIR must be set in the "
+        "environment."
+    )
+    jvm = (
+        "Invalid maximum heap size: -Xmxlots\nError: Could not create the Java Virtual Machine.\n"
+        "Error: A fatal exception has occurred. Program will exit.\n"
+    )
+    assert launcher_reason(jvm) == (
+        "Invalid maximum heap size: -Xmxlots: the Java virtual machine could not be created"
+    )
+    assert launcher_reason("Error: Missing application resource.\n") == "Missing application resource."
+    assert launcher_reason("WARNING: Using incubator modules: jdk.incubator.vector\n") is None
+
+
+def _register(tmp_path: Path, project: str) -> subprocess.CompletedProcess:
+    """``tidehouse action register actions/`` (it checks the action's SQL with Spark) in a project."""
+    (tmp_path / "tidehouse.yaml").write_text(project)
     (tmp_path / "actions").mkdir()
     (tmp_path / "actions" / "ingest.sql").write_text(
         "/*---\nname: ingest\ndescription: raw rows\ninputs: [raw]\n---*/\nSELECT a FROM raw\n"
     )
     env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
-    cmd = [TIDEHOUSE, "action", "register", "actions/"]  # checks the SQL with Spark
-    proc = subprocess.run(
+    cmd = [TIDEHOUSE, "action", "register", "actions/"]
+    return subprocess.run(
         cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+@pytest.mark.parametrize(
+    "conf,code,says",
+    [
+        # spark-submit refused it: a Java stack trace, then "Java gateway process exited ..."
+        ("spark.executor.memory: lots", "TH400", "could not start Spark: Executor memory must be a positive"),
+        ("spark.driver.memory: lots", "TH400", "could not start Spark: Invalid maximum heap size: -Xmxlots"),
+        # the session state refused it at the first query: an internal error (exit 1) with 40 lines of Java
+        ("spark.sql.shuffle.partitions: abc", "TH100", "spark.conf: Spark refuses a setting: [INVALID_CONF"),
+    ],
+    ids=["launcher", "jvm", "session-state"],
+)
+def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, says):
+    proc = _register(tmp_path, f"spark:\n  conf:\n    {conf}\n")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    # one line: no Java stack, and the JVM's own warnings are in <home>/logs/jvm.log, not on the terminal
+    assert len(lines) == 1 and says in lines[0] and f"[{code}]" in lines[0], proc.stderr
+    assert (tmp_path / "home" / "logs" / "jvm.log").is_file()
+
+
+def test_a_command_that_starts_spark_leaves_the_terminal_to_tidehouse(tmp_path):
+    """The driver JVM's start-up warning (its incubator modules) went to the terminal at every start."""
+    proc = _register(tmp_path, "")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "ingest" in proc.stdout
+    assert "incubator" in (tmp_path / "home" / "logs" / "jvm.log").read_text()
+
+
+@pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
+def test_a_command_that_starts_spark_on_a_server_that_is_not_there_exits_2_naming_it(tmp_path, where):
+    """The master, or the Connect server: the Connect client retried one that refused for minutes, printing
+    nothing, and again in its exit handler (a run was still there after 10 minutes)."""
+    port = _closed_port()
+    proc = _register(tmp_path, f"spark:\n  {where}://127.0.0.1:{port}\n")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     what = "Spark master" if where.startswith("master") else "Spark Connect server"
     url = f"{where.split(': ')[1]}://127.0.0.1:{port}"

@@ -1,0 +1,75 @@
+"""Starting the driver JVM with its own output in the log folder.
+
+PySpark starts the driver JVM (``spark-submit``) with this process's stdout and stderr. With a log folder
+(the CLI's ``<home>/logs``, where Spark's log already goes) the JVM's own output goes to ``jvm.log`` there
+instead: the JVM's warnings (at every start: its incubator modules) do not reach the terminal, and when
+``spark-submit`` refuses to start (a malformed ``spark.executor.memory``, ``yarn`` without a Hadoop
+configuration), its reason is read from that file and shown as one line, where PySpark would print a Java
+stack trace and then only "Java gateway process exited before sending its port number". The JVM is started
+as PySpark's session builder starts it (the same ``spark-submit`` arguments,
+:func:`pyspark.java_gateway.launch_gateway`): the builder then finds it running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from runtime.core.errors import ErrorCode, TidehouseError
+
+JVM_LOG = "jvm.log"
+ROLL_BYTES = 16 * 1024 * 1024  # a larger jvm.log is renamed jvm.log.1 when a JVM starts (one kept)
+
+_THREAD = re.compile(r'^Exception in thread "[^"]*" (?:[\w$]+\.)+[\w$]+: (.+)$')
+_ERROR = re.compile(r"^Error: (.+)$")
+
+
+def launch(options: Mapping[str, str], log_dir: str | os.PathLike) -> None:
+    """Start this process's driver JVM with ``options`` (every ``spark.*`` option the session builder
+    holds, ``spark.master`` and ``spark.app.name`` among them), its output appended to ``log_dir/jvm.log``.
+    A JVM that exits before it serves is ``SPARK_START`` with the reason it wrote there."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    path = Path(log_dir) / JVM_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and path.stat().st_size > ROLL_BYTES:
+        path.replace(path.with_name(JVM_LOG + ".1"))
+    conf = SparkConf()  # no JVM yet: only holds the options, as the builder's own SparkConf does
+    for key, value in options.items():
+        conf.set(key, value)
+    with open(path, "ab") as err:
+        start = err.tell()
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": err, "stderr": err})
+        except Exception as exc:  # noqa: BLE001 - PySpark's JAVA_GATEWAY_EXITED, a missing java
+            raise TidehouseError(
+                ErrorCode.SPARK_START,
+                f"could not start Spark: {launcher_reason(_written(path, start)) or exc}",
+                hint=f"check spark.master and spark.conf in the project file; the JVM's output: {path}",
+            ) from None
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _written(path: Path, start: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(1 << 20).decode(errors="replace")
+
+
+def launcher_reason(text: str) -> str | None:
+    """Why ``spark-submit`` did not start, from what it wrote: the message of the main thread's exception,
+    else its ``Error:`` line (for a JVM that could not be created, the line before it, which says why);
+    None when it wrote neither."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if found := _THREAD.match(line):
+            return found.group(1).strip()
+    for i, line in enumerate(lines):
+        if found := _ERROR.match(line):
+            if found.group(1).startswith("Could not create the Java Virtual Machine") and i:
+                return f"{lines[i - 1]}: the Java virtual machine could not be created"
+            return found.group(1).strip()
+    return None
