@@ -22,6 +22,7 @@ from materializer.plan import NOT_FINGERPRINTED, FlowPlan, SourcePlan, TablePlan
 from registry.selectors import Universe, spec_tables
 from runtime.core.durations import format_duration
 from runtime.core.sparktypes import parse_columns
+from runtime.core.text import counted
 
 Status = Literal["added", "removed", "changed", "unchanged"]
 
@@ -194,7 +195,7 @@ class FlowDiff:
         if same:
             lines.append(f"  unchanged: {', '.join(same)}")
         if self.full_refresh:
-            lines.append(f"rebuild {len(self.rebuild)} table(s): {', '.join(self.rebuild)}")
+            lines.append(f"rebuild {counted(len(self.rebuild), 'table')}: {', '.join(self.rebuild)}")
             lines.append(f"  {self.command}")
             for r in self.readers:
                 lines.append(
@@ -308,6 +309,22 @@ DETAIL: dict[str, Callable[[TablePlan, TablePlan], tuple[str, ...]]] = {
 }
 
 
+def _entries(old: Any, new: Any) -> tuple[str, ...]:
+    """The entries of two mappings that differ (``limit: 10 -> 5``), not both whole; () unless both are
+    mappings."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return ()
+    out = []
+    for key in [*old, *(k for k in new if k not in old)]:
+        if key not in new:
+            out.append(f"- {key}")
+        elif key not in old:
+            out.append(f"+ {key}: {json.dumps(new[key])}")
+        elif old[key] != new[key]:
+            out.append(f"{key}: {json.dumps(old[key])} -> {json.dumps(new[key])}")
+    return tuple(out)
+
+
 def _plain(value: Any) -> Any:
     return json.loads(
         json.dumps(value, default=lambda v: asdict(v) if hasattr(v, "__dataclass_fields__") else str(v))
@@ -326,10 +343,9 @@ def table_changes(old: TablePlan, new: TablePlan) -> tuple[Change, ...]:
             a, b = getattr(old, f.name), getattr(new, f.name)
         if a == b:
             continue
-        detail = DETAIL[f.name](old, new) if f.name in DETAIL else ()
-        out.append(
-            Change(f.name, _plain(a), _plain(b), rebuild=f.name not in NOT_FINGERPRINTED, detail=detail)
-        )
+        a, b = _plain(a), _plain(b)
+        detail = DETAIL[f.name](old, new) if f.name in DETAIL else _entries(a, b)
+        out.append(Change(f.name, a, b, rebuild=f.name not in NOT_FINGERPRINTED, detail=detail))
     return tuple(out)
 
 

@@ -190,3 +190,21 @@ def test_other_flows_that_read_a_rebuilt_or_removed_table_are_named():
         "dwd.clean: removed: no longer run or tiered; its hot and lake tables are kept; read by flow other"
         in (removed.to_text())
     )
+
+
+def test_a_mapping_field_shows_only_the_entries_that_differ():
+    """The facts of an incremental strategy were printed whole on each side (two ~600-character JSON
+    objects for a top-n limit of 10 -> 5)."""
+    facts = {"function": "row_number", "limit": 10, "order": [{"column": "v", "descending": True}]}
+    before = _flow(dws={"incremental": facts})
+    after = _flow(dws={"incremental": {**facts, "limit": 5, "partition": ["id"]}})
+    diff = diff_plans(before, after, "f.yaml")
+    (change,) = next(t for t in diff.tables if t.table == "dws.agg").changes
+    assert change.field == "incremental" and change.detail == ("limit: 10 -> 5", '+ partition: ["id"]')
+    assert '      incremental [no rebuild]: limit: 10 -> 5; + partition: ["id"]' in diff.to_text()
+    gone = diff_plans(after, before, "f.yaml")
+    assert next(t for t in gone.tables if t.table == "dws.agg").changes[0].detail == (
+        "limit: 5 -> 10",
+        "- partition",
+    )
+    assert "rebuild 2 tables: " in diff_plans(_flow(), _flow(dwd={"buckets": 2}), "f.yaml").to_text()
