@@ -416,7 +416,7 @@ class FlowRunner:
         while not self._status_stop.wait(STATUS_EVERY_S):
             self.write_status()
 
-    def write_status(self) -> dict:
+    def write_status(self, notify: bool = True) -> dict:
         try:
             snap = self.snapshot()
         except Exception as exc:  # noqa: BLE001 - status must never kill the flow, but it must be seen
@@ -434,7 +434,7 @@ class FlowRunner:
         tmp = self.status_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(snap, indent=2, default=str), encoding="utf-8")
         os.replace(tmp, self.status_path)
-        if self.on_status:
+        if self.on_status and notify:  # not for a run refused before its queries: no figure is its own
             self.on_status(snap)
         return snap
 
@@ -529,7 +529,7 @@ class FlowRunner:
             for session in [] if self.server_lost else self._sessions:  # Connect: release them on the server
                 stop_session(session)
             self._sessions.clear()
-            self.write_status()
+            self.write_status(notify=status_thread is not None)
             self.lock.release()
         report = RunReport(
             self.plan.flow,

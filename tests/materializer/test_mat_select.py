@@ -58,8 +58,10 @@ def test_selectors_on_the_running_shipped_flow(spark, project_dir, run_cli):
     try:
         diff = project.diff_flow(path, spark=spark)
         assert diff.rebuild == ["ads.top_users"] and diff.full_refresh == ("ads.top_users",)
+        seen: list[dict] = []
         with pytest.raises(TidehouseError) as refused:  # what the diff said needs a rebuild is refused
-            project.trigger(path, until_idle=True, spark=spark)
+            project.trigger(path, until_idle=True, spark=spark, on_status=seen.append)
+        assert seen == []  # no progress of a run refused before its queries (the CLI printed its figures)
         assert refused.value.code is ErrorCode.PLAN_CHANGED
         assert refused.value.message.endswith(
             "the definition of ads.top_users changed since its data was built"
