@@ -7,10 +7,20 @@ import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+# control characters as escapes: a quarantined line of binary data printed raw broke the table into lines and
+# sent its terminal escape sequences (ESC) to the terminal
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
 
 def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Left-aligned columns, a dashed rule under the headers; ``None`` prints as an empty cell."""
-    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    """Left-aligned columns, a dashed rule under the headers; ``None`` prints as an empty cell, and a control
+    character (a line break, a tab, ESC) as its escape (``\\n``, ``\\t``, ``\\x1b``): JSON and CSV keep the
+    text as it is."""
+    rows = [["" if v is None else str(v).translate(_ESCAPES) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(v)) for w, v in zip(widths, row)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime.cli.run import _offsets
-from runtime.core.text import counted
+from runtime.core.text import counted, table_csv, table_text
 
 
 def test_offsets_print_one_figure_per_bucket_and_read_as_a_list_when_there_are_several():
@@ -24,3 +24,12 @@ def test_a_layer_line_shows_a_delay_not_measured_yet_as_a_dash():
 
     row = {"layer": "ods", "rows_written": 1, "batches": 1, "hot_delay_s": None, "lake_delay_s": 2.25}
     assert _layer_lines({"tables": [row]}) == ["ods: 1 row in 1 batch, hot delay -, lake delay 2.2s"]
+
+
+def test_a_table_cell_shows_control_characters_as_escapes():
+    """A quarantined line of binary data broke the table into lines and sent ESC sequences to the terminal."""
+    raw = "a\tb\x1b[31mred\x00\r\n\x7f\x85ü"
+    text = table_text(["raw"], [[raw]])
+    assert text.splitlines()[2] == "a\\tb\\x1b[31mred\\x00\\r\\n\\x7f\\x85ü"
+    assert len(text.splitlines()) == 3
+    assert raw in table_csv(["raw"], [[raw]])  # CSV (and JSON) keep the text as it is
