@@ -7,6 +7,7 @@ import re
 
 from materializer.strategies import TableStats
 from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.spark.reasons import error_line
 
 # failures that say nothing about the flow, only about the machine: the query is restarted
 TRANSIENT = (
@@ -33,7 +34,7 @@ def query_failure(name: str, stats: TableStats, exc) -> TidehouseError:
     if raised is not None:
         code, message = raised
         return TidehouseError(code, f"the query of table {name} failed: {message}")
-    detail = stats.error or str(exc).split("\n")[0]
+    detail = stats.error or error_line(exc)
     return TidehouseError(ErrorCode.QUERY_FAILED, f"the query of table {name} failed: {detail}")
 
 

@@ -50,6 +50,7 @@ from runtime.core.literals import (
 from runtime.lake.history import TableHistory
 from runtime.spark.filelog import source_files
 from runtime.spark.options import Place
+from runtime.spark.reasons import error_line
 from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import TableStore
@@ -133,7 +134,7 @@ def guarded(fn, ctx: QueryContext):
         except BatchInterrupted:  # by its query's stop: not an error of the table
             raise
         except Exception as exc:
-            ctx.stats.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ctx.stats.error = error_line(exc)
             raise
 
     return run

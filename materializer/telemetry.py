@@ -33,6 +33,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from runtime.core.logs import mark_reported
+from runtime.spark.reasons import error_line
+
 log = logging.getLogger("materializer.batch")
 
 PHASES = ("read", "sql", "write")  # measured in the batch functions
@@ -182,16 +185,15 @@ def batch_scope(ctx, batch_id: int) -> Iterator[None]:
                 extra=fields,
             )
         elif failed is not None:
-            first = str(failed).splitlines()[0] if str(failed) else ""
             log.error(
-                "batch %d of %s failed after %.3fs: %s: %s",
+                "batch %d of %s failed after %.3fs: %s",
                 batch_id,
                 ctx.table.name,
                 seconds,
-                type(failed).__name__,
-                first,
+                error_line(failed),
                 extra=fields,
             )
+            mark_reported(failed)
         elif log.isEnabledFor(logging.DEBUG):
             fields.update(
                 rows_in=rows_in,

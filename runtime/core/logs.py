@@ -9,11 +9,13 @@
   ``seconds``, ``read_s``...), and ``exc`` (the traceback) when there is one.
 
 Spark's JVM log is not here: it goes to ``<home>/logs/spark.log`` (:mod:`runtime.spark.session`). py4j's
-records are held at WARNING whatever the level (at DEBUG it logs every call between Python and the JVM).
+records are held at WARNING whatever the level (at DEBUG it logs every call between Python and the JVM), and
+its copy of an error already logged (:func:`mark_reported`) is left out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -24,6 +26,20 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
 CONTEXT = ("flow", "table", "batch_id")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "where"}
 QUIET = ("py4j",)
+REPORTED = "_tidehouse_reported"
+
+
+def mark_reported(exc: BaseException) -> None:
+    """Mark ``exc`` as told already (a failed batch's own log line says why): a record that logs it again
+    with its whole traceback (py4j's, at ERROR, for an exception a Python callback raised back to the JVM:
+    ~200 lines with the Java stack) is not written."""
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, REPORTED, True)
+
+
+def _unreported(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return not getattr(exc, REPORTED, False)
 
 
 class JsonFormatter(logging.Formatter):
@@ -83,6 +99,7 @@ def configure_logging(level: str = "warning", fmt: str = "text") -> Callable[[],
     handler = _Stderr()
     handler.tidehouse = True
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_unreported)
     previous = root.level, {name: logging.getLogger(name).level for name in QUIET}
     root.addHandler(handler)
     root.setLevel(LEVELS[level])

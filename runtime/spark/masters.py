@@ -4,18 +4,15 @@ A standalone master (``spark://host:port``) that is not there is found before th
 itself retries its registration for about a minute, then stops its SparkContext, and the error that reaches
 Python is a stopped context's Java stack, not the address it could not reach. A Connect server that is not
 there is found before the client is made: the client retries it for minutes, and again at the process's exit.
-A start that fails for another reason is reported by the Java exception's own line, without the stack.
+A start that fails for another reason is reported in Spark's own words (:mod:`runtime.spark.reasons`).
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from urllib.parse import urlparse
 
 CONNECT_PORT = 15002  # Spark Connect's default port
-
-_EXCEPTION = re.compile(r"^:?\s*((?:[\w$]+\.)+[\w$]*(?:Exception|Error)\b.*)$")
 
 
 def unreachable(master: str, timeout: float = 5.0) -> str | None:
@@ -54,30 +51,3 @@ def _none_answers(addresses: list[tuple[str, int]], timeout: float) -> str | Non
         except OSError as exc:
             reasons.append(f"{host}:{port}: {exc.strerror or exc or type(exc).__name__}")
     return "; ".join(reasons)
-
-
-def java_summary(text: str) -> str:
-    """The Java exception's line of a Py4J error's text (``java.lang.IllegalStateException: ...``), without
-    Py4J's preamble and the stack; else the text's first non-empty line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        found = _EXCEPTION.match(line)
-        if found:
-            return found.group(1)
-    return lines[0] if lines else text
-
-
-_CLASS = re.compile(r"(?:[\w$]+\.)+[\w$]+")
-
-
-def java_cause(text: str) -> str:
-    """Spark's own words in a Java error's text: the message of its innermost ``Caused by:``, else of its
-    exception line (:func:`java_summary`), without the exception's class."""
-    causes = [
-        line.strip()[len("Caused by:") :].strip()
-        for line in text.splitlines()
-        if line.strip().startswith("Caused by:")
-    ]
-    line = causes[-1] if causes else java_summary(text)
-    cls, sep, message = line.partition(": ")
-    return message.strip() if sep and _CLASS.fullmatch(cls) else line

@@ -36,7 +36,8 @@ from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.gateway import launch
 from runtime.spark.launcher import worker_python
-from runtime.spark.masters import connect_unreachable, java_cause, java_summary, unreachable
+from runtime.spark.masters import connect_unreachable, unreachable
+from runtime.spark.reasons import java_cause, java_summary
 
 _LOCK = threading.Lock()
 DEFAULT_CONF: dict[str, str] = {

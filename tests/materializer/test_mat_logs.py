@@ -75,3 +75,35 @@ def test_spark_warnings_go_to_a_file_under_the_home_not_to_the_terminal(tmp_path
     assert not [line for line in done.stderr.splitlines() if " WARN " in line or " ERROR " in line], (
         done.stderr
     )
+
+
+PARQUET_FLOW = """flow: pq
+sources:
+  rows: {format: parquet, path: data/pq, schema: "id int, note string"}
+layers:
+  ods:
+    rows: {action: t_ingest, inputs: {raw: rows}}
+"""
+
+
+def test_a_failed_batch_says_why_in_sparks_words_once(spark, project_dir, test_flow, data_path, run_cli):
+    """A Parquet file whose column type is not the source schema's: the batch's log line and the run's error
+    named only Py4J's call (`Py4JJavaError: An error occurred while calling o188.getResult.`), and py4j
+    logged the whole traceback with the Java stack again (206 lines on stderr in all)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (project_dir / "data" / "pq").mkdir(parents=True)
+    pq.write_table(
+        pa.table({"id": pa.array([1, 2], pa.int64()), "note": ["a", "b"]}), project_dir / "data/pq/a.parquet"
+    )
+    (project_dir / "flows" / "pq.yaml").write_text(PARQUET_FLOW)
+    code, _, err = run_cli("flow", "trigger", "flows/pq.yaml", "--until-idle")
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    why = "[FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] Encountered error while reading file "
+    assert lines[-1].startswith(f"error: the query of table ods.rows failed: {why}"), err
+    assert "a.parquet" in lines[-1] and lines[-1].endswith("[TH402]"), err
+    assert "Traceback" not in err and "py4j" not in err and "\tat " not in err, err[:3000]
+    if data_path == "driver":  # the batch function met it (on the executor path, Spark's tasks do)
+        assert len(lines) == 2 and "batch 0 of ods.rows failed after " in lines[0] and why in lines[0], err

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from runtime.spark.gateway import launcher_reason
-from runtime.spark.masters import connect_unreachable, java_cause, java_summary, unreachable
+from runtime.spark.masters import connect_unreachable, unreachable
+from runtime.spark.reasons import error_line, java_cause, java_summary, spark_reason
 
 TIDEHOUSE = str(Path(sys.executable).with_name("tidehouse"))
 
@@ -88,6 +89,27 @@ def test_a_refused_setting_is_reported_in_sparks_own_words():
     )
     assert java_cause("org.apache.spark.SparkException: it failed\n\tat a.b(C.java:1)\n") == "it failed"
     assert java_cause("no Java here") == "no Java here"
+
+
+def test_a_failure_is_told_by_its_innermost_error_class():
+    text = (
+        "An error occurred while calling o188.getResult.\n"
+        ": org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
+        "\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)\n"
+        "Caused by: org.apache.spark.SparkException: [FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] "
+        "Encountered error while reading file file:///d/a.parquet. SQLSTATE: KD001\n"
+        "Caused by: org.apache.spark.sql.execution.datasources.SchemaColumnConvertNotSupportedException: "
+        "column: [id], physicalType: INT64, logicalType: int\n"
+    )
+    why = "[FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH] Encountered error while reading file "
+    assert spark_reason(text) == why + "file:///d/a.parquet. SQLSTATE: KD001"
+    assert spark_reason(
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: x\n[DIVIDE_BY_ZERO] y"
+    ) == ("[DIVIDE_BY_ZERO] y")
+    assert spark_reason(": java.lang.IllegalStateException: stopped\n\tat a.b(C.java:1)") == "stopped"
+    assert error_line(RuntimeError(text)) == why + "file:///d/a.parquet. SQLSTATE: KD001"
+    assert error_line(ValueError("bad value\nmore")) == "ValueError: bad value"
+    assert error_line(KeyError()) == "KeyError"
 
 
 def test_the_launchers_reason_is_read_from_what_it_wrote():
