@@ -421,7 +421,7 @@ class FlowRunner:
             snap = self.snapshot()
         except Exception as exc:  # noqa: BLE001 - status must never kill the flow, but it must be seen
             text = f"{type(exc).__name__}: {exc}"
-            if text != self._status_failure:  # once per distinct failure, not every 2 s
+            if text != self._status_failure and lost_server_error(exc) is None:  # the run says that one
                 log.warning(
                     "flow %s: the status snapshot failed (flow status shows the last one): %s",
                     self.plan.flow,
@@ -581,8 +581,8 @@ class FlowRunner:
         )
 
     def _lost_server(self, exc: BaseException) -> TidehouseError | None:
-        """The error for a run whose Spark Connect server stopped answering, or None for any other."""
-        error = lost_server_error(exc) if self.connect else None
+        """The error for a run whose Connect server stopped answering or driver JVM ended, else None."""
+        error = lost_server_error(exc)
         self.server_lost = error is not None
         return error
 

@@ -21,6 +21,7 @@ import logging
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 CONTEXT = ("flow", "table", "batch_id")
@@ -38,7 +39,12 @@ def mark_reported(exc: BaseException) -> None:
 
 
 def _unreported(record: logging.LogRecord) -> bool:
+    """False for a record that only repeats an error its caller reports: one marked by :func:`mark_reported`,
+    and py4j's ``Exception while sending command.`` (on the root logger, with its traceback: the call then
+    raises its Py4JError to the caller)."""
     exc = record.exc_info[1] if record.exc_info else None
+    if record.name == "root" and "py4j" in Path(record.pathname).parts:
+        return False
     return not getattr(exc, REPORTED, False)
 
 

@@ -22,6 +22,8 @@ from runtime.core.errors import ErrorCode, TidehouseError
 JVM_LOG = "jvm.log"
 ROLL_BYTES = 16 * 1024 * 1024  # a larger jvm.log is renamed jvm.log.1 when a JVM starts (one kept)
 
+_STARTED: dict[str, Path] = {}  # "log": the jvm.log of the JVM this process started
+
 _THREAD = re.compile(r'^Exception in thread "[^"]*" (?:[\w$]+\.)+[\w$]+: (.+)$')
 _ERROR = re.compile(r"^Error: (.+)$")
 
@@ -51,6 +53,21 @@ def launch(options: Mapping[str, str], log_dir: str | os.PathLike) -> None:
                 hint=f"check spark.master and spark.conf in the project file; the JVM's output: {path}",
             ) from None
     SparkContext._ensure_initialized(gateway=gateway)
+    _STARTED["log"] = path
+
+
+def driver_ended() -> str | None:
+    """How this process's driver JVM ended (``killed by signal 9``, ``exit code 1``): None while it runs, or
+    when this process started none."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    code = proc.poll() if proc is not None else None
+    if code is None:
+        return None
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    where = _STARTED.get("log")
+    return f"{how}; its last output is in {where}" if where is not None else how
 
 
 def _written(path: Path, start: int) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
-from runtime.spark.gateway import launch
+from runtime.spark.gateway import driver_ended, launch
 from runtime.spark.launcher import worker_python
 from runtime.spark.masters import connect_unreachable, unreachable
 from runtime.spark.reasons import java_cause, java_summary
@@ -291,8 +291,25 @@ def get_spark(
             dump_when_started(getattr(gateway, "pid", None))
         if log_dir is None:  # with a log file, WARN lines belong in it
             spark.sparkContext.setLogLevel("ERROR")
+        _quiet_accumulator_server(spark.sparkContext)
         _register_sources(spark)
         return spark
+
+
+def _quiet_accumulator_server(sc) -> None:
+    """PySpark's accumulator server prints a traceback (``EOFError``) when its connection from the driver JVM
+    ends because the JVM ended: the run's own error says so (:func:`lost_server_error`). Other errors of the
+    server print as before."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None or getattr(server, "_tidehouse_quiet", False):
+        return
+    default = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            default(request, client_address)
+
+    server.handle_error, server._tidehouse_quiet = handle_error, True
 
 
 @contextlib.contextmanager
@@ -403,7 +420,18 @@ _CLOSED = ("NO_ACTIVE_SESSION", "Channel closed", "closed channel")
 
 def lost_server_error(exc: BaseException) -> TidehouseError | None:
     """The error for a call whose Spark Connect server stopped answering (the client's retries, about
-    70 s, ran out), or None when ``exc`` is something else or this process is no Connect client."""
+    70 s, ran out), or whose driver JVM (this process's Py4J server) ended, or None when ``exc`` is
+    something else: a failed query, or a Connect error of a process that is no Connect client."""
+    ended = driver_ended()
+    if ended is not None:  # killed (the kernel's out-of-memory killer sends signal 9) or crashed
+        return TidehouseError(
+            ErrorCode.SPARK_START,
+            f"Spark's driver JVM ended during the run ({ended})",
+            hint="signal 9 without a kill of your own is most often the kernel's out-of-memory killer "
+            "(dmesg): give the driver more memory or smaller batches (spark.driver.memory, "
+            "materializer.max_rows_per_batch); the next `tidehouse flow trigger` resumes every query from "
+            "its checkpoint",
+        )
     chain: list[BaseException] = []
     while exc is not None and exc not in chain:  # the cause of e.g. a query that could not start
         chain.append(exc)

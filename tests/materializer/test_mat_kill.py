@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -60,5 +63,53 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
         assert project.store.scan("ods.clicks").num_rows == good  # no duplicates after the replay
         assert project.lake.load("ods.clicks").scan().to_arrow().num_rows == good
         assert sum(project.store.end_offsets("ods.clicks__quarantine")) == expected["ods.clicks__quarantine"]
+    finally:
+        project.close()
+
+
+def _driver_jvm(pid: int) -> int:
+    """The pid of the driver JVM (Spark's SparkSubmit) among the children of process ``pid``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"SparkSubmit" in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no driver JVM among the children of {pid}")
+
+
+def test_a_driver_jvm_killed_mid_run_is_told_then_resumed_exactly(spark, project_dir, home, seed):
+    """The kernel's out-of-memory killer takes the largest process: the driver JVM, not the tidehouse
+    process. The run printed PySpark's accumulator-server traceback, a warning per query, and `internal
+    error: ConnectionRefusedError [TH900]` (exit 1)."""
+    from runtime.project import Project
+    from runtime.storage import open_store
+
+    rng = random.Random(seed)
+    write_project(project_dir)
+    lines = make_events(rng, 50)
+    write_batch(project_dir, "part-0", lines)
+    with trigger_process(project_dir, home) as proc:
+        wait_for_first_aggregation(open_store(str(home / "hot")))
+        os.kill(_driver_jvm(proc.pid), signal.SIGKILL)
+        assert proc.wait(timeout=120) == 2
+    log = (project_dir.parent / "trigger.log").read_text(errors="replace")
+    told = log[log.index("error: ") :] if "error: " in log else log[-3000:]
+    assert told.startswith("error: Spark's driver JVM ended during the run (killed by signal 9; its last "), (
+        told
+    )
+    assert f"{home / 'logs' / 'jvm.log'}" in told and told.rstrip().endswith("[TH400]"), told
+    assert "Traceback" not in log and "ConnectionRefusedError" not in log and "WARNING" not in log, log
+    project = Project.open()
+    try:
+        project.trigger("testflow", until_idle=True, spark=spark)
+        expected = oracle(lines)
+        for table in TABLES:
+            assert canon(project.store.scan(table)) == expected[table], f"hot {table}"
+            assert canon(project.lake.load(table).scan().to_arrow()) == expected[table], f"lake {table}"
     finally:
         project.close()
