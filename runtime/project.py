@@ -487,6 +487,7 @@ class Project:
             "project": str(config.project_dir),
             "storage_root": config.storage_root,
             "checkpoints": config.checkpoint_root,
+            "logs": str(self.logs_dir),
             "registry": settings["registry.url"] or "sqlite (embedded, under home)",
             "lake_catalog": {
                 "name": config.get("lake.catalog_name"),

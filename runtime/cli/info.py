@@ -22,6 +22,7 @@ def info(state, fmt: str) -> None:
     click.echo(f"home:      {report['home']}")
     click.echo(f"project:   {report['project']}")
     click.echo(f"hot:       {report['storage_root']}")
+    click.echo(f"logs:      {report['logs']} (spark.log: Spark's log; jvm.log: the driver JVM's own output)")
     click.echo(f"registry:  {report['registry']}")
     click.echo("lake catalog (pyiceberg load_catalog properties; use them from any engine):")
     for key, value in report["lake_catalog"].items():

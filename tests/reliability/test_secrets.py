@@ -108,6 +108,8 @@ def test_info_never_prints_secrets(secret_project, debug):
         assert code == 0, err
         outputs += [out, err]
     assert "****" in outputs[0]
+    assert f"logs:      {home / 'logs'} (spark.log" in outputs[0]  # where to look when Spark fails
+    assert json.loads(outputs[2])["logs"] == str(home / "logs")
     _assert_clean(outputs, secrets)
 
 
