@@ -10,7 +10,15 @@ from typing import Any
 import click
 
 from runtime.cli import flow, pass_state
-from runtime.cli._render import TEXT_OR_JSON, echo_heading, echo_json, echo_listing, table_text, version_dict
+from runtime.cli._render import (
+    TEXT_OR_JSON,
+    counted,
+    echo_heading,
+    echo_json,
+    echo_listing,
+    table_text,
+    version_dict,
+)
 from runtime.core.errors import TidehouseError, TidehouseErrors
 
 
@@ -118,7 +126,7 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 
 
 @flow.command("validate")
-@click.argument("target")
+@click.argument("targets", metavar="TARGET...", nargs=-1, required=True)
 @click.option(
     "--actions",
     "actions_dir",
@@ -128,24 +136,33 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 @TEXT_OR_JSON
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
-def validate(state, target: str, actions_dir: str | None, fmt: str, quick: bool) -> None:
-    """Check a flow file (PATH) or a registered flow (NAME[@N]): exit 0 if valid, else 2 with every error.
+def validate(state, targets: tuple[str, ...], actions_dir: str | None, fmt: str, quick: bool) -> None:
+    """Check flow files (PATH) or registered flows (NAME[@N]): exit 0 if every one is valid, else 2 with every
+    error (`tidehouse flow validate flows/*.yaml`).
 
     First the checks that need no JVM (keys, types, actions, inputs, parameters, layers, cycles); when they
     pass, Spark parses the actions' SQL and analyses every table as `flow plan` does, so a primary key, bucket
-    key or aggregated column the SQL does not output is an error at its line in the flow file.
+    key or aggregated column the SQL does not output is an error at its line in the flow file. With several
+    targets, each one's result is a line of its own (`TARGET: ok`) and JSON is `{"ok", "flows": [...]}`.
     """
-    try:
-        result = state.project.validate_flow(target, actions_dir=actions_dir, quick=quick)
-    except TidehouseError as exc:
-        errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
-        if fmt == "json":
-            echo_json({"ok": False, "errors": [e.to_dict() for e in errors]})
+    results, worst = [], 0
+    for target in targets:
+        try:
+            result = state.project.validate_flow(target, actions_dir=actions_dir, quick=quick)
+        except TidehouseError as exc:
+            errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
+            worst = max(worst, *(e.exit_code for e in errors))
+            result = {"ok": False, "errors": [e.to_dict() for e in errors]}
+            if fmt != "json":
+                for error in errors:
+                    click.echo(error.render(), err=True)
+                if len(targets) > 1:
+                    click.echo(f"{target}: {counted(len(errors), 'error')}")
         else:
-            for error in errors:
-                click.echo(error.render(), err=True)
-        raise click.exceptions.Exit(max(e.exit_code for e in errors)) from None
+            if fmt != "json":
+                click.echo("ok" if len(targets) == 1 else f"{target}: ok")
+        results.append({"target": target, **result} if len(targets) > 1 else result)
     if fmt == "json":
-        echo_json(result)
-    else:
-        click.echo("ok")
+        echo_json(results[0] if len(targets) == 1 else {"ok": worst == 0, "flows": results})
+    if worst:
+        raise click.exceptions.Exit(worst)

@@ -111,3 +111,28 @@ def test_flow_validate_unknown_name_and_register_errors(run_cli, project_dir):
     assert code == 2 and "flows/empty.yaml:1: the document is empty [TH202]" in err
     code, _, err = run_cli("flow", "validate", "flows/missing.yaml")
     assert code == 2 and "no flow file flows/missing.yaml" in err and "[TH250]" in err  # as flow plan says
+
+
+def test_flow_validate_takes_several_flows_and_fails_if_one_does(run_cli, project_dir):
+    """`tidehouse flow validate flows/*.yaml` said "Got unexpected extra arguments"."""
+    setup_project(project_dir)
+    bad = BASE_FLOW.replace("action: clean,", "action: clen,")
+    (project_dir / "flows" / "bad.yaml").write_text(bad)
+    code, out, err = run_cli("flow", "validate", "--quick", "flows/bad.yaml", "flows/shop.yaml")
+    assert code == 2, err
+    assert out.splitlines() == ["flows/bad.yaml: 1 error", "flows/shop.yaml: ok"]
+    assert err.startswith("flows/bad.yaml:9:21: layers.dwd.clean.action: unknown action 'clen'"), err
+    code, out, _ = run_cli(
+        "flow", "validate", "--quick", "flows/shop.yaml", "flows/bad.yaml", "--format", "json"
+    )
+    report = json.loads(out)
+    assert code == 2 and report["ok"] is False
+    assert [(f["target"], f["ok"]) for f in report["flows"]] == [
+        ("flows/shop.yaml", True),
+        ("flows/bad.yaml", False),
+    ]
+    assert report["flows"][1]["errors"][0]["code"] == "TH221"
+    code, out, err = run_cli("flow", "validate", "--quick", "flows/shop.yaml", "flows/shop.yaml")
+    assert (code, out) == (0, "flows/shop.yaml: ok\nflows/shop.yaml: ok\n"), err
+    code, _, err = run_cli("flow", "validate")
+    assert code == 2 and "Missing argument 'TARGET...'" in err
