@@ -574,7 +574,8 @@ def _versions() -> dict[str, str]:
 
 def lost_spark_server(exc: BaseException) -> TidehouseError | None:
     """The error of a Spark Connect server that stopped answering (``exc`` is the client's last failed
-    call), after closing this process's sessions without it; None for any other exception."""
+    call), after closing this process's sessions without it, or of this process's driver JVM that ended; None
+    for any other exception."""
     from runtime.spark.session import lost_server_error, server_lost
 
     lost = lost_server_error(exc)
