@@ -26,6 +26,8 @@ result is the last one's rows, so an earlier statement that returns rows is refu
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -213,8 +215,36 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
                 return pa.table({})
             return relation.to_arrow_table()
         except duckdb.Error as exc:
+            message = str(exc).strip().splitlines()[0]
             raise TidehouseError(
-                ErrorCode.QUERY_INVALID, str(exc).strip().splitlines()[0], hint=_HINT
+                ErrorCode.QUERY_INVALID, unknown_table(message, reader.tables) or message, hint=_HINT
             ) from exc
     finally:
         con.close()
+
+
+_MISSING = re.compile(r'Table with name "?([^"!\s]+)"? does not exist')
+
+
+def unknown_table(message: str, tables: Iterable[str]) -> str | None:
+    """DuckDB's catalog error for a table the query names and the project does not have, said in the
+    project's terms (``Table with name "ods.nope" does not exist because schema "ods" does not exist`` -> ``no
+    table ods.nope in this project (did you mean ods.events?)``); None for any other error."""
+    found = _MISSING.search(message)
+    if not found:
+        return None
+    named = found.group(1).lower()
+    base, dollar, view = named.partition("$")
+    known = sorted(t for t in tables if not is_internal_table(t))
+    if dollar and f"${view}" not in (LAKE_SUFFIX, CHANGELOG_SUFFIX):
+        return f"no view ${view} of a table: write {base}{LAKE_SUFFIX} or {base}{CHANGELOG_SUFFIX}"
+    layer, _, leaf = base.rpartition(".")
+    leaves = difflib.get_close_matches(leaf, {t.rpartition(".")[2] for t in known}, n=3)
+    close = [t for t in known if t.rpartition(".")[2] in leaves]
+    close.sort(key=lambda t: t.rpartition(".")[0] != layer)  # the named layer's first
+    text = f"no table {base} in this project"
+    if close:
+        text += f" (did you mean {' or '.join(c + dollar + view for c in close)}?)"
+    elif known:
+        text += f" (its tables: {', '.join(known[:12])}{', ...' if len(known) > 12 else ''})"
+    return text

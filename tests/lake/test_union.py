@@ -10,7 +10,7 @@ import pytest
 
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.tiering import tier_table
-from runtime.lake.union import referenced_tables, union_query
+from runtime.lake.union import referenced_tables, union_query, unknown_table
 from runtime.storage.api import CHANGE, TableMeta
 from tests.lake._lakekit import ACTIVITY, CATALOGS, CLICKS, clicks, rows_of
 
@@ -145,6 +145,30 @@ def test_unknown_table_is_a_user_error(filled):
     with pytest.raises(TidehouseError) as err:
         union_query(store, lake, "SELECT * FROM ods.nope")
     assert err.value.code == ErrorCode.QUERY_INVALID
+    # DuckDB said 'Table with name "ods.nope" does not exist because schema "ods" does not exist'
+    assert err.value.message.startswith("no table ods.nope in this project (its tables: "), err.value.message
+
+
+def test_an_unknown_table_is_named_with_the_projects_close_ones():
+    tables = {"ods.events", "dwd.events", "dws.users", "ods.events__quarantine", "ads.top__state"}
+    missing = 'Catalog Error: Table with name "{}" does not exist because schema "{}" does not exist.'
+    assert unknown_table(missing.format("dwd.evnt", "dwd"), tables) == (
+        "no table dwd.evnt in this project (did you mean dwd.events or ods.events?)"
+    )
+    assert unknown_table(missing.format("dwd.evnt$lake", "dwd"), tables) == (
+        "no table dwd.evnt in this project (did you mean dwd.events$lake or ods.events$lake?)"
+    )
+    assert unknown_table(missing.format("ods.events$bogus", "ods"), tables) == (
+        "no view $bogus of a table: write ods.events$lake or ods.events$changelog"
+    )
+    assert unknown_table("Catalog Error: Table with name users does not exist!", tables) == (
+        "no table users in this project (did you mean dws.users?)"
+    )
+    assert unknown_table(missing.format("x.zzz", "x"), tables) == (
+        "no table x.zzz in this project (its tables: dwd.events, dws.users, ods.events, "
+        "ods.events__quarantine)"
+    )  # a query's private state table is not named
+    assert unknown_table('Binder Error: Referenced column "x" not found', tables) is None
 
 
 def test_never_tiered_table_reads_hot(store, lake):
