@@ -48,6 +48,15 @@ def _strict(value: Any) -> Any:
     return value
 
 
+def csv_cell(value: Any) -> Any:
+    """A CSV cell as ``--format json`` writes the value: binary as base64, a list, map or struct as its
+    JSON text (csv would write Python's ``b'..'``, ``['a', 'b']`` and ``{'k': 1}``), a NaN as ``NaN``."""
+    value = _strict(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, allow_nan=False)
+    return value
+
+
 def version_dict(version: Any, **fields: Any) -> dict[str, Any]:
     """A registered action or flow version as JSON-friendly data: what both have, with ``fields`` in
     between."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from runtime.cli import cli, pass_state
-from runtime.cli._render import counted, echo_json, table_csv, table_text
+from runtime.cli._render import counted, csv_cell, echo_json, table_csv, table_text
 
 
 @cli.command("query")
@@ -22,7 +22,7 @@ def query_cmd(state, sql: str, fmt: str) -> None:
     if fmt == "json":
         echo_json(rows)
     elif fmt == "csv":
-        click.echo(table_csv(headers, ([r[h] for h in headers] for r in rows)))
+        click.echo(table_csv(headers, ([csv_cell(r[h]) for h in headers] for r in rows)))
     else:
         click.echo(table_text(headers, ([row[h] for h in headers] for row in rows)))
         click.echo(f"({counted(len(rows), 'row')})")

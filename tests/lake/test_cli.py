@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -71,6 +73,18 @@ def test_query_json_is_strict_json(run_cli, home):
             "exact": "1.50",
         }
     ]
+    # CSV writes each cell as JSON does: Python's b'ab', ['inf', 1.5] and {'low': ...} were printed
+    code, out, err = run_cli("query", sql, "--format", "csv")
+    assert code == 0, err
+    header, row = list(csv.reader(io.StringIO(out)))
+    assert dict(zip(header, row)) == {
+        "n": "1",
+        "nan": "NaN",
+        "floats": '["Infinity", 1.5]',
+        "nested": '{"low": "-Infinity"}',
+        "raw": "YWI=",
+        "exact": "1.50",
+    }
 
 
 def test_query_errors_exit_2(run_cli, home):
