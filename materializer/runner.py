@@ -33,8 +33,7 @@ from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recomput
 from materializer.failures import TRANSIENT, query_failure, stopped_elsewhere
 from materializer.handoff import Handoff
 from materializer.hotstream import Waiting, hot_stream
-from materializer.incremental.joinlog import in_tasks as log_join_in_tasks
-from materializer.incremental.joinlog import log_join_stream
+from materializer.incremental import joinlog
 from materializer.jsonlines import JsonLinesReader, reader_of
 from materializer.lock import RunLock
 from materializer.plan import FlowPlan, TablePlan, data_path_of
@@ -195,8 +194,8 @@ class FlowRunner:
             stream = hot_stream(
                 session, config, t.inputs[0].ref, max_rows=self.max_rows_per_batch, waiting=waiting
             )
-        elif t.strategy == "join_log" and self.data_path == "executors" and log_join_in_tasks(t):
-            stream = log_join_stream(session, config, t)  # the batch holds the log's rows, for its tasks
+        elif t.strategy == "join_log" and self.data_path == "executors" and joinlog.in_tasks(t):
+            stream = joinlog.log_join_stream(session, config, t)  # the batch holds the log's rows (tasks)
         else:  # recompute: any change of any input triggers a micro-batch
             stream = None
             for inp in t.inputs:
@@ -385,10 +384,11 @@ class FlowRunner:
 
     @property
     def spark_target(self) -> str:
-        """Where the queries run: the Spark master URL, or the Spark Connect server's."""
+        """Where the queries run: the master URL (asked once: a JVM that ended cannot say), or Connect's."""
         if self.connect:
             return self.project.config.get("spark.remote") or "spark connect"
-        return self.spark.conf.get("spark.master", "local[*]")
+        self._master = getattr(self, "_master", None) or self.spark.conf.get("spark.master", "local[*]")
+        return self._master
 
     @property
     def max_rows_per_batch(self) -> int:

@@ -104,6 +104,8 @@ def test_a_driver_jvm_killed_mid_run_is_told_then_resumed_exactly(spark, project
     )
     assert f"{home / 'logs' / 'jvm.log'}" in told and told.rstrip().endswith("[TH400]"), told
     assert "Traceback" not in log and "ConnectionRefusedError" not in log and "WARNING" not in log, log
+    status = json.loads((home / "run" / "testflow.status.json").read_text())  # it said "running"
+    assert status["state"] == "failed" and {t["state"] for t in status["tables"]} == {"unknown"}, status
     project = Project.open()
     try:
         project.trigger("testflow", until_idle=True, spark=spark)
