@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -43,8 +41,20 @@ def seconds(value: float | None, digits: int = 1) -> str:
 
 
 def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(headers)
-    writer.writerows(rows)
-    return buf.getvalue().rstrip("\n")
+    """RFC 4180 CSV as Python's ``csv.writer`` writes it (CRLF line ends; a cell quoted when it holds a
+    comma, a quote or a line break; ``None`` an empty cell), without the last ``\\n`` (``click.echo`` adds
+    it). Written here because ``csv.writer`` before Python 3.11 refuses a NUL character in a cell ("need to
+    escape"), which binary data in a quarantined record has."""
+    return "".join(_csv_line(row) for row in [list(headers), *rows]).removesuffix("\n")
+
+
+def _csv_line(row: Sequence[Any]) -> str:
+    cells = []
+    for value in row:
+        text = "" if value is None else str(value)
+        if any(c in text for c in ',"\r\n'):
+            text = '"' + text.replace('"', '""') + '"'
+        cells.append(text)
+    if cells == [""]:  # a row of one empty cell is not an empty line
+        cells = ['""']
+    return ",".join(cells) + "\r\n"

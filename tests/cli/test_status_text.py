@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+
 from runtime.cli.run import _offsets
 from runtime.core.text import counted, table_csv, table_text
 
@@ -33,3 +36,18 @@ def test_a_table_cell_shows_control_characters_as_escapes():
     assert text.splitlines()[2] == "a\\tb\\x1b[31mred\\x00\\r\\n\\x7f\\x85ü"
     assert len(text.splitlines()) == 3
     assert raw in table_csv(["raw"], [[raw]])  # CSV (and JSON) keep the text as it is
+
+
+def test_csv_is_what_pythons_csv_module_reads_back():
+    """Written by hand: Python 3.10's csv.writer refused a NUL in a cell (`tidehouse query --format csv` of a
+    quarantined binary record failed there)."""
+    rows = [["a,b", 'say "hi"', "line\r\nbreak"], [None, 1.5, True], ["", " x ", "ü"]]
+    text = table_csv(["h1", "h2", "h3"], rows)
+    assert list(csv.reader(io.StringIO(text + "\n", newline=""))) == [
+        ["h1", "h2", "h3"],
+        ["a,b", 'say "hi"', "line\r\nbreak"],
+        ["", "1.5", "True"],
+        ["", " x ", "ü"],
+    ]
+    assert table_csv(["only"], [[None], ["x"]]) == 'only\r\n""\r\nx\r'  # one empty cell is not an empty line
+    assert table_csv(["raw"], [["a\x00b"]]) == "raw\r\na\x00b\r"
