@@ -163,17 +163,11 @@ def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, sa
     proc = _register(tmp_path, f"spark:\n  conf:\n    {conf}\n")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    # one line: no Java stack, and the JVM's own warnings are in <home>/logs/jvm.log, not on the terminal
+    # one line: no Java stack, and the JVM's own output is in <home>/logs/jvm.log, not on the terminal
     assert len(lines) == 1 and says in lines[0] and f"[{code}]" in lines[0], proc.stderr
-    assert (tmp_path / "home" / "logs" / "jvm.log").is_file()
-
-
-def test_a_command_that_starts_spark_leaves_the_terminal_to_tidehouse(tmp_path):
-    """The driver JVM's start-up warning (its incubator modules) went to the terminal at every start."""
-    proc = _register(tmp_path, "")
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert "ingest" in proc.stdout
-    assert "incubator" in (tmp_path / "home" / "logs" / "jvm.log").read_text()
+    jvm = (tmp_path / "home" / "logs" / "jvm.log").read_text()
+    if code == "TH100":  # the JVM started (Spark refused the setting later): its start-up notice went there
+        assert "WARNING: Using incubator modules" in jvm, jvm
 
 
 @pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
