@@ -26,6 +26,7 @@ _STARTED: dict[str, Path] = {}  # "log": the jvm.log of the JVM this process sta
 
 _THREAD = re.compile(r'^Exception in thread "[^"]*" (?:[\w$]+\.)+[\w$]+: (.+)$')
 _ERROR = re.compile(r"^Error: (.+)$")
+_SCRIPT = re.compile(r"^\S*spark-(?:class|submit): line \d+: ")
 
 
 def launch(options: Mapping[str, str], log_dir: str | os.PathLike) -> None:
@@ -50,7 +51,8 @@ def launch(options: Mapping[str, str], log_dir: str | os.PathLike) -> None:
             raise TidehouseError(
                 ErrorCode.SPARK_START,
                 f"could not start Spark: {launcher_reason(_written(path, start)) or exc}",
-                hint=f"check spark.master and spark.conf in the project file; the JVM's output: {path}",
+                hint="check that Java 17 is installed (JAVA_HOME, or java on the PATH) and spark.master and "
+                f"spark.conf in the project file; the JVM's output: {path}",
             ) from None
     SparkContext._ensure_initialized(gateway=gateway)
     _STARTED["log"] = path
@@ -78,8 +80,8 @@ def _written(path: Path, start: int) -> str:
 
 def launcher_reason(text: str) -> str | None:
     """Why ``spark-submit`` did not start, from what it wrote: the message of the main thread's exception,
-    else its ``Error:`` line (for a JVM that could not be created, the line before it, which says why);
-    None when it wrote neither."""
+    else its ``Error:`` line (for a JVM that could not be created, the line before it, which says why), else
+    its first line that is not a warning; None when it wrote nothing else."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         if found := _THREAD.match(line):
@@ -89,4 +91,5 @@ def launcher_reason(text: str) -> str | None:
             if found.group(1).startswith("Could not create the Java Virtual Machine") and i:
                 return f"{lines[i - 1]}: the Java virtual machine could not be created"
             return found.group(1).strip()
-    return None
+    said = [_SCRIPT.sub("", line) for line in lines if not line.startswith("WARNING:")]
+    return said[0] if said else None  # e.g. Spark's launch script: "/no/jdk/bin/java: No such file or ..."

@@ -131,17 +131,22 @@ def test_the_launchers_reason_is_read_from_what_it_wrote():
         "Invalid maximum heap size: -Xmxlots: the Java virtual machine could not be created"
     )
     assert launcher_reason("Error: Missing application resource.\n") == "Missing application resource."
+    script = (
+        "/venv/pyspark/bin/spark-class: line 71: /no/jdk/bin/java: No such file or directory\n"
+        "/venv/pyspark/bin/spark-class: line 97: CMD: bad array subscript\n"
+    )
+    assert launcher_reason(script) == "/no/jdk/bin/java: No such file or directory"
     assert launcher_reason("WARNING: Using incubator modules: jdk.incubator.vector\n") is None
 
 
-def _register(tmp_path: Path, project: str) -> subprocess.CompletedProcess:
+def _register(tmp_path: Path, project: str, **environ: str) -> subprocess.CompletedProcess:
     """``tidehouse action register actions/`` (it checks the action's SQL with Spark) in a project."""
     (tmp_path / "tidehouse.yaml").write_text(project)
     (tmp_path / "actions").mkdir()
     (tmp_path / "actions" / "ingest.sql").write_text(
         "/*---\nname: ingest\ndescription: raw rows\ninputs: [raw]\n---*/\nSELECT a FROM raw\n"
     )
-    env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home"), **environ}
     cmd = [TIDEHOUSE, "action", "register", "actions/"]
     return subprocess.run(
         cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
@@ -168,6 +173,15 @@ def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, sa
     jvm = (tmp_path / "home" / "logs" / "jvm.log").read_text()
     if code == "TH100":  # the JVM started (Spark refused the setting later): its start-up notice went there
         assert "WARNING: Using incubator modules" in jvm, jvm
+
+
+def test_a_java_that_is_not_there_is_named(tmp_path):
+    proc = _register(tmp_path, "", JAVA_HOME=str(tmp_path / "no-jdk"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: could not start Spark: {tmp_path / 'no-jdk'}/bin/java: No such"), (
+        proc.stderr
+    )
+    assert "check that Java 17 is installed (JAVA_HOME" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("where", ["master: spark", "remote: sc"])
