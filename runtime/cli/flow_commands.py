@@ -151,7 +151,7 @@ def validate(state, targets: tuple[str, ...], actions_dir: str | None, fmt: str,
             result = state.project.validate_flow(target, actions_dir=actions_dir, quick=quick)
         except TidehouseError as exc:
             errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
-            worst = max(worst, *(e.exit_code for e in errors))
+            worst = max([worst, exc.exit_code, *(e.exit_code for e in errors)])
             result = {"ok": False, "errors": [e.to_dict() for e in errors]}
             if fmt != "json":
                 for error in errors:
