@@ -92,4 +92,6 @@ def launcher_reason(text: str) -> str | None:
                 return f"{lines[i - 1]}: the Java virtual machine could not be created"
             return found.group(1).strip()
     said = [_SCRIPT.sub("", line) for line in lines if not line.startswith("WARNING:")]
+    if len(said) > 1 and said[0].startswith("Error occurred during initialization of VM"):
+        return f"{said[0]}: {said[1]}"  # the JVM's reason follows: "Too small maximum heap"
     return said[0] if said else None  # e.g. Spark's launch script: "/no/jdk/bin/java: No such file or ..."

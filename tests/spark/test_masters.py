@@ -136,6 +136,8 @@ def test_the_launchers_reason_is_read_from_what_it_wrote():
         "/venv/pyspark/bin/spark-class: line 97: CMD: bad array subscript\n"
     )
     assert launcher_reason(script) == "/no/jdk/bin/java: No such file or directory"
+    vm = "Error occurred during initialization of VM\nToo small maximum heap\n"
+    assert launcher_reason(vm) == "Error occurred during initialization of VM: Too small maximum heap"
     assert launcher_reason("WARNING: Using incubator modules: jdk.incubator.vector\n") is None
 
 
