@@ -256,6 +256,9 @@ def status_cmd(state, name: str, as_json: bool) -> None:
     errors = [r for r in status["tables"] if r.get("error")]
     for r in errors:
         click.echo(f"{r['table']}: {r['error']}", err=True)
+    # the lake figures read '-' when the catalog cannot be opened: say why, not only "not tiered yet"
+    for lake_error in dict.fromkeys(r["lake_error"] for r in status["tables"] if r.get("lake_error")):
+        click.echo(f"no lake figures: {lake_error}", err=True)
 
 
 def _freshness(row: dict) -> str:

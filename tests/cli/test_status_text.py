@@ -51,3 +51,22 @@ def test_csv_is_what_pythons_csv_module_reads_back():
     ]
     assert table_csv(["only"], [[None], ["x"]]) == 'only\r\n""\r\nx\r'  # one empty cell is not an empty line
     assert table_csv(["raw"], [["a\x00b"]]) == "raw\r\na\x00b\r"
+
+
+def test_status_says_why_the_lake_figures_are_missing(run_cli, monkeypatch):
+    """A catalog that cannot be opened left every lake column at '-', which reads as "not tiered yet"."""
+    from runtime.project import Project
+
+    why = "tidehouse.yaml: lake.catalog: cannot open the lake catalog: Connection refused [TH500]"
+    row = {
+        "table": "ods.events",
+        "layer": "ods",
+        "state": "stopped",
+        "hot_end_offsets": [5],
+        "lake_error": why,
+    }
+    status = {"flow": "f", "version": 1, "running": False, "state": "stopped", "tables": [row, {**row}]}
+    monkeypatch.setattr(Project, "status", lambda self, name: status)
+    code, out, err = run_cli("flow", "status", "f")
+    assert code == 0 and "ods.events" in out, err
+    assert err == f"no lake figures: {why}\n"  # once, however many tables miss them
