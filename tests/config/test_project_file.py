@@ -85,7 +85,6 @@ INVALID = [
     ("master-not-a-url", "spark:\n  master: local[x]\n", C, 2, 11, "spark.master"),
     ("master-no-port", "spark:\n  master: spark://h\n", C, 2, 11, "spark.master"),
     ("master-gone", "spark:\n  master: mesos://h:5050\n", C, 2, 11, "spark.master"),
-    ("master-yarn-without-conf", "spark:\n  master: yarn\n", C, 2, 11, "spark.master"),
     ("ambiguous-boolean", "storage:\n  fsync: no\n", C, 2, 10, "storage.fsync"),
     (
         "ambiguous-in-spark-conf",
@@ -169,8 +168,6 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
     tmp_path, monkeypatch, content, code, line, col, path
 ):
     monkeypatch.delenv("TH_TEST_UNSET_VARIABLE", raising=False)
-    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
-        monkeypatch.delenv(name, raising=False)
     with pytest.raises(TidehouseError) as info:
         _load(tmp_path, content)
     found = [(e.code, e.location.line, e.location.col, e.location.path) for e in _errors(info.value)]
@@ -185,8 +182,7 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
     ["local", "local[*]", "local[2]", "local[*, 3]", "local[2,4]", "local-cluster[2, 1, 1024]"]
     + ["spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn", "k8s://https://k8s.example:6443"],
 )
-def test_every_master_url_form_spark_parses_is_taken(tmp_path, monkeypatch, master):
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # yarn needs it (or YARN_CONF_DIR)
+def test_every_master_url_form_spark_parses_is_taken(tmp_path, master):
     assert _load(tmp_path, f"spark:\n  master: '{master}'\n").get("spark.master") == master
 
 
