@@ -161,6 +161,7 @@ DURATION_PARSES = (parse_duration, _interval)
 _LOCAL = re.compile(r"local(\[\s*(\d+|\*)\s*(,\s*\d+\s*)?\])?")
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]")
 _HOST_PORT = re.compile(r"[^\s:/,]+:\d+")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
 _MASTERS = "local, local[N], local[*], local[N,F], spark://host:port, yarn or k8s://https://host:port"
 
 
@@ -180,8 +181,9 @@ def _master(value: Any) -> str:
         if not all(_HOST_PORT.fullmatch(h.strip()) for h in hosts):
             raise SettingValueError(f"{text!r}: a standalone master is spark://host:port (or h1:p1,h2:p2)")
         return text
-    # yarn's HADOOP_CONF_DIR may come from spark-env.sh, which only Spark's launcher reads: it says so itself
-    if text == "yarn" or (text.startswith("k8s://") and len(text) > len("k8s://")):
+    # yarn's HADOOP_CONF_DIR may come from spark-env.sh, which only Spark's launcher reads (it says so
+    # itself); another scheme://... may be a cluster manager's plugin, which Spark finds and judges
+    if text == "yarn" or _SCHEME.fullmatch(text):
         return text
     raise SettingValueError(f"{text!r} is not a Spark master URL: expected {_MASTERS}")
 

@@ -84,7 +84,7 @@ INVALID = [
     ("master-no-threads", "spark:\n  master: local[0]\n", C, 2, 11, "spark.master"),
     ("master-not-a-url", "spark:\n  master: local[x]\n", C, 2, 11, "spark.master"),
     ("master-no-port", "spark:\n  master: spark://h\n", C, 2, 11, "spark.master"),
-    ("master-gone", "spark:\n  master: mesos://h:5050\n", C, 2, 11, "spark.master"),
+    ("master-a-host", "spark:\n  master: localhost\n", C, 2, 11, "spark.master"),
     ("ambiguous-boolean", "storage:\n  fsync: no\n", C, 2, 10, "storage.fsync"),
     (
         "ambiguous-in-spark-conf",
@@ -180,7 +180,8 @@ def test_invalid_project_file_is_refused_at_its_line_and_setting(
 @pytest.mark.parametrize(
     "master",
     ["local", "local[*]", "local[2]", "local[*, 3]", "local[2,4]", "local-cluster[2, 1, 1024]"]
-    + ["spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn", "k8s://https://k8s.example:6443"],
+    + ["spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn", "k8s://https://k8s.example:6443"]
+    + ["armada://cluster:50051"],  # a cluster manager's plugin: Spark finds it, or says it cannot parse it
 )
 def test_every_master_url_form_spark_parses_is_taken(tmp_path, master):
     assert _load(tmp_path, f"spark:\n  master: '{master}'\n").get("spark.master") == master
