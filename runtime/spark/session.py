@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import os
 import re
 import signal
@@ -237,6 +238,8 @@ def get_spark(
     Connect URL) the session is a Connect client's (:func:`connect_session`). ``class_archive`` is
     :func:`session_conf`'s.
     """
+    if log_dir is not None:
+        _quiet_query_context_loggers()
     if remote:
         return connect_session(remote, conf)
     with _LOCK:
@@ -294,6 +297,16 @@ def get_spark(
         _quiet_accumulator_server(spark.sparkContext)
         _register_sources(spark)
         return spark
+
+
+def _quiet_query_context_loggers() -> None:
+    """PySpark logs each error of Spark's that has a query context (``[DIVIDE_BY_ZERO]`` in an action's SQL)
+    as a JSON line on stderr, by loggers of its own, before the error reaches its caller: the command reports
+    that error itself (a batch's log line, the run's error, a failed test case), so these copies are off."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _quiet_accumulator_server(sc) -> None:

@@ -202,3 +202,45 @@ def test_a_malformed_test_file_exits_2_at_its_line_without_spark(run_cli, projec
     (project_dir / "actions" / "top_n.test.yaml").unlink()
     code, _, err = run_cli("test")
     assert code == 2 and "the folder holds no action tests" in err
+
+
+@pytest.mark.spark
+def test_an_error_of_the_actions_sql_is_told_once(tmp_path):
+    """PySpark logs an error with a query context (`[DIVIDE_BY_ZERO]`) as a JSON line of its own on stderr
+    before the command reports it: a real process, whose stderr is PySpark's."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "actions").mkdir()
+    (tmp_path / "tidehouse.yaml").write_text("")
+    write(
+        tmp_path,
+        "div.sql",
+        "/*---\nname: div\ndescription: a ratio\ninputs: [rows]\n---*/\nSELECT a / b AS r FROM rows\n",
+    )
+    write(
+        tmp_path,
+        "div.test.yaml",
+        """
+        inputs:
+          rows: {schema: "a int, b int"}
+        cases:
+          zero:
+            given:
+              rows: [{a: 1, b: 0}]
+            expect: [{r: 1.0}]
+        """,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from runtime.cli import run; run()", "test", "--batch-only"],
+        cwd=tmp_path,
+        env={**os.environ, "TIDEHOUSE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "  ArithmeticException: [DIVIDE_BY_ZERO] Division by zero." in done.stdout, done.stdout
+    assert "DIVIDE_BY_ZERO" not in done.stderr and "QueryContextLogger" not in done.stderr, done.stderr
