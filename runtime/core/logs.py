@@ -39,11 +39,14 @@ def mark_reported(exc: BaseException) -> None:
 
 
 def _unreported(record: logging.LogRecord) -> bool:
-    """False for a record that only repeats an error its caller reports: one marked by :func:`mark_reported`,
-    and py4j's ``Exception while sending command.`` (on the root logger, with its traceback: the call then
-    raises its Py4JError to the caller)."""
+    """False for a record that only repeats an error its caller reports: one marked by :func:`mark_reported`;
+    py4j's ``Exception while sending command.`` (on the root logger, with its traceback: the call then raises
+    its Py4JError to the caller); and py4j's record of a callback that met a JVM that no longer answers (a
+    ``Py4JError`` without a Java exception: the run reports the JVM that ended)."""
     exc = record.exc_info[1] if record.exc_info else None
     if record.name == "root" and "py4j" in Path(record.pathname).parts:
+        return False
+    if record.name.startswith("py4j") and type(exc).__name__ in ("Py4JError", "Py4JNetworkError"):
         return False
     return not getattr(exc, REPORTED, False)
 

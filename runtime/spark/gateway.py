@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -58,13 +59,18 @@ def launch(options: Mapping[str, str], log_dir: str | os.PathLike) -> None:
     _STARTED["log"] = path
 
 
-def driver_ended() -> str | None:
-    """How this process's driver JVM ended (``killed by signal 9``, ``exit code 1``): None while it runs, or
-    when this process started none."""
+def driver_ended(wait: float = 0.0) -> str | None:
+    """How this process's driver JVM ended (``killed by signal 9``, ``exit code 1``): None while it runs
+    (after ``wait`` seconds for it to end), or when this process started none."""
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
-    code = proc.poll() if proc is not None else None
+    if proc is None:
+        return None
+    try:
+        code = proc.wait(timeout=wait) if wait > 0 else proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
     if code is None:
         return None
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"

@@ -435,7 +435,8 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
     """The error for a call whose Spark Connect server stopped answering (the client's retries, about
     70 s, ran out), or whose driver JVM (this process's Py4J server) ended, or None when ``exc`` is
     something else: a failed query, or a Connect error of a process that is no Connect client."""
-    ended = driver_ended()
+    # a dying JVM closes its sockets before its parent can see it exit: give a refused call a moment
+    ended = driver_ended(wait=5.0 if _gateway_refused(exc) else 0.0)
     if ended is not None:  # killed (the kernel's out-of-memory killer sends signal 9) or crashed
         return TidehouseError(
             ErrorCode.SPARK_START,
@@ -468,6 +469,31 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
         hint="start the server again; the next `tidehouse flow trigger` resumes every query from its "
         "checkpoint (a batch the server was writing is written once)",
     )
+
+
+def _gateway_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a call to the driver JVM that found no one answering."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        # Py4JError itself (not its Py4JJavaError): the JVM sent no answer, so no Java exception
+        if type(exc).__name__ in ("Py4JNetworkError", "Py4JError") or (
+            isinstance(exc, ConnectionError) and _through_py4j(exc)  # not a catalog's refused connection
+        ):
+            return True
+        if "Answer from Java side is empty" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _through_py4j(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if "py4j" in Path(tb.tb_frame.f_code.co_filename).parts:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def server_lost() -> None:
