@@ -26,7 +26,6 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
             "the executor path's kill -9 runs in CI on a cluster (tests/cluster: worker and driver); "
             "TIDEHOUSE_SCALE=full kills it here too"
         )
-    from runtime.project import Project
     from runtime.storage import open_store
 
     rng = random.Random(seed)
@@ -52,6 +51,14 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
     last = make_events(rng, 30, bad=1)
     write_batch(project_dir, "part-2", last)
     lines += last
+    _resume_then_oracle(spark, lines)
+
+
+def _resume_then_oracle(spark, lines: list[str]) -> None:
+    """An ``--until-idle`` run after the kill leaves every table, hot and lake, equal to the batch oracle over
+    ``lines``, with no row twice."""
+    from runtime.project import Project
+
     project = Project.open()
     try:
         project.trigger("testflow", until_idle=True, spark=spark)
@@ -86,7 +93,6 @@ def test_a_driver_jvm_killed_mid_run_is_told_then_resumed_exactly(spark, project
     """The kernel's out-of-memory killer takes the largest process: the driver JVM, not the tidehouse
     process. The run printed PySpark's accumulator-server traceback, a warning per query, and `internal
     error: ConnectionRefusedError [TH900]` (exit 1)."""
-    from runtime.project import Project
     from runtime.storage import open_store
 
     rng = random.Random(seed)
@@ -106,12 +112,4 @@ def test_a_driver_jvm_killed_mid_run_is_told_then_resumed_exactly(spark, project
     assert "Traceback" not in log and "ConnectionRefusedError" not in log and "WARNING" not in log, log
     status = json.loads((home / "run" / "testflow.status.json").read_text())  # it said "running"
     assert status["state"] == "failed" and {t["state"] for t in status["tables"]} == {"unknown"}, status
-    project = Project.open()
-    try:
-        project.trigger("testflow", until_idle=True, spark=spark)
-        expected = oracle(lines)
-        for table in TABLES:
-            assert canon(project.store.scan(table)) == expected[table], f"hot {table}"
-            assert canon(project.lake.load(table).scan().to_arrow()) == expected[table], f"lake {table}"
-    finally:
-        project.close()
+    _resume_then_oracle(spark, lines)
