@@ -435,8 +435,12 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
     """The error for a call whose Spark Connect server stopped answering (the client's retries, about
     70 s, ran out), or whose driver JVM (this process's Py4J server) ended, or None when ``exc`` is
     something else: a failed query, or a Connect error of a process that is no Connect client."""
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain:  # the cause of e.g. a query that could not start
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
     # a dying JVM closes its sockets before its parent can see it exit: give a refused call a moment
-    ended = driver_ended(wait=5.0 if _gateway_refused(exc) else 0.0)
+    ended = driver_ended(wait=5.0 if any(_gateway_refused(e) for e in chain) else 0.0)
     if ended is not None:  # killed (the kernel's out-of-memory killer sends signal 9) or crashed
         return TidehouseError(
             ErrorCode.SPARK_START,
@@ -446,10 +450,6 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
             "materializer.max_rows_per_batch); the next `tidehouse flow trigger` resumes every query from "
             "its checkpoint",
         )
-    chain: list[BaseException] = []
-    while exc is not None and exc not in chain:  # the cause of e.g. a query that could not start
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
     text = "\n".join(str(e) for e in chain)
     unreachable = any(mark in text for mark in ("UNAVAILABLE", "Connection refused"))
     # a call after server_lost() closed the sessions: a new one, or one in flight whose gRPC channel closed
@@ -471,20 +471,15 @@ def lost_server_error(exc: BaseException) -> TidehouseError | None:
     )
 
 
-def _gateway_refused(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or what caused it) is a call to the driver JVM that found no one answering."""
-    seen: list[BaseException] = []
-    while exc is not None and exc not in seen:
-        seen.append(exc)
-        # Py4JError itself (not its Py4JJavaError): the JVM sent no answer, so no Java exception
-        if type(exc).__name__ in ("Py4JNetworkError", "Py4JError") or (
-            isinstance(exc, ConnectionError) and _through_py4j(exc)  # not a catalog's refused connection
-        ):
-            return True
-        if "Answer from Java side is empty" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+def _gateway_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a call to the driver JVM that found no one answering: py4j's network error, its
+    Py4JError itself (not its Py4JJavaError: the JVM sent no answer, so no Java exception), or a refused
+    connection raised in py4j (not a catalog's)."""
+    if type(exc).__name__ in ("Py4JNetworkError", "Py4JError"):
+        return True
+    return "Answer from Java side is empty" in str(exc) or (
+        isinstance(exc, ConnectionError) and _through_py4j(exc)
+    )
 
 
 def _through_py4j(exc: BaseException) -> bool:

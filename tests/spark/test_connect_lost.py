@@ -93,3 +93,20 @@ def test_a_tiering_cycle_that_meets_the_lost_server_fails_with_that_one_error(cl
     monkeypatch.setattr(session, "_LOST", False)
     with pytest.raises(RuntimeError, match="NO_ACTIVE_SESSION"):  # any other failure is left as it is
         files(SimpleNamespace(name="ods.clicks"), table, [0], [10])
+
+
+def test_only_py4js_own_refusals_wait_for_the_driver_jvm_to_be_seen_ended():
+    """A call to a JVM that is dying waits for it to be seen ended; a refused connection of a catalog's does
+    not make the error path wait (and is nobody's lost server)."""
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    def catalog_call():
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    try:
+        catalog_call()
+    except ConnectionRefusedError as exc:
+        assert not session._gateway_refused(exc)
+        assert session.lost_server_error(exc) is None  # this process's JVM runs or is none: no wait either
+    assert session._gateway_refused(Py4JNetworkError("Answer from Java side is empty"))
+    assert session._gateway_refused(Py4JError("An error occurred while calling o538.sparkSession"))
