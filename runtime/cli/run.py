@@ -10,7 +10,7 @@ import time
 import click
 
 from runtime.cli import flow, pass_state
-from runtime.cli._render import EXCLUDE, SELECT, counted, echo_json, seconds, table_text
+from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, counted, echo_json, seconds, table_text
 
 
 @flow.command("plan")
@@ -204,14 +204,15 @@ def stop_handler(stop: threading.Event):
 
 @flow.command("status")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@TEXT_OR_JSON
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (--format json).")
 @pass_state
-def status_cmd(state, name: str, as_json: bool) -> None:
+def status_cmd(state, name: str, fmt: str, as_json: bool) -> None:
     """Per table: query state, rows/s, hot end offsets, quarantined rows, late rows dropped by a watermark (in
     the last run), hot and lake delay, lake snapshot, and the freshness target (MISSED while the hot or the
-    lake delay exceeds it). --json adds batch seconds by phase and tiering figures."""
+    lake delay exceeds it). JSON adds batch seconds by phase and tiering figures."""
     status = state.project.status(name)
-    if as_json:
+    if as_json or fmt == "json":
         echo_json(status)
         return
     flow_state = "running" if status["running"] else status["state"]

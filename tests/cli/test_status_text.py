@@ -70,3 +70,19 @@ def test_status_says_why_the_lake_figures_are_missing(run_cli, monkeypatch):
     code, out, err = run_cli("flow", "status", "f")
     assert code == 0 and "ods.events" in out, err
     assert err == f"no lake figures: {why}\n"  # once, however many tables miss them
+
+
+def test_status_takes_format_json_as_every_other_command_does(run_cli, monkeypatch):
+    """`flow status NAME --format json` was "No such option" (only `--json`); both print the same JSON."""
+    import json
+
+    from runtime.project import Project
+
+    row = {"table": "ods.events", "layer": "ods", "state": "stopped", "hot_end_offsets": [5]}
+    status = {"flow": "f", "version": 1, "running": False, "state": "stopped", "tables": [row]}
+    monkeypatch.setattr(Project, "status", lambda self, name: status)
+    printed = [run_cli("flow", "status", "f", *flag) for flag in (["--format", "json"], ["--json"])]
+    assert [code for code, _, _ in printed] == [0, 0]
+    assert json.loads(printed[0][1]) == json.loads(printed[1][1]) == status
+    code, out, _ = run_cli("flow", "status", "f", "--format", "text")
+    assert code == 0 and out.startswith("flow f (version 1): stopped")
