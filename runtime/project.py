@@ -182,8 +182,13 @@ class Project:
 
     # -- flows -------------------------------------------------------------------------------------
     def register_flow(self, path: str | os.PathLike, *, quick: bool = False) -> FlowVersion:
-        """Validate and register a flow file, pinning its actions. Spark analyses it unless ``quick``."""
-        return self.registry.register_flow(path, checks=self._checks(quick))
+        """Validate and register a flow file; the project's ``actions/`` first (as ``flow trigger PATH``): a
+        table pins its action file as it is now. Spark checks both unless ``quick``, after the registry's."""
+        checks, folder = self._checks(quick), _shown(self.actions_dir)
+        if folder.is_dir():
+            self.registry.validate_flow(path, local_actions=_local_actions(folder, explicit=False))
+            self.registry.register_actions([folder], checks=checks)
+        return self.registry.register_flow(path, checks=checks)
 
     def flows(self) -> list[FlowVersion]:
         """The latest version of every registered flow."""
@@ -447,7 +452,14 @@ class Project:
         """``tidehouse query``: SQL (DuckDB dialect) over union reads of the tables it names."""
         from runtime.lake.union import union_query
 
-        return union_query(self.store, self.lake, sql)
+        return union_query(self.store, self.lake, sql, declared=self._declared_tables)
+
+    def _declared_tables(self) -> dict[str, str]:
+        """Each table of the registered flows' latest versions -> its flow (none without a registry: a query
+        needs none, this only words its error)."""
+        with contextlib.suppress(TidehouseError):
+            return {table: fv.name for fv in self.registry.list_flows() for table, _ in fv.spec.tables()}
+        return {}
 
     # -- action tests ------------------------------------------------------------------------------
     def test(
@@ -464,10 +476,7 @@ class Project:
         from materializer.actiontest import run_action_tests
         from registry.specs.testfiles import load_action_tests
 
-        folder = self.actions_dir
-        with contextlib.suppress(ValueError):  # shown as the user would write it, from where they are
-            folder = folder.relative_to(Path.cwd())
-        cases = load_action_tests(list(paths) or [folder])
+        cases = load_action_tests(list(paths) or [_shown(self.actions_dir)])
         return run_action_tests(
             cases,
             spark=spark or self.spark(),
@@ -516,7 +525,7 @@ class Project:
         if not ref.is_path:
             return _pinned(registry, registry.get_flow(ref.ref.name, ref.ref.version))
         if self.actions_dir.is_dir():
-            registry.register_actions([self.actions_dir])
+            registry.register_actions([_shown(self.actions_dir)])
         if register:
             return _pinned(registry, registry.register_flow(ref.path))
         spec = registry.validate_flow(ref.path)
@@ -535,6 +544,13 @@ def _pinned(registry, version):
         action = Ref.parse(version.pins.get(table, tspec.action))
         actions[table] = registry.get_action(action.name, action.version)
     return ResolvedFlow(version.spec, version.version, actions)
+
+
+def _shown(folder: Path) -> Path:
+    """``folder`` as the user would write it, from where they are (an error names its files so)."""
+    with contextlib.suppress(ValueError):
+        return folder.relative_to(Path.cwd())
+    return folder
 
 
 def _local_actions(folder: Path, *, explicit: bool) -> list:

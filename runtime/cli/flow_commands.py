@@ -51,7 +51,9 @@ QUICK_HELP = (
 def register(state, path: str, fmt: str, quick: bool) -> None:
     """Validate a flow file and register it, pinning its actions to their current versions.
 
-    Validation is `flow validate`'s: the registry's checks, then Spark's analysis of every table.
+    The project's actions/ is registered first (as `flow trigger PATH` does), so each table pins its action
+    file as it is now. Validation is `flow validate`'s: the registry's checks, then Spark's analysis of
+    every table.
     """
     fv = state.project.register_flow(path, quick=quick)
     if fmt == "json":

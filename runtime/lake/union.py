@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import duckdb
@@ -194,9 +194,12 @@ def check_statements(sql: str) -> None:
             )
 
 
-def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
+def union_query(
+    store: TableStore, lake: Lake, sql: str, *, declared: Callable[[], Mapping[str, str]] | None = None
+) -> pa.Table:
     """Run ``sql`` (DuckDB dialect) over union reads of the tables it names; return the result as Arrow (the
-    last statement's rows: :func:`check_statements`)."""
+    last statement's rows: :func:`check_statements`). ``declared``: the tables registered flows declare (table
+    -> flow), asked only to name a missing table (:func:`unknown_table`)."""
     check_statements(sql)
     reader = UnionReader(store, lake)
     refs = referenced_tables(sql, reader.tables)
@@ -217,7 +220,9 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
         except duckdb.Error as exc:
             message = str(exc).strip().splitlines()[0]
             raise TidehouseError(
-                ErrorCode.QUERY_INVALID, unknown_table(message, reader.tables) or message, hint=_HINT
+                ErrorCode.QUERY_INVALID,
+                unknown_table(message, reader.tables, declared) or message,
+                hint=_HINT,
             ) from exc
     finally:
         con.close()
@@ -226,18 +231,27 @@ def union_query(store: TableStore, lake: Lake, sql: str) -> pa.Table:
 _MISSING = re.compile(r'Table with name "?([^"!\s]+)"? does not exist')
 
 
-def unknown_table(message: str, tables: Iterable[str]) -> str | None:
+def unknown_table(
+    message: str, tables: Iterable[str], declared: Callable[[], Mapping[str, str]] | None = None
+) -> str | None:
     """DuckDB's catalog error for a table the query names and the project does not have, said in the
     project's terms (``Table with name "ods.nope" does not exist because schema "ods" does not exist`` -> ``no
-    table ods.nope in this project (did you mean ods.events?)``); None for any other error."""
+    table ods.nope in this project (did you mean ods.events?)``; a table a registered flow declares
+    (``declared``: table -> flow) but never made: that flow has not run); None for any other error."""
     found = _MISSING.search(message)
     if not found:
         return None
     named = found.group(1).lower()
     base, dollar, view = named.partition("$")
-    known = sorted(t for t in tables if not is_internal_table(t))
     if dollar and f"${view}" not in (LAKE_SUFFIX, CHANGELOG_SUFFIX):
         return f"no view ${view} of a table: write {base}{LAKE_SUFFIX} or {base}{CHANGELOG_SUFFIX}"
+    flows = declared() if declared else {}
+    if base in flows:
+        return (
+            f"table {base} of flow {flows[base]} holds no rows yet: the flow has not run "
+            f"(tidehouse flow trigger {flows[base]})"
+        )
+    known = sorted(t for t in {*tables, *flows} if not is_internal_table(t))
     layer, _, leaf = base.rpartition(".")
     leaves = difflib.get_close_matches(leaf, {t.rpartition(".")[2] for t in known}, n=3)
     close = [t for t in known if t.rpartition(".")[2] in leaves]

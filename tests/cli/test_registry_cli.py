@@ -69,6 +69,11 @@ def test_flow_validate_register_show(spark, run_cli, project_dir):
     assert code == 0, err
     assert out.splitlines()[0] == "shop@1" and "  dwd.clean: clean@1" in out
     assert run_cli("flow", "register", "flows/shop.yaml")[1].splitlines()[0] == "shop@1 (unchanged)"
+    # an action file edited since: the flow pins the file as it is now, the one `flow validate` checked
+    # (it pinned clean@1, the version registered before the edit, while `flow trigger PATH` ran clean@2)
+    (project_dir / "actions" / "clean.sql").write_text(dedent(ACTIONS["clean"]).replace(">=", ">"))
+    code, out, err = run_cli("flow", "register", "flows/shop.yaml")
+    assert code == 0 and out.splitlines()[0] == "shop@2" and "  dwd.clean: clean@2" in out, out + err
 
     code, out, _ = run_cli("flow", "list")
     assert code == 0 and "shop" in out

@@ -171,3 +171,21 @@ def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, p
     assert code == 2 and "TH300" in err
     code, _, err = run_cli("tier", "run", "--flow", "no_such_flow")
     assert code == 2
+
+
+def test_a_table_of_a_flow_that_has_not_run_is_named_so(run_cli, project_dir):
+    """A registered flow's table before its first trigger was "no table dwd.events in this project"."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
+    shutil.copy(repo / "flows" / "ecommerce_activity.yaml", project_dir / "flows")
+    code, _, err = run_cli("flow", "register", "flows/ecommerce_activity.yaml", "--quick")
+    assert code == 0, err
+    code, out, err = run_cli("query", "SELECT count(*) FROM dwd.events$lake")
+    assert (code, out) == (2, "") and err.startswith(
+        "error: table dwd.events of flow ecommerce_activity holds no rows yet: the flow has not run "
+        "(tidehouse flow trigger ecommerce_activity)"
+    ), err
+    code, _, err = run_cli("query", "SELECT * FROM dws.user_activty")  # the flow's tables are named too
+    assert code == 2 and "no table dws.user_activty in this project (did you mean dws.user_activity?)" in err

@@ -169,6 +169,14 @@ def test_an_unknown_table_is_named_with_the_projects_close_ones():
         "ods.events__quarantine)"
     )  # a query's private state table is not named
     assert unknown_table('Binder Error: Referenced column "x" not found', tables) is None
+    # a table a registered flow declares, which that flow has not made yet; the declared ones are named too
+    declared = {"dwd.events": "shop", "ads.funnel": "shop"}
+    assert unknown_table(missing.format("ads.funnel$lake", "ads"), tables, lambda: declared) == (
+        "table ads.funnel of flow shop holds no rows yet: the flow has not run (tidehouse flow trigger shop)"
+    )
+    assert unknown_table(missing.format("ads.funel", "ads"), tables, lambda: declared) == (
+        "no table ads.funel in this project (did you mean ads.funnel?)"
+    )
 
 
 def test_never_tiered_table_reads_hot(store, lake):
