@@ -53,6 +53,16 @@ def collect_test_files(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, s
                     hint=f"write one next to its action: <action>{TEST_SUFFIX} (docs/actions.md)",
                 )
             out += [(p, None) for p in found]
+        elif path.is_file() and path.suffix == ".sql":  # `tidehouse test actions/top_n.sql`: read as YAML
+            tests = path.with_name(path.stem + TEST_SUFFIX)
+            raise TidehouseError(
+                ErrorCode.SPEC_BAD_VALUE,
+                "an action file, not a test file",
+                location=Location(name),
+                hint=f"its tests are in {tests}"
+                if tests.is_file()
+                else f"write its tests in {tests}, as docs/actions.md shows",
+            )
         elif path.is_file():
             out.append((path, case or None))
         else:

@@ -199,6 +199,13 @@ def test_a_malformed_test_file_exits_2_at_its_line_without_spark(run_cli, projec
 
     code, _, err = run_cli("test", "nowhere/")
     assert code == 2 and "nowhere/: no such file or folder" in err
+    # the action's own file was read as a test file: "invalid YAML: mapping values are not allowed here"
+    code, _, err = run_cli("test", "actions/top_n.sql")
+    assert (code, err) == (
+        2,
+        "error: actions/top_n.sql: an action file, not a test file (its tests are in "
+        "actions/top_n.test.yaml) [TH213]\n",
+    )
     (project_dir / "actions" / "top_n.test.yaml").unlink()
     code, _, err = run_cli("test")
     assert code == 2 and "the folder holds no action tests" in err
