@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from registry.specs.action import ActionHeader, ActionSpec
 from registry.specs.base import did_you_mean
+from registry.specs.filekinds import other_kind
 from registry.specs.flow import FlowSpec
 from registry.specs.values import describe
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
@@ -225,8 +226,12 @@ def flow_from_document(doc: Document) -> FlowSpec:
 
 
 def parse_flow_text(text: str, path: str = "<string>") -> FlowSpec:
-    """Parse a flow from YAML text; ``path`` is only used in error locations."""
-    return flow_from_document(load_flow_document(text, path))
+    """Parse a flow from YAML text; ``path`` is only used in error locations (and, for text that is no flow,
+    to name an action or test file given as one: :mod:`registry.specs.filekinds`)."""
+    try:
+        return flow_from_document(load_flow_document(text, path))
+    except TidehouseError as exc:
+        raise other_kind(path, "flow") or exc from None
 
 
 def parse_flow(path: str | Path) -> FlowSpec:
@@ -289,8 +294,12 @@ def parameter_markers(sql: str) -> list[tuple[str, int, int]]:
 
 
 def parse_action_text(text: str, path: str = "<string>") -> ActionSpec:
-    """Parse an action (``/*--- yaml ---*/`` + SQL); ``path`` is only used in error locations."""
-    header, first_line, sql, sql_line = split_action(text, path)
+    """Parse an action (``/*--- yaml ---*/`` + SQL); ``path`` is only used in error locations (and, for a
+    file without the header, to name a flow or test file given as an action)."""
+    try:
+        header, first_line, sql, sql_line = split_action(text, path)
+    except TidehouseError as exc:
+        raise other_kind(path, "action") or exc from None
     if not header.strip():
         raise TidehouseError(
             ErrorCode.ACTION_HEADER,

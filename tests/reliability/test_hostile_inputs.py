@@ -245,8 +245,13 @@ def project(tmp_path_factory):
     write_actions(root / "actions")
     (root / "flows").mkdir()
     (root / "other.yaml").write_text(OTHER_FLOW)
-    assert cli(home, "action", "register", str(root / "actions"))[0] == 0
-    assert cli(home, "flow", "register", str(root / "other.yaml"))[0] == 0
+    here = Path.cwd()
+    os.chdir(root)  # the project is the current folder: `flow register` registers its actions/ first
+    try:
+        assert cli(home, "action", "register", str(root / "actions"))[0] == 0
+        assert cli(home, "flow", "register", str(root / "other.yaml"))[0] == 0
+    finally:
+        os.chdir(here)
     return root, home
 
 
