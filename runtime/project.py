@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.core.config import Config, load_config, mask_catalog, redact
 from runtime.core.durations import run_seconds
-from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
+from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import is_internal_table
 from runtime.core.refs import FlowRef, Ref
 
@@ -184,9 +184,11 @@ class Project:
     def register_flow(self, path: str | os.PathLike, *, quick: bool = False) -> FlowVersion:
         """Validate and register a flow file; the project's ``actions/`` first (as ``flow trigger PATH``): a
         table pins its action file as it is now. Spark checks both unless ``quick``, after the registry's."""
+        from registry.local import local_actions
+
         checks, folder = self._checks(quick), _shown(self.actions_dir)
         if folder.is_dir():
-            self.registry.validate_flow(path, local_actions=_local_actions(folder, explicit=False))
+            self.registry.validate_flow(path, local_actions=local_actions(folder, explicit=False))
             self.registry.register_actions([folder], checks=checks)
         return self.registry.register_flow(path, checks=checks)
 
@@ -202,6 +204,17 @@ class Project:
     def flow_versions(self, name: str) -> list[FlowVersion]:
         return self.registry.flow_versions(name)
 
+    def edited_actions(self, flow: str | FlowRef) -> list:
+        """For a registered flow (NAME[@N]; a PATH: none, its run registers the files first), the tables whose
+        action file in ``actions/`` is not the version it pins (:func:`registry.local.edited_actions`)."""
+        from registry.local import edited_actions
+
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        if ref.is_path:
+            return []
+        version = self.registry.get_flow(ref.ref.name, ref.ref.version)
+        return edited_actions(self.registry, version, _shown(self.actions_dir))
+
     def validate_flow(
         self,
         flow: str | os.PathLike | FlowRef,
@@ -211,11 +224,13 @@ class Project:
     ) -> dict[str, Any]:
         """Check a flow file (with the unregistered actions of ``actions_dir``, default the project's) or a
         registered flow; raise every problem found (``TidehouseErrors``), else a summary of the flow."""
+        from registry.local import local_actions
+
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
         checks = self._checks(quick)
         if ref.is_path:
             folder = Path(actions_dir) if actions_dir else self.actions_dir
-            local = _local_actions(folder, explicit=actions_dir is not None)
+            local = local_actions(folder, explicit=actions_dir is not None)
             spec = self.registry.validate_flow(ref.path, local_actions=local, checks=checks)
             return {
                 "ok": True,
@@ -551,29 +566,6 @@ def _shown(folder: Path) -> Path:
     with contextlib.suppress(ValueError):
         return folder.relative_to(Path.cwd())
     return folder
-
-
-def _local_actions(folder: Path, *, explicit: bool) -> list:
-    """The actions of a folder, parsed but not registered, so a flow can be checked before it is triggered."""
-    from registry.service import action_files
-    from registry.specs import parse_action
-
-    if not folder.is_dir():
-        if explicit:
-            raise TidehouseError(
-                ErrorCode.SPEC_BAD_VALUE, f"no such folder: {folder}", location=Location(str(folder))
-            )
-        return []
-    specs, errors = [], []
-    for file in action_files([folder]):
-        try:
-            specs.append(parse_action(file))
-        except TidehouseErrors as exc:
-            errors += exc.errors
-        except TidehouseError as exc:
-            errors.append(exc)
-    TidehouseErrors.raise_if_any(errors)
-    return specs
 
 
 def _versions() -> dict[str, str]:

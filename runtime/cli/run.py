@@ -147,9 +147,16 @@ def trigger_cmd(
 ) -> None:
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 
-    A PATH is registered first, together with the actions of the project's actions/ folder. Ctrl-C or
-    SIGTERM stops the flow gracefully (a second Ctrl-C at once); triggering it again resumes where it stopped.
+    A PATH is registered first, together with the actions of the project's actions/ folder; a NAME runs the
+    action versions it pins (a note names each action file edited since). Ctrl-C or SIGTERM stops the flow
+    gracefully (a second Ctrl-C at once); triggering it again resumes where it stopped.
     """
+    for edited in state.project.edited_actions(flow_ref):  # a run by name runs the pins, not the files
+        click.echo(
+            f"note: {edited.file} is not {edited.pinned}, the version this flow pins for {edited.table}: the "
+            f"run uses {edited.pinned} (`flow register` or `flow trigger` of the flow file pins the file)",
+            err=True,
+        )
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -141,3 +141,26 @@ def test_flow_validate_takes_several_flows_and_fails_if_one_does(run_cli, projec
     assert (code, out) == (0, "flows/shop.yaml: ok\nflows/shop.yaml: ok\n"), err
     code, _, err = run_cli("flow", "validate")
     assert code == 2 and "Missing argument 'TARGET...'" in err
+
+
+def test_a_trigger_by_name_notes_each_action_file_edited_since_its_pin(run_cli, project_dir, monkeypatch):
+    """`flow trigger NAME` runs the pinned versions: an action file edited since was left out silently."""
+    from runtime.core.errors import ErrorCode, TidehouseError
+    from runtime.project import Project
+
+    def trigger(self, *_args, **_kwargs):  # the note comes before the run: no Spark here
+        raise TidehouseError(ErrorCode.CONFIG_INVALID, "stopped by the test")
+
+    monkeypatch.setattr(Project, "trigger", trigger)
+    setup_project(project_dir)
+    assert run_cli("flow", "register", "flows/shop.yaml", "--quick")[0] == 0
+    code, _, err = run_cli("flow", "trigger", "shop")
+    assert code == 2 and "note:" not in err and "stopped by the test" in err, err
+    (project_dir / "actions" / "clean.sql").write_text(dedent(ACTIONS["clean"]).replace(">=", ">"))
+    code, _, err = run_cli("flow", "trigger", "shop")
+    assert code == 2 and err.splitlines()[0] == (
+        "note: actions/clean.sql is not clean@1, the version this flow pins for dwd.clean: the run uses "
+        "clean@1 (`flow register` or `flow trigger` of the flow file pins the file)"
+    ), err
+    code, _, err = run_cli("flow", "trigger", "flows/shop.yaml")  # a file registers its actions first
+    assert code == 2 and "note:" not in err, err
