@@ -206,7 +206,7 @@ class Registry:
         return self._specs[key]
 
     def _action_spec(self, stored: StoredVersion) -> ActionSpec:
-        return self._parsed("action", stored, parse_action_text)
+        return self._parsed("action", stored, lambda text, where: parse_action_text(text, where, stored=True))
 
     def _action_version(self, stored: StoredVersion, spec: ActionSpec | None = None) -> ActionVersion:
         if spec is not None:

@@ -293,9 +293,11 @@ def parameter_markers(sql: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def parse_action_text(text: str, path: str = "<string>") -> ActionSpec:
+def parse_action_text(text: str, path: str = "<string>", *, stored: bool = False) -> ActionSpec:
     """Parse an action (``/*--- yaml ---*/`` + SQL); ``path`` is only used in error locations (and, for a
-    file without the header, to name a flow or test file given as an action)."""
+    file without the header, to name a flow or test file given as an action). A parameter the SQL never uses
+    is an error (a flow's value for it would change nothing), except in a ``stored`` version: one registered
+    before that check keeps its meaning."""
     try:
         header, first_line, sql, sql_line = split_action(text, path)
     except TidehouseError as exc:
@@ -330,7 +332,19 @@ def parse_action_text(text: str, path: str = "<string>") -> ActionSpec:
             )
         )
     elif header_spec is not None:
-        for name, line, col in parameter_markers(sql):
+        markers = parameter_markers(sql)
+        used = {name for name, _, _ in markers}
+        for name in [] if stored else [n for n in header_spec.params if n not in used]:
+            errors.append(
+                TidehouseError(
+                    ErrorCode.PARAM_UNUSED,
+                    f"parameter '{name}' is declared but the SQL never uses :{name}",
+                    location=doc.location(("params", name), key=True),
+                    hint=f"use it in the SQL (:{name}, or IDENTIFIER(:{name}) for a name) or remove it: a "
+                    "flow's value for it would change nothing",
+                )
+            )
+        for name, line, col in markers:
             if name not in header_spec.params:
                 errors.append(
                     TidehouseError(

@@ -49,6 +49,7 @@ class ErrorCode(str, Enum):
     PARAM_UNKNOWN = "TH233"
     PARAM_MISSING = "TH234"
     PARAM_TYPE = "TH235"
+    PARAM_UNUSED = "TH236"  # an action declares a parameter its SQL never uses
     LAYER_VIOLATION = "TH240"
     FLOW_CYCLE = "TH241"
     TABLE_DUPLICATE = "TH242"

@@ -172,7 +172,7 @@ def test_parameter_types_and_output_contracts_use_the_same_grammar():
     action = parse_action_text(
         "/*---\nname: a\nparams:\n  p: {type: 'struct<x: int NOT NULL, y: string>', "
         "default: {x: 1, y: b}}\noutput: \"k string COMMENT 'key', n bigint\"\n---*/\n"
-        "SELECT 1\n"
+        "SELECT :p AS p\n"
     )
     assert action.params["p"].spark_type.args[0] == Column("x", SparkType("int"), nullable=False)
     assert action.output_columns == ("k", "n")

@@ -98,6 +98,13 @@ CASES = [
         E.PARAM_UNKNOWN,
         "params",
     ),
+    (  # a flow's value for it would change nothing: registered silently before
+        "unused-param",
+        HEADER + "params:\n  limit: {type: int, default: 10} #<\n  key: {type: string}\n---*/\n"
+        "SELECT IDENTIFIER(:key) FROM t\n",
+        E.PARAM_UNUSED,
+        "params.limit",
+    ),
     (
         "output-bad-ddl",
         HEADER + "output: 'a string, b bigjnt' #<\n---*/\nSELECT 1\n",
@@ -131,3 +138,17 @@ def test_malformed_action(tmp_path, case_id, content, code, yaml_path):
     if line is not None:
         assert matching[0].location.line == line, found
     assert matching[0].location.file == str(path)
+
+
+def test_a_version_registered_before_the_unused_parameter_check_still_reads(tmp_path):
+    """The check is on what is registered now: a stored version keeps its meaning (and its flows run)."""
+    from registry.service import Registry, content_hash
+
+    text = HEADER + "params:\n  limit: {type: int, default: 10}\n---*/\nSELECT * FROM t\n"
+    with pytest.raises(TidehouseError) as info:
+        parse_action_text(text, "a.sql")
+    assert info.value.code is E.PARAM_UNUSED
+    registry = Registry.open(f"sqlite:///{tmp_path / 'registry.db'}")
+    registry.store.put("action", "a", content_hash(text), text, None)  # as an older Tidehouse stored it
+    assert registry.get_action("a").spec.params["limit"].default == 10
+    registry.close()
