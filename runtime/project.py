@@ -186,10 +186,10 @@ class Project:
         table pins its action file as it is now. Spark checks both unless ``quick``, after the registry's."""
         from registry.local import local_actions
 
-        checks, folder = self._checks(quick), _shown(self.actions_dir)
-        if folder.is_dir():
-            self.registry.validate_flow(path, local_actions=local_actions(folder, explicit=False))
-            self.registry.register_actions([folder], checks=checks)
+        checks = self._checks(quick)
+        local = local_actions(_shown(self.actions_dir), explicit=False)
+        self.registry.validate_flow(path, local_actions=local)  # what the registry refuses starts no Spark
+        self._register_project_actions(checks)
         return self.registry.register_flow(path, checks=checks)
 
     def flows(self) -> list[FlowVersion]:
@@ -530,6 +530,11 @@ class Project:
 
         return EngineChecks(self)
 
+    def _register_project_actions(self, checks=None) -> None:
+        """Register the project's ``actions/`` as the files are now (an unchanged one keeps its version)."""
+        if self.actions_dir.is_dir():
+            self.registry.register_actions([_shown(self.actions_dir)], checks=checks)
+
     def _resolve(self, flow: str | os.PathLike | FlowRef, *, register: bool):
         """A flow with the action version of each table: a file (its project's actions registered first,
         the flow registered only with ``register``) or a registered version (its pins)."""
@@ -539,8 +544,7 @@ class Project:
         registry = self.registry
         if not ref.is_path:
             return _pinned(registry, registry.get_flow(ref.ref.name, ref.ref.version))
-        if self.actions_dir.is_dir():
-            registry.register_actions([_shown(self.actions_dir)])
+        self._register_project_actions()
         if register:
             return _pinned(registry, registry.register_flow(ref.path))
         spec = registry.validate_flow(ref.path)

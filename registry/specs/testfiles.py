@@ -27,6 +27,7 @@ from registry.specs.actiontest import (
     Expected,
 )
 from registry.specs.base import did_you_mean
+from registry.specs.filekinds import kind_of
 from registry.specs.fixtures import Cell, RawRow, read_csv, typed_rows
 from registry.specs.loading import ambiguous_errors, located_errors, parse_action
 from registry.specs.values import check_value, describe
@@ -53,7 +54,7 @@ def collect_test_files(paths: Iterable[str | os.PathLike]) -> list[tuple[Path, s
                     hint=f"write one next to its action: <action>{TEST_SUFFIX} (docs/actions.md)",
                 )
             out += [(p, None) for p in found]
-        elif path.is_file() and path.suffix == ".sql":  # `tidehouse test actions/top_n.sql`: read as YAML
+        elif path.is_file() and kind_of(name) == "action":  # `tidehouse test top_n.sql`: was read as YAML
             tests = path.with_name(path.stem + TEST_SUFFIX)
             raise TidehouseError(
                 ErrorCode.SPEC_BAD_VALUE,
