@@ -260,3 +260,37 @@ def test_private_state_is_trimmed_below_what_its_state_covers(tmp_path):
     again.checkpoint_state = lambda name: [0] * len(again.end_offsets(name))  # TableStore's default
     assert trim_state(again, "dws.pq") == 0
     again.close()
+
+
+def test_a_view_notices_a_replaced_index_whose_inode_number_was_reused(tmp_path):
+    """Retention replaces the index by renaming a new file over it, and a filesystem gives the freed inode
+    number to a later file at once (ext4 here alternates two numbers). A view that read the index before two
+    such replacements sees its old number again: it must not take the new file, which holds more entries
+    than it read, for the one it read (it then looked for the offsets after its last entry in deleted
+    segments: a spurious TH303 "segment named 27 where offset 9 was expected", CI 2026-11-30)."""
+    root = tmp_path / "hot"
+    a = open_store(str(root), fsync=False, segment_bytes=2048)
+    a.create_table(log_meta())
+    for i in range(2):
+        a.write("ods.events", rows(i * 10, 10), writer="w", seq=i)
+    b = open_store(str(root), fsync=False)  # a reader in another process, e.g. a Spark task's worker
+    assert b.end_offsets("ods.events") == [20]
+    log_b = b._table("ods.events").logs[0]
+    n = 2
+    for _ in range(2):  # two retentions, more rows before each
+        for _ in range(20):
+            a.write("ods.events", rows(n * 10, 10), writer="w", seq=n)
+            n += 1
+        end = a.end_offsets("ods.events")[0]
+        assert a.delete_before("ods.events", 0, end, older_than=time.time() + LATER) >= 1
+    index = root / "ods" / "events" / "bucket-0" / "index"
+    log_b._index_ino = index.stat().st_ino  # the view meets the number it read (what ext4 did in CI)
+    first = _segments(root, "ods.events")[0]
+    assert first > 20  # every segment the view knew is gone,
+    assert index.stat().st_size // 72 > 2  # and the new index holds more entries than the view read
+    assert b.start_offsets("ods.events") == [first]
+    assert b.end_offsets("ods.events") == [end]
+    got = read_all(b, "ods.events", start=first)
+    assert got.column("id").to_pylist() == list(range(first, end))
+    a.close()
+    b.close()
