@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from materializer.guard import guarded
 from materializer.plan import FlowPlan
-from materializer.strategies import QueryContext, TableStats, guarded
+from materializer.strategies import QueryContext, TableStats
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.spark.options import Place
 

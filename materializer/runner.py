@@ -31,6 +31,7 @@ from materializer.analyze import struct_of
 from materializer.drain import Awake, drain
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure, stopped_elsewhere
+from materializer.guard import guarded
 from materializer.handoff import Handoff
 from materializer.hotstream import Waiting, hot_stream
 from materializer.incremental import joinlog
@@ -42,7 +43,7 @@ from materializer.remote import RemoteRun, run_folder
 from materializer.selection import universe
 from materializer.sources import source_stream
 from materializer.status import StatusMemory
-from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, guarded, recompute
+from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, recompute
 from materializer.tables import quarantine_meta, table_meta
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.lake.history import TableHistory
@@ -366,8 +367,7 @@ class FlowRunner:
         return SparkLakeFiles(self.spark, place, min_rows=config.get("tiering.executor_rows"))
 
     def _json_reader(self, t: TablePlan) -> JsonLinesReader | None:
-        """The Arrow reader of a table's JSON source (materializer.jsonlines), unless materializer.arrow_json
-        is off."""
+        """The Arrow reader of a table's JSON source (materializer.jsonlines); None: arrow_json is off."""
         if not self.project.config.get("materializer.arrow_json"):
             return None
         return reader_of(self.plan, t, self.spark)

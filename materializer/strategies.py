@@ -37,7 +37,7 @@ from materializer.rows import (
     split_expectations,
     split_missing,
 )
-from materializer.telemetry import BatchInterrupted, PhaseClock, batch_scope, timed
+from materializer.telemetry import PhaseClock, timed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import (
     CHANGE,
@@ -50,7 +50,6 @@ from runtime.core.literals import (
 from runtime.lake.history import TableHistory
 from runtime.spark.filelog import source_files
 from runtime.spark.options import Place
-from runtime.spark.reasons import error_line
 from runtime.spark.session import is_connect
 from runtime.spark.writer import batch_ranges, origin_from_checkpoint, prepare
 from runtime.storage.api import TableStore
@@ -114,30 +113,6 @@ class QueryContext:
         self.args = spark_args(table.params)
         self.seen_violators: set[str] = set()  # recompute: violators this run counted already
         self.clock = PhaseClock()  # seconds per phase of the running micro-batch
-
-
-def guarded(fn, ctx: QueryContext):
-    """Remember a batch function's error for the status and the final message, then let Spark fail."""
-
-    def run(batch_df, batch_id):
-        try:
-            with batch_scope(ctx, batch_id):  # phase seconds into the stats; a log line naming the batch
-                try:
-                    fn(batch_df, batch_id)
-                finally:
-                    if ctx.handoff is not None:  # the batch's views are done with the files
-                        ctx.handoff.release()
-        except TidehouseError as exc:
-            ctx.stats.error = exc.render()
-            ctx.stats.failure = exc
-            raise
-        except BatchInterrupted:  # by its query's stop: not an error of the table
-            raise
-        except Exception as exc:
-            ctx.stats.error = error_line(exc)
-            raise
-
-    return run
 
 
 # -- helpers ----------------------------------------------------------------------------------------

@@ -343,8 +343,15 @@ def _check_count(meta: TableMeta, got: int, expected: int, what: str) -> None:
         )
 
 
-def _trimmed_changelog(meta: TableMeta, bucket: int, start: int, first: int) -> TidehouseError:
-    return TidehouseError(
+class ChangelogTrimmed(TidehouseError):
+    """A read of a primary-key table's changelog below the hot log's first offset (``STORAGE_RANGE``): the
+    lake keeps the table's state, not its changes. Its own class, because a query that asked whether it fell
+    behind retention before the read, and was not, meets it when retention trims during the read; the
+    micro-batch then resyncs (:mod:`materializer.guard`)."""
+
+
+def _trimmed_changelog(meta: TableMeta, bucket: int, start: int, first: int) -> ChangelogTrimmed:
+    return ChangelogTrimmed(
         ErrorCode.STORAGE_RANGE,
         f"{meta.name} bucket {bucket}: changelog offsets {start}..{first - 1} were deleted by retention, "
         "and the lake keeps the table's state, not its changes",

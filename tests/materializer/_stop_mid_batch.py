@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 from pyspark.sql import SparkSession
 
-from materializer.strategies import TableStats, guarded
+from materializer.guard import guarded
+from materializer.strategies import TableStats
 from materializer.telemetry import PhaseClock
 
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(levelname)s %(message)s")
