@@ -303,7 +303,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
             if running
             else ("failed" if prev.get("state") == "failed" else ("stopped" if prev else "never run"))
         )
-        row["rows_per_s"] = row["rows_per_s"] if running else 0.0
+        row["rows_per_s"] = row["rows_per_s"] if running else None  # a rate only while the flow runs
         row.update(table_figures(store, lake, table, quarantine))
         if lake_error:
             row["lake_error"] = lake_error

@@ -215,9 +215,10 @@ def stop_handler(stop: threading.Event):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (--format json).")
 @pass_state
 def status_cmd(state, name: str, fmt: str, as_json: bool) -> None:
-    """Per table: query state, rows/s, hot end offsets, quarantined rows, late rows dropped by a watermark (in
-    the last run), hot and lake delay, lake snapshot, and the freshness target (MISSED while the hot or the
-    lake delay exceeds it). JSON adds batch seconds by phase and tiering figures."""
+    """Per table: query state, rows/s (while the flow runs), hot end offsets, quarantined rows, late rows
+    dropped by a watermark (in the last run), hot and lake delay, lake snapshot, and the freshness target
+    (MISSED while the hot or the lake delay exceeds it). JSON adds batch seconds by phase and tiering
+    figures."""
     status = state.project.status(name)
     if as_json or fmt == "json":
         echo_json(status)

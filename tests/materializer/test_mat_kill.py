@@ -48,6 +48,11 @@ def test_kill_9_mid_run_then_until_idle_is_exact(spark, project_dir, data_path, 
         assert code == 2 and "already running" in err
         time.sleep(rng.uniform(0.0, 3.0))
         kill_9(proc)
+    code, out, err = run_cli("flow", "status", "testflow", "--json")  # a rate only while it runs
+    assert code == 0 and json.loads(out)["running"] is False, err
+    assert {t["rows_per_s"] for t in json.loads(out)["tables"]} == {None}, out
+    code, out, err = run_cli("flow", "status", "testflow")
+    assert code == 0 and out.splitlines()[3].split()[2] == "-", out  # ods.clicks: "-", not "0.0"
     last = make_events(rng, 30, bad=1)
     write_batch(project_dir, "part-2", last)
     lines += last
