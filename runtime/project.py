@@ -387,7 +387,8 @@ class Project:
     ) -> dict[str, float]:
         """``{"layer.name": interval_s}`` to tier: a registered flow's hot tables (and their quarantine
         tables) at their own intervals — those that ``select``/``exclude`` select (table selectors, see
-        :mod:`registry.selectors`) —, every hot table at ``tiering.interval``, or only ``table``."""
+        :mod:`registry.selectors`) —, or every hot table, at the interval the latest version of its flow
+        declares (else ``tiering.interval``); or only ``table``."""
         from materializer.plan import quarantine_name
         from registry.selectors import spec_tables
 
@@ -400,18 +401,15 @@ class Project:
             )
         store = self.store
         default = float(self.config.get("tiering.interval"))
-        if flow:
-            spec = self.flow(flow).spec
-            names = spec_tables(spec, select, exclude) if select or exclude else [n for n, _ in spec.tables()]
-            wanted = {name: float(spec.tiering_of(name, default)) for name in names}
-            for name, interval in list(wanted.items()):
-                if store.has_table(quarantine_name(name)):
-                    wanted[quarantine_name(name)] = interval
-            wanted = {
-                name: iv for name, iv in wanted.items() if store.has_table(name)
-            }  # never triggered: none
+        declared: dict[str, float] = {}
+        for fv in [self.flow(flow)] if flow else self.registry.list_flows():
+            every = [n for n, _ in fv.spec.tables()]
+            for name in spec_tables(fv.spec, select, exclude) if select or exclude else every:  # + quarantine
+                declared[name] = declared[quarantine_name(name)] = float(fv.spec.tiering_of(name, default))
+        if flow:  # the flow's tables that exist (never triggered: none)
+            wanted = {name: iv for name, iv in declared.items() if store.has_table(name)}
         else:
-            wanted = {name: default for name in store.list_tables() if not is_internal_table(name)}
+            wanted = {n: declared.get(n, default) for n in store.list_tables() if not is_internal_table(n)}
         if table:
             if table not in wanted:
                 raise TidehouseError(

@@ -79,6 +79,9 @@ def run_cmd(
 def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM.
 
+    Without --flow it tiers every hot table, each at the interval the latest version of its flow declares
+    (tiering.interval for a table no registered flow produces).
+
     With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
     """
     duration = run_seconds(duration, "--duration")

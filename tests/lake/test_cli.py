@@ -147,6 +147,7 @@ def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, p
     repo = Path(__file__).resolve().parents[2]
     shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
     shutil.copy(repo / "flows" / "ecommerce_activity.yaml", project_dir / "flows")
+    (project_dir / "tidehouse.yaml").write_text("tiering:\n  interval: 7s\n")
     project = Project.open()
     project.registry.register_actions([project_dir / "actions"])
     project.registry.register_flow(project_dir / "flows" / "ecommerce_activity.yaml")
@@ -163,7 +164,14 @@ def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, p
     )
     # only the flow's tables that exist in the hot storage, each with its own interval
     assert project.tier_tables("ecommerce_activity") == {"ods.events": 30.0, "ads.top_users": 10.0}
+    # without --flow: every hot table, at the interval its flow declares, else tiering.interval
+    assert project.tier_tables() == {"ods.events": 30.0, "ads.top_users": 10.0, "ods.unrelated": 7.0}
     project.close()
+    code, out, err = run_cli("tier", "schedule", "--duration", "0.5")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "tiering 3 tables: ads.top_users every 10s, ods.events every 30s, ods.unrelated every 7s"
+    ), out
     code, out, err = run_cli("tier", "run", "--flow", "ecommerce_activity")
     assert code == 0, err
     assert "ods.events" in out and "ads.top_users" in out and "ods.unrelated" not in out
