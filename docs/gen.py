@@ -329,6 +329,7 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/e
     "PARAM_MISSING": "a required parameter (no default) is not set",
     "PARAM_TYPE": "a parameter value does not fit the parameter's Spark type",
     "PARAM_UNUSED": "an action declares a parameter its SQL never uses (a new or edited action)",
+    "INPUT_UNUSED": "an action declares an input its SQL never names (a new or edited action)",
     "LAYER_VIOLATION": "a table reads a later layer, or a non-ODS table reads a source",
     "FLOW_CYCLE": "tables read each other in a cycle (the cycle is printed `a --> b --> a`)",
     "TABLE_DUPLICATE": "two tables (in this flow or another registered flow) have the same name",

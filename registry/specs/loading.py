@@ -293,11 +293,20 @@ def parameter_markers(sql: str) -> list[tuple[str, int, int]]:
     return out
 
 
+_TEXT = re.compile(r"'(?:[^'\\]|\\.|'')*'|--[^\n]*|/\*.*?\*/", re.DOTALL)  # string literals, comments
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def sql_words(sql: str) -> set[str]:
+    """The words of SQL outside string literals and comments, lower-cased (quoted identifiers count)."""
+    return {w.lower() for w in _WORD.findall(_TEXT.sub(" ", sql))}
+
+
 def parse_action_text(text: str, path: str = "<string>", *, stored: bool = False) -> ActionSpec:
     """Parse an action (``/*--- yaml ---*/`` + SQL); ``path`` is only used in error locations (and, for a
     file without the header, to name a flow or test file given as an action). A parameter the SQL never uses
-    is an error (a flow's value for it would change nothing), except in a ``stored`` version: one registered
-    before that check keeps its meaning."""
+    is an error (a flow's value for it would change nothing), and so is an input the SQL never names, except
+    in a ``stored`` version: one registered before those checks keeps its meaning."""
     try:
         header, first_line, sql, sql_line = split_action(text, path)
     except TidehouseError as exc:
@@ -344,6 +353,19 @@ def parse_action_text(text: str, path: str = "<string>", *, stored: bool = False
                     "flow's value for it would change nothing",
                 )
             )
+        words = sql_words(sql)
+        unread = [] if stored or "identifier" in words else header_spec.inputs  # IDENTIFIER(:p): any name
+        for i, name in enumerate(unread):
+            if name.lower() not in words:
+                errors.append(
+                    TidehouseError(
+                        ErrorCode.INPUT_UNUSED,
+                        f"input '{name}' is declared but the SQL never names it",
+                        location=doc.location(("inputs", i)),
+                        hint=f"read it in the SQL (FROM {name}) or remove it: a flow would have to bind it, "
+                        "and its table would wait for a table it never reads",
+                    )
+                )
         for name, line, col in markers:
             if name not in header_spec.params:
                 errors.append(

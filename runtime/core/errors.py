@@ -50,6 +50,7 @@ class ErrorCode(str, Enum):
     PARAM_MISSING = "TH234"
     PARAM_TYPE = "TH235"
     PARAM_UNUSED = "TH236"  # an action declares a parameter its SQL never uses
+    INPUT_UNUSED = "TH237"  # an action declares an input its SQL never names
     LAYER_VIOLATION = "TH240"
     FLOW_CYCLE = "TH241"
     TABLE_DUPLICATE = "TH242"

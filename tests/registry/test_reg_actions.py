@@ -105,6 +105,13 @@ CASES = [
         E.PARAM_UNUSED,
         "params.limit",
     ),
+    (  # a flow would have to bind it, and its table would run after that table for nothing
+        "unused-input",
+        "/*---\nname: a\ninputs:\n  - events\n  - users #<\n---*/\n"
+        "SELECT * FROM events -- users\nWHERE kind <> 'users'\n",
+        E.INPUT_UNUSED,
+        "inputs[1]",
+    ),
     (
         "output-bad-ddl",
         HEADER + "output: 'a string, b bigjnt' #<\n---*/\nSELECT 1\n",
@@ -152,3 +159,17 @@ def test_a_version_registered_before_the_unused_parameter_check_still_reads(tmp_
     registry.store.put("action", "a", content_hash(text), text, None)  # as an older Tidehouse stored it
     assert registry.get_action("a").spec.params["limit"].default == 10
     registry.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM events JOIN `users` USING (user_id)",  # a quoted name
+        "SELECT * FROM EVENTS e, Users u WHERE e.user_id = u.user_id",  # names are case-insensitive
+        "SELECT * FROM IDENTIFIER(:source)",  # a name from a parameter: any input may be read
+    ],
+)
+def test_inputs_the_sql_names_are_used(sql):
+    params = "params:\n  source: {type: string, default: events}\n" if ":source" in sql else ""
+    spec = parse_action_text(f"/*---\nname: a\ninputs: [events, users]\n{params}---*/\n{sql}\n", "a.sql")
+    assert spec.inputs == ("events", "users")

@@ -58,8 +58,8 @@ def test_action_whose_sql_does_not_parse_is_refused_where_spark_points(spark, ru
 @pytest.mark.parametrize(
     "sql,line,col",
     [
-        ("CREATE TABLE pwned_by_register (a int)", 5, 1),  # a command: parsing it as a subquery fails
-        ("SELECT 1 AS a; DROP TABLE pwned_by_register", 5, 16),  # a second statement
+        ("CREATE TABLE pwned_by_register AS SELECT * FROM events", 5, 1),  # a command: not a subquery
+        ("SELECT * FROM events; DROP TABLE pwned_by_register", 5, 23),  # a second statement
         (
             "SELECT * FROM events\nWHERE price > ?",
             6,
@@ -225,7 +225,9 @@ def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, mo
 def test_flow_plan_never_runs_an_action_registered_without_checks(spark, run_cli, project_dir):
     """``--quick`` registers a command as an action; planning a flow that uses it refuses it and runs nothing
     (``spark.sql`` would execute a command at once)."""
-    (project_dir / "actions" / "broken.sql").write_text(HEADER + "CREATE TABLE pwned_by_plan (a int)\n")
+    (project_dir / "actions" / "broken.sql").write_text(
+        HEADER + "CREATE TABLE pwned_by_plan AS SELECT * FROM events\n"
+    )
     code, _, err = run_cli("action", "register", "--quick", "actions/broken.sql")
     assert code == 0, err
     flow = project_dir / "flows" / "f.yaml"
