@@ -221,7 +221,8 @@ class LogView:
             raw = os.pread(fd, ENTRY_SIZE, at)
         finally:
             os.close(fd)
-        return Entry.unpack(raw) == self._entries[self._n_indexed - 1]
+        # shorter: replaced again since the stat (then the caller starts over, or the next refresh does)
+        return len(raw) == ENTRY_SIZE and Entry.unpack(raw) == self._entries[self._n_indexed - 1]
 
     def _entry_fits(self, e: Entry, first_seg: int | None) -> bool:
         prev = self._entries[-1] if self._entries else None
