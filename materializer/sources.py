@@ -26,7 +26,7 @@ from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 from runtime.core.uris import scheme_of
 from runtime.spark.filelog import source_files
 from runtime.spark.filesource import NAME as FILES
-from runtime.spark.filesource import has_partition_folders, uri_path
+from runtime.spark.filesource import has_partition_folders, hidden, uri_path
 
 log = logging.getLogger(__name__)
 
@@ -60,22 +60,69 @@ def missing_folder(path: str | None) -> bool:
     return not Path(uri_path(path)).exists()
 
 
-def refuse_missing(paths: Mapping[str, str | None], locate) -> None:
-    """An ``--until-idle`` run over a file source whose folder does not exist would read nothing from it and
-    end as if it were drained (a mistyped path): refused, each at ``locate(name)`` (its ``path``).
-    ``paths``: each source's path as its plan holds it (:func:`materializer.plan.source_path`)."""
-    errors = [
-        TidehouseError(
-            ErrorCode.SOURCE_INVALID,
-            f"source {name}: the folder {path} does not exist, so an --until-idle run would read "
-            "nothing from it",
-            location=locate(name),
-            hint="fix the source's path, or create the folder (a run without --until-idle creates it and "
-            "waits for files)",
-        )
-        for name, path in paths.items()
-        if missing_folder(path)
-    ]
+def unread_subfolders(path: str | None, options: Mapping[str, str]) -> list[str]:
+    """The subfolders of a local source folder that hold files no micro-batch will read: Spark's file
+    source (and Tidehouse's listing, which admits what it admits) reads the files directly in the folder and
+    in ``key=value`` partition folders, and those below any other folder only with the option
+    ``recursiveFileLookup``. Folders whose names Spark's listing skips (``_x``, ``.x``) are not reported."""
+    if not path or _GLOB.search(path) or scheme_of(path) not in ("", "file"):
+        return []
+    if any(k.lower() == "recursivefilelookup" and v.lower() == "true" for k, v in options.items()):
+        return []
+    try:
+        entries = sorted(os.scandir(uri_path(path)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [e.name for e in entries if not hidden(e.name) and "=" not in e.name and _holds_files(e)]
+
+
+def _holds_files(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` is a folder with a file somewhere below it (in folders Spark's listing keeps)."""
+    if not entry.is_dir():
+        return False
+    for _folder, names, files in os.walk(entry.path):
+        if any(not hidden(f) for f in files):
+            return True
+        names[:] = [n for n in names if not hidden(n)]
+    return False
+
+
+def _named(folders: list[str], most: int = 3) -> str:
+    shown = ", ".join(folders[:most])
+    return shown + (f" and {len(folders) - most} more" if len(folders) > most else "")
+
+
+def refuse_unread(sources: Mapping[str, tuple[str | None, Mapping[str, str]]], locate) -> None:
+    """An ``--until-idle`` run that would end with a file source's rows unread: the source's local folder
+    does not exist (a mistyped path: it would read nothing and end as if drained), or it has subfolders whose
+    files Spark's file source does not read (:func:`unread_subfolders`). Refused, each at ``locate(name)``
+    (its ``path``). ``sources``: each source's path as its plan holds it
+    (:func:`materializer.plan.source_path`) and its options."""
+    errors = []
+    for name, (path, options) in sources.items():
+        if missing_folder(path):
+            errors.append(
+                TidehouseError(
+                    ErrorCode.SOURCE_INVALID,
+                    f"source {name}: the folder {path} does not exist, so an --until-idle run would read "
+                    "nothing from it",
+                    location=locate(name),
+                    hint="fix the source's path, or create the folder (a run without --until-idle creates "
+                    "it and waits for files)",
+                )
+            )
+        elif folders := unread_subfolders(path, options):
+            errors.append(
+                TidehouseError(
+                    ErrorCode.SOURCE_INVALID,
+                    f"source {name}: the folder {path} has subfolders whose files a Spark file source does "
+                    f"not read ({_named(folders)}), so an --until-idle run would end without them",
+                    location=locate(name),
+                    hint="set the source's option recursiveFileLookup: true to read every file below the "
+                    "folder, move the files into the folder itself, or start a subfolder's name with _ to "
+                    "keep it out",
+                )
+            )
     if errors:
         raise TidehouseErrors(errors) if len(errors) > 1 else errors[0]
 
@@ -142,6 +189,15 @@ def source_stream(
             extra={"table": table},
         )
         Path(uri_path(src.path)).mkdir(parents=True, exist_ok=True)
+    elif folders := unread_subfolders(src.path, options):
+        log.warning(
+            "source %s: the files in the subfolders %s of %s are not read (a Spark file source reads them "
+            "only with the option recursiveFileLookup: true)",
+            src.name,
+            _named(folders),
+            src.path,
+            extra={"table": table},
+        )
     why = listing_refusal(src, options, config, connect=is_connect(session))
     if why is None:
         log.info("%s: Tidehouse lists the source folder %s", table, src.path)

@@ -322,7 +322,7 @@ class Project:
         from materializer.plan import source_path
         from materializer.runner import FlowRunner
         from materializer.selection import select_tables
-        from materializer.sources import refuse_missing
+        from materializer.sources import refuse_unread
 
         if until_idle and duration is not None:
             raise TidehouseError(
@@ -341,11 +341,14 @@ class Project:
             from registry.selectors import spec_tables
 
             spec_tables(spec(), selectors, option="--full-refresh")
-        # a mistyped source folder would read as drained: refused before Spark starts (not over Spark Connect:
-        # the paths are the server's, which this process may not see)
+        # a mistyped source folder, or files in subfolders no file source reads, would end the run with rows
+        # unread: refused before Spark starts (not over Spark Connect: the paths are the server's)
         if until_idle and not self.config.get("spark.remote"):
-            where = {n: source_path(self.config.project_dir, s.path) for n, s in spec().sources.items()}
-            refuse_missing(where, lambda n: spec().location_of(f"sources.{n}.path"))
+            where = {
+                n: (source_path(self.config.project_dir, s.path), s.options or {})
+                for n, s in spec().sources.items()
+            }
+            refuse_unread(where, lambda n: spec().location_of(f"sources.{n}.path"))
         lock = RunLock(self.config.run_dir, name)
         lock.acquire()
         latest: dict[str, dict] = {}

@@ -28,10 +28,11 @@ layers:
   dwd:
     clean: {action: t_clean, inputs: {events: ods.clicks}}
 """
-# names Spark's listing keeps, and names it skips (a plain subfolder's files too)
+# names Spark's listing keeps, and names it skips (a plain subfolder's files are not read either, but an
+# --until-idle run over them is refused: test_mat_missing_source; both listings skip them: test_filesource)
 ODD = ["a b.json", "é%41.json", "q#^`|.json", "z.json"]
 GLOB = ["x[1].json", "y{a,b}.json", "w*?.json"]  # names Spark's reader would take for patterns
-SKIPPED = ["_tmp.json", ".part.json", "d.json._COPYING_", "_x/e.json", "sub/c.json"]
+SKIPPED = ["_tmp.json", ".part.json", "d.json._COPYING_", "_x/e.json", "_x/sub/f.json"]
 
 
 def _lines(rng: random.Random, n: int, bad: bool) -> list[str]:
@@ -84,7 +85,7 @@ def test_paths_are_spelled_in_the_log_as_sparks_file_source_spells_them(spark, t
 
 
 def test_a_flow_gives_the_same_rows_with_either_listing(spark, project_dir, data_path, seed, caplog):
-    """Odd file names, a subfolder, files Spark skips, and a malformed record (so Spark, not the Arrow
+    """Odd file names, files and a folder Spark skips, and a malformed record (so Spark, not the Arrow
     reader, parses that batch, from the paths in the log): Tidehouse's listing and Spark's file source write
     the same tables and quarantine."""
     from runtime.project import Project
