@@ -274,7 +274,7 @@ class Registry:
 
     # -- flows -------------------------------------------------------------------------------------
     def _flow_spec(self, stored: StoredVersion) -> FlowSpec:
-        return self._parsed("flow", stored, parse_flow_text)
+        return self._parsed("flow", stored, lambda text, where: parse_flow_text(text, where, stored=True))
 
     def _flow_version(self, stored: StoredVersion, spec: FlowSpec | None = None) -> FlowVersion:
         return FlowVersion(

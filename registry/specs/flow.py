@@ -115,7 +115,10 @@ class SourceSpec(Spec):
         "fields it does not declare are ignored.",
     )
     options: Annotated[dict[str, Text], BeforeValidator(_string_map)] = Field(
-        default_factory=dict, description="Options passed to the Spark reader (strings)."
+        default_factory=dict,
+        description="Options passed to the Spark reader (strings). For json, csv, parquet, orc and text "
+        "sources each must be an option of Spark's reader of that format or of its file sources (any case), "
+        "or a key with a dot (Hadoop's); mode and columnNameOfCorruptRecord are Tidehouse's (quarantine).",
     )
 
     @field_validator("schema_")

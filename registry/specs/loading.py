@@ -18,6 +18,7 @@ from registry.specs.action import ActionHeader, ActionSpec
 from registry.specs.base import did_you_mean
 from registry.specs.filekinds import other_kind
 from registry.specs.flow import FlowSpec
+from registry.specs.sourceoptions import option_problems
 from registry.specs.values import describe
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.yamlsource import MAX_BYTES, Document, format_path, load_yaml, read_text
@@ -212,24 +213,35 @@ def load_flow_document(text: str, path: str = "<string>") -> Document:
     return load_yaml(text, path, max_bytes=MAX_BYTES)
 
 
-def flow_from_document(doc: Document) -> FlowSpec:
-    """Validate a loaded document as a flow; raises all errors found."""
+def flow_from_document(doc: Document, *, stored: bool = False) -> FlowSpec:
+    """Validate a loaded document as a flow; raises all errors found. The source options are checked
+    (:mod:`registry.specs.sourceoptions`) except in a ``stored`` version: one registered before that check
+    keeps its meaning."""
     data = doc.data
     if isinstance(data, dict) and "path" in data:
         raise TidehouseError(
             ErrorCode.SPEC_UNKNOWN_KEY, "unknown key 'path'", location=doc.location(("path",), key=True)
         )
     spec, errors = _validate(FlowSpec, doc, {"path": None if doc.file.startswith("<") else doc.file})
+    if spec is not None and not stored:
+        errors += [
+            TidehouseError(
+                code, message, location=doc.location(("sources", name, "options", key), key=True), hint=hint
+            )
+            for name, source in spec.sources.items()
+            for key, code, message, hint in option_problems(source.format, source.options)
+        ]
     TidehouseErrors.raise_if_any(errors)
     spec._document = doc
     return spec
 
 
-def parse_flow_text(text: str, path: str = "<string>") -> FlowSpec:
+def parse_flow_text(text: str, path: str = "<string>", *, stored: bool = False) -> FlowSpec:
     """Parse a flow from YAML text; ``path`` is only used in error locations (and, for text that is no flow,
-    to name an action or test file given as one: :mod:`registry.specs.filekinds`)."""
+    to name an action or test file given as one: :mod:`registry.specs.filekinds`). ``stored``: a registered
+    version (see :func:`flow_from_document`)."""
     try:
-        return flow_from_document(load_flow_document(text, path))
+        return flow_from_document(load_flow_document(text, path), stored=stored)
     except TidehouseError as exc:
         raise other_kind(path, "flow") or exc from None
 
