@@ -35,7 +35,9 @@ from materializer.plan import (
     source_path,
     table_fingerprint,
 )
+from materializer.sources import unreadable
 from registry.graph import FlowGraph, node_location, source_node
+from registry.specs.flow import FILE_FORMATS
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import DEFAULT_MERGE_ENGINE, LOG, PRIMARY_KEY, is_system_column
 from runtime.core.sparktypes import parse_columns, parse_type
@@ -291,7 +293,10 @@ def _build_plan(project, resolved: ResolvedFlow, graph: FlowGraph, spark, sessio
     table_specs = dict(spec.tables())
     _quiet_spark_logs()
 
-    sources = {name: _source_plan(project, name, src, session) for name, src in sorted(spec.sources.items())}
+    sources = {
+        name: _source_plan(project, name, src, session, location_of)
+        for name, src in sorted(spec.sources.items())
+    }
     # node -> (kind, ddl, fingerprint, primary key)
     known: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         s.ref: ("source", s.ddl or "", s.fingerprint, ()) for s in sources.values()
@@ -432,7 +437,7 @@ def _rel(project, path: str | None) -> str | None:
         return str(path)
 
 
-def _source_plan(project, name: str, src, session) -> SourcePlan:
+def _source_plan(project, name: str, src, session, location_of=None) -> SourcePlan:
     path = source_path(project.config.project_dir, getattr(src, "path", None))
     options = tuple(sorted((str(k), str(v)) for k, v in (getattr(src, "options", None) or {}).items()))
     ddl = getattr(src, "schema_", None)
@@ -440,20 +445,18 @@ def _source_plan(project, name: str, src, session) -> SourcePlan:
     if ddl is not None:
         declared = struct_of(ddl)
         required = tuple(f.name for f in declared.fields if not f.nullable)
-        ddl = nullable_ddl(
-            declared
-        )  # file sources read every column as nullable; `required` is checked per row
-    else:
+        # file sources read every column as nullable; `required` is checked per row
+        ddl = nullable_ddl(declared)
+    if ddl is None or src.format not in FILE_FORMATS:  # Spark resolves the format (a file format is Spark's)
         try:
             reader = session.readStream.format(src.format).options(**dict(options))
-            ddl = nullable_ddl((reader.load(path) if path else reader.load()).schema)
+            reader = reader.schema(ddl) if ddl is not None else reader
+            schema = (reader.load(path) if path else reader.load()).schema
         except Exception as exc:
-            raise TidehouseError(
-                ErrorCode.SOURCE_INVALID,
-                f"source {name}: cannot read format "
-                f"'{src.format}' without a schema: {str(exc).splitlines()[0]}",
-                hint="declare the source's schema: as a Spark DDL string",
+            raise unreadable(
+                name, src.format, exc, declared=ddl is not None, location_of=location_of
             ) from exc
+        ddl = ddl or nullable_ddl(schema)
     payload = {"format": src.format, "path": getattr(src, "path", None), "ddl": ddl, "options": options}
     if required:
         payload["required"] = list(required)

@@ -49,6 +49,8 @@ LISTING_OPTIONS = frozenset(
     )
 )
 ADMISSION = frozenset({"maxfilespertrigger", "maxbytespertrigger"})  # both listings apply these
+# the formats a pip-installed Spark reads as a stream (its connectors, kafka among them, need their jars)
+KNOWN_FORMATS = (*FILE_FORMATS, "rate", "rate-micro-batch", "socket", "kafka")
 _GLOB = re.compile(r"[*?\[\]{}\\]")
 
 
@@ -125,6 +127,36 @@ def refuse_unread(sources: Mapping[str, tuple[str | None, Mapping[str, str]]], l
             )
     if errors:
         raise TidehouseErrors(errors) if len(errors) > 1 else errors[0]
+
+
+def unreadable(
+    name: str, fmt: str, exc: BaseException, *, declared: bool, location_of=None
+) -> TidehouseError:
+    """The error of a source whose stream Spark would not make when the flow is planned (``exc``: Spark's):
+    a format Spark has no source for (mistyped, or a connector whose jars are not on the class path) at the
+    source's ``format``, else what Spark said about the format with its options (and the declared schema)."""
+    from registry.graph import node_location
+    from registry.specs.base import did_you_mean
+    from runtime.spark.reasons import error_line
+
+    reason = error_line(exc)
+    if any(word in reason for word in ("DATA_SOURCE_NOT_FOUND", "DATA_SOURCE_NOT_ENABLED", "Failed to find")):
+        return TidehouseError(
+            ErrorCode.SOURCE_INVALID,
+            f"source {name}: Spark has no source of format '{fmt}': {reason}",
+            location=node_location(location_of, f"sources.{name}.format", prefixed=True),
+            hint=did_you_mean(fmt, [f for f in KNOWN_FORMATS if f != fmt])
+            or "a connector's format (kafka, ...) needs its jars on Spark's class path: spark.conf "
+            "{spark.jars: ...} in tidehouse.yaml",
+        )
+    return TidehouseError(
+        ErrorCode.SOURCE_INVALID,
+        f"source {name}: Spark cannot read format '{fmt}' "
+        + ("with the declared schema and these options" if declared else "without a schema")
+        + f": {reason}",
+        location=node_location(location_of, f"sources.{name}", prefixed=True),
+        hint=None if declared else "declare the source's schema: as a Spark DDL string",
+    )
 
 
 def listing_refusal(src: SourcePlan, options: dict[str, str], config, *, connect: bool) -> str | None:
