@@ -15,7 +15,11 @@ from runtime.cli._render import counted, csv_cell, echo_json, table_csv, table_t
 def query_cmd(state, sql: str, fmt: str) -> None:
     """Run SQL (DuckDB dialect) over union reads: `layer.t` = lake + hot tail, `layer.t$lake` = lake only,
     `layer.t$changelog` = the hot changelog with its system columns. Of several statements
-    (`SET ...; SELECT ...`), the last one's rows are printed; an earlier one may not return rows."""
+    (`SET ...; SELECT ...`), the last one's rows are printed; an earlier one may not return rows.
+
+    The tables are read into a throw-away in-memory database, so the last statement must return rows or
+    export them (`COPY (SELECT ...) TO 'f.parquet'`), unless the query ATTACHes a database file first:
+    what a statement creates, changes or drops there does not outlast the query."""
     result = state.project.query(sql)
     headers = result.column_names
     rows = result.to_pylist()

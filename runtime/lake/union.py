@@ -170,12 +170,21 @@ _HINT = (
 )
 # statements that return rows: before the last one, their rows would be computed and never shown
 _ROWS = {getattr(duckdb.StatementType, kind) for kind in ("SELECT", "EXPLAIN", "PRAGMA", "CALL")}
+# what a query may end with besides rows: an export to files, or a PIVOT (several statements in one)
+_LAST = _ROWS | {
+    getattr(duckdb.StatementType, kind)
+    for kind in ("COPY", "EXPORT", "COPY_DATABASE", "MULTI")
+    if hasattr(duckdb.StatementType, kind)
+}
 
 
 def check_statements(sql: str) -> None:
     """A query is one or more statements, and only the last one's rows are the result: an empty query, or a
     statement before the last that returns rows (``SELECT 1; SELECT 2``), is an error, not a result that
-    silently leaves something out."""
+    silently leaves something out. So is a query that ends with a statement that returns no rows (``DROP VIEW
+    ods.events`` printed "Success"): what it did was gone with the query's in-memory database. It may end with
+    an export (``COPY ... TO``, ``EXPORT DATABASE``), or with any statement after an ``ATTACH`` (a database
+    file that keeps what is written to it)."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -184,14 +193,27 @@ def check_statements(sql: str) -> None:
         raise TidehouseError(ErrorCode.QUERY_INVALID, "the query is empty", hint="give one SQL statement")
     for i, statement in enumerate(statements[:-1], start=1):
         if statement.type in _ROWS:
-            text = " ".join(statement.query.split()).rstrip(";")
-            text = text if len(text) <= 60 else text[:57] + "..."
             raise TidehouseError(
                 ErrorCode.QUERY_INVALID,
-                f"statement {i} of {len(statements)} ({text}) returns rows, and only the last statement's "
-                "rows are shown",
+                f"statement {i} of {len(statements)} ({_short(statement)}) returns rows, and only the last "
+                "statement's rows are shown",
                 hint="run each query on its own, or combine them with UNION ALL or a join",
             )
+    attached = any(s.type == duckdb.StatementType.ATTACH for s in statements[:-1])
+    if statements[-1].type not in _LAST and not attached:
+        raise TidehouseError(
+            ErrorCode.QUERY_INVALID,
+            f"the last statement ({_short(statements[-1])}) returns no rows, and what it creates or changes "
+            "lasts for this query only: the project's tables are read in a throw-away in-memory database",
+            hint="end with a query (SELECT ...); the project's tables change through their flows. To keep "
+            "rows: COPY (SELECT ...) TO 'rows.parquet', or ATTACH a database file first",
+        )
+
+
+def _short(statement) -> str:
+    """A statement's text on one line, at most 60 characters."""
+    text = " ".join(statement.query.split()).rstrip(";")
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def union_query(

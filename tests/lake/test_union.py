@@ -120,6 +120,9 @@ def test_only_the_last_statement_may_return_rows():
 
     check_statements("SELECT 1")
     check_statements("SET threads = 1; CREATE TABLE t AS SELECT 1; SELECT * FROM t;")
+    check_statements("COPY (SELECT 1) TO 'one.csv'")  # an export
+    check_statements("PIVOT t ON a USING count(*)")  # rows, from several statements in one
+    check_statements("ATTACH 'kept.db' AS k; CREATE TABLE k.t AS SELECT 1")  # a database file keeps it
     for sql, text in [
         ("SELECT 1; SELECT 2", "statement 1 of 2 (SELECT 1) returns rows"),
         ("SET threads = 1;\n EXPLAIN SELECT 1; SELECT 2", "statement 2 of 3 (EXPLAIN SELECT 1) returns rows"),
@@ -134,6 +137,11 @@ def test_only_the_last_statement_may_return_rows():
         ("", "the query is empty"),
         (" ;; -- nothing", "the query is empty"),
         ("SELEC 1", 'syntax error at or near "SELEC"'),
+        # the query's database is in memory: a last statement without rows did nothing that lasts
+        ("DROP VIEW ods.events", "the last statement (DROP VIEW ods.events) returns no rows, and what it"),
+        ("CREATE TABLE t AS SELECT 1", "(CREATE TABLE t AS SELECT 1) returns no rows"),
+        ("SET threads = 1; ATTACH 'x.db'", "(ATTACH 'x.db') returns no rows"),
+        ("SET threads = 1", "(SET threads = 1) returns no rows"),
     ]:
         with pytest.raises(TidehouseError, match=re.escape(text)) as err:
             check_statements(sql)
