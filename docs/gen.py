@@ -356,7 +356,8 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/e
     "LAKE_CATALOG": "the Iceberg catalog cannot be opened or used",
     "LAKE_COMMIT_CONFLICT": "a concurrent commit to the same Iceberg table",
     "TIERING_FAILED": "a tiering cycle failed (internal: exit 1; the next cycle retries)",
-    "QUERY_INVALID": "`tidehouse query` SQL that is empty, does not parse, names unknown tables or "
+    "QUERY_INVALID": "`tidehouse query` SQL that is empty, does not parse, names unknown tables, ends "
+    "without rows (nothing it changes lasts) or "
     "returns rows before its last statement",
     "INTERNAL": "a bug: please report it with the output of `--debug`",
 }
