@@ -135,6 +135,7 @@ class Project:
         """The process's SparkSession, configured from the project file; its log goes to ``<home>/logs``. Its
         ``tidehouse`` data source reads this project (``spark.read.format("tidehouse").load("dwd.events")``:
         lake + hot tail)."""
+        from runtime.spark.confkeys import refuse_typos
         from runtime.spark.session import get_spark, register_source
 
         master, remote = self.config.get("spark.master"), self.config.get("spark.remote")
@@ -142,6 +143,8 @@ class Project:
         spark = get_spark(
             master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote, class_archive=archive
         )
+        if not remote:  # a misspelt spark.conf key (over Spark Connect the settings are the server's)
+            refuse_typos(spark, self.config)
         register_source(spark, self.config)
         return spark
 

@@ -328,6 +328,17 @@ def read_project_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     return values, from_env
 
 
+def setting_key_location(config: Config, name: str, key: str) -> Location:
+    """Where the key ``key`` of the mapping setting ``name`` (``spark.conf``) is in the project file, for an
+    error found after the file was read (the file alone when it cannot be placed)."""
+    path = config.project_dir / PROJECT_FILE
+    try:
+        doc = load_yaml(read_text(path), str(path), allow_empty=True)
+        return doc.location(_flatten(doc)[0][name] + (key,), key=True, shown=(name, key))
+    except Exception:  # noqa: BLE001 - a location is a nicety: it never fails the error it places
+        return Location(str(path), path=f"{name}.{key}")
+
+
 def _conflicts(values: dict[str, Any], names: dict[str, tuple], doc: Document) -> list[TidehouseError]:
     """Settings that are fine alone but cannot apply together (shown at the later one's line)."""
     out = []

@@ -251,7 +251,14 @@ SETTINGS: tuple[Setting, ...] = (
         "both.",
         _remote,
     ),
-    Setting("spark.conf", {}, "Extra Spark configuration, e.g. {spark.executor.memory: 4g}.", _mapping),
+    Setting(
+        "spark.conf",
+        {},
+        "Extra Spark configuration, e.g. {spark.executor.memory: 4g}. Spark ignores keys it does not "
+        "define, so a key within two edits (or a change of case) of one of Spark's is refused as a typo "
+        "when Spark starts; other keys (a connector's) pass as they are. Not checked over Spark Connect.",
+        _mapping,
+    ),
     Setting(
         "spark.class_archive",
         True,
