@@ -327,7 +327,7 @@ def _build_plan(project, resolved: ResolvedFlow, graph: FlowGraph, spark, sessio
             out_ddl = nullable_ddl(df.schema)
             _check_output(name, df, action, primary_key, tspec, tloc, location_of)
             shape = sql_shape(df)
-            _check_expectations(name, df, expect, tloc)
+            _check_expectations(name, df, spec, tspec, tloc)
         if shape.row_keys is not None and [i.kind for i in inputs] == ["primary_key"]:
             why = shape.row_keys.refusal(primary_key, inputs[0].primary_key)
             shape = replace(shape, row_key_refusal=why)
@@ -564,18 +564,27 @@ def _check_output(table: str, df, action, primary_key, tspec, tloc, location_of=
             )
 
 
-def _check_expectations(table: str, df, expect, tloc) -> None:
+def _check_expectations(table: str, df, spec, tspec, tloc) -> None:
+    """Each expectation's condition analyses over the output; an error is at the condition: in the flow's
+    ``defaults`` (the same object, added to the table's own) or in the table's own ``expect``."""
     from pyspark.errors import PySparkException
 
-    for e in expect:
+    defaults = list(getattr(getattr(spec, "defaults", None), "expect", ()))
+    own = [e for e in tspec.expect if not any(e is d for d in defaults)]
+    for e in tspec.expect:
         try:
             df.selectExpr(f"CAST(({e.condition}) AS BOOLEAN) AS ok").schema  # noqa: B018
         except PySparkException as exc:
+            j = next((j for j, d in enumerate(defaults) if d is e), None)
+            where = f"defaults.expect[{j}]" if j is not None else f"layers.{table}.expect[{own.index(e)}]"
             raise TidehouseError(
                 ErrorCode.SPEC_BAD_VALUE,
                 f"table {table}: expectation '{e.name}' is not a valid "
                 f"condition over the output columns: {str(exc).splitlines()[0]}",
-                location=tloc,
+                location=node_location(
+                    getattr(spec, "location_of", None), f"{where}.condition", prefixed=True
+                )
+                or tloc,
             ) from exc
 
 

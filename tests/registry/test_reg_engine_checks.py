@@ -159,6 +159,33 @@ def test_key_column_the_sql_does_not_output_is_refused_at_its_field(spark, run_c
     _refused(code, err, f"{project_dir / 'flows' / 'shop.yaml'}:{line}:{col}: layers.dws.t.{path}: ", "TH243")
 
 
+def test_an_expectation_that_does_not_analyse_is_refused_at_its_condition(spark, run_cli, project_dir):
+    """At the condition, in the table's own ``expect`` or in the flow's ``defaults`` (the error named the
+    table's line, and for a default rule the first table's)."""
+    write_actions(project_dir / "actions")
+    own = "{action: clean, inputs: {events: dwd.clean}, expect: [{name: a, condition: 'price > 0'}, " + (
+        "{name: b, condition: 'prize > 0'}]}"
+    )
+    text, line = _flow_with(project_dir, own)
+    col = text.splitlines()[line - 1].index("'prize") + 1
+    code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
+    _refused(
+        code, err, f"flows/shop.yaml:{line}:{col}: layers.dws.t.expect[1].condition: table dws.t: ", "TH213"
+    )
+    assert "expectation 'b' is not a valid condition over the output columns: [UNRESOLVED_COLUMN" in err
+    defaults = (
+        "defaults:\n  expect:\n    - {name: c, condition: 'true'}\n    - {name: d, condition: 'nope'}\n"
+    )
+    text = text.replace("layers:\n", defaults + "layers:\n").replace("'prize", "'price")
+    (project_dir / "flows" / "shop.yaml").write_text(text)
+    line = text.splitlines().index("    - {name: d, condition: 'nope'}") + 1
+    col = text.splitlines()[line - 1].index("'nope") + 1
+    code, _, err = run_cli("flow", "validate", "flows/shop.yaml")
+    _refused(
+        code, err, f"flows/shop.yaml:{line}:{col}: defaults.expect[1].condition: table ods.clicks: ", "TH213"
+    )
+
+
 def test_valid_flow_passes_the_engine_checks(spark, run_cli, project_dir):
     write_actions(project_dir / "actions")
     _flow_with(project_dir, FIELDS["primary_key"][0].replace(", nope", ""))
