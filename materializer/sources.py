@@ -21,12 +21,15 @@ from pathlib import Path
 
 from materializer.plan import SourcePlan
 from materializer.rows import CORRUPT
+from registry.graph import node_location
+from registry.specs.base import did_you_mean
 from registry.specs.flow import FILE_FORMATS
 from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 from runtime.core.uris import scheme_of
 from runtime.spark.filelog import source_files
 from runtime.spark.filesource import NAME as FILES
 from runtime.spark.filesource import has_partition_folders, hidden, uri_path
+from runtime.spark.reasons import error_line
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +138,6 @@ def unreadable(
     """The error of a source whose stream Spark would not make when the flow is planned (``exc``: Spark's):
     a format Spark has no source for (mistyped, or a connector whose jars are not on the class path) at the
     source's ``format``, else what Spark said about the format with its options (and the declared schema)."""
-    from registry.graph import node_location
-    from registry.specs.base import did_you_mean
-    from runtime.spark.reasons import error_line
-
     reason = error_line(exc)
     if any(word in reason for word in ("DATA_SOURCE_NOT_FOUND", "DATA_SOURCE_NOT_ENABLED", "Failed to find")):
         return TidehouseError(

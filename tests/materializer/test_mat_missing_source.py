@@ -28,25 +28,33 @@ def test_only_a_local_folder_that_does_not_exist_is_missing(tmp_path):
     assert not missing_folder("s3a://bucket/events")  # a URI: Spark's file system resolves it
 
 
-def test_until_idle_over_a_missing_source_folder_is_refused_at_its_path(project_dir, test_flow, run_cli):
+def _refused_at_the_path(test_flow, run_cli, message: str) -> None:
+    """``flow trigger --until-idle`` exits 2 with ``message`` at the source's ``path``, before it registered
+    anything."""
     from runtime.project import Project
 
-    folder = project_dir / "data" / "clicks"
-    shutil.rmtree(folder)
     line = test_flow.read_text().splitlines().index("    path: data/clicks") + 1
     code, out, err = run_cli("flow", "trigger", "flows/testflow.yaml", "--until-idle")
     assert code == 2, out + err
-    assert err.startswith(
-        f"error: flows/testflow.yaml:{line}:11: sources.clicks.path: source clicks: the folder {folder} does "
-        "not exist, so an --until-idle run would read nothing from it ("
-    ), err
+    assert err.startswith(f"error: flows/testflow.yaml:{line}:11: sources.clicks.path: {message}"), err
     assert err.rstrip().endswith("[TH404]") and "Traceback" not in err
-    assert not folder.exists()
     project = Project.open()
     try:
-        assert project.registry.list_flows() == []  # refused before it registered anything
+        assert project.registry.list_flows() == []
     finally:
         project.close()
+
+
+def test_until_idle_over_a_missing_source_folder_is_refused_at_its_path(project_dir, test_flow, run_cli):
+    folder = project_dir / "data" / "clicks"
+    shutil.rmtree(folder)
+    _refused_at_the_path(
+        test_flow,
+        run_cli,
+        f"source clicks: the folder {folder} does not exist, so an --until-idle run would read nothing "
+        "from it (",
+    )
+    assert not folder.exists()
 
 
 def _file(path, text="{}\n"):
@@ -76,26 +84,16 @@ def test_subfolders_whose_files_no_file_source_reads(tmp_path):
 
 
 def test_until_idle_over_files_in_subfolders_is_refused_at_the_path(project_dir, test_flow, run_cli):
-    from runtime.project import Project
-
     folder = project_dir / "data" / "clicks"
     for day in ("2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01", "2026-12-02"):
         _file(folder / day / "part-0.json")
-    line = test_flow.read_text().splitlines().index("    path: data/clicks") + 1
-    code, out, err = run_cli("flow", "trigger", "flows/testflow.yaml", "--until-idle")
-    assert code == 2, out + err
-    assert err.startswith(
-        f"error: flows/testflow.yaml:{line}:11: sources.clicks.path: source clicks: the folder {folder} has "
-        "subfolders whose files a Spark file source does not read (2026-11-28, 2026-11-29, 2026-11-30 and 2 "
-        "more), so an --until-idle run would end without them (set the source's option recursiveFileLookup: "
-        "true"
-    ), err
-    assert err.rstrip().endswith("[TH404]") and "Traceback" not in err
-    project = Project.open()
-    try:
-        assert project.registry.list_flows() == []  # refused before it registered anything
-    finally:
-        project.close()
+    _refused_at_the_path(
+        test_flow,
+        run_cli,
+        f"source clicks: the folder {folder} has subfolders whose files a Spark file source does not read "
+        "(2026-11-28, 2026-11-29, 2026-11-30 and 2 more), so an --until-idle run would end without them (set "
+        "the source's option recursiveFileLookup: true",
+    )
 
 
 def test_the_checks_before_spark_parse_the_flow_file_once(project_dir, test_flow, monkeypatch):
