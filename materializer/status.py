@@ -167,9 +167,12 @@ def tiering_figures(service) -> dict[str, dict[str, Any]]:
 
 def table_figures(store, lake, table: str, quarantine: str | None, read_snapshot=None) -> dict[str, Any]:
     row = {"table": table, **hot_figures(store, table)}
-    row["quarantined"] = (
-        sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
-    )
+    if not store.has_table(table):  # never made: nothing was counted (0 would read as "none quarantined")
+        row["quarantined"] = None
+    else:
+        row["quarantined"] = (
+            sum(store.end_offsets(quarantine)) if quarantine and store.has_table(quarantine) else 0
+        )
     if lake is not None and store.has_table(table):
         row.update(lake_figures(store, lake, table, read_snapshot))
     return row

@@ -245,7 +245,7 @@ def status_cmd(state, name: str, fmt: str, as_json: bool) -> None:
             r.get("state"),
             _fmt(r.get("rows_per_s")),
             _offsets(r.get("hot_end_offsets")),
-            r.get("quarantined", 0),
+            _fmt(r.get("quarantined")),
             _fmt(r.get("late_dropped")),
             _fmt(r.get("hot_delay_s"), 2),
             _offsets(r.get("tiered_offsets")),

@@ -86,3 +86,22 @@ def test_status_takes_format_json_as_every_other_command_does(run_cli, monkeypat
     assert json.loads(printed[0][1]) == json.loads(printed[1][1]) == status
     code, out, _ = run_cli("flow", "status", "f", "--format", "text")
     assert code == 0 and out.startswith("flow f (version 1): stopped")
+
+
+def test_a_flow_that_never_ran_shows_no_quarantine_count(run_cli, project_dir):
+    """Its tables showed `quarantined 0` beside `-` in every other column: a count of a table never made."""
+    import json
+
+    from tests.materializer._flowkit import write_project
+
+    path = write_project(project_dir)
+    assert run_cli("flow", "register", "--quick", str(path))[0] == 0
+    code, out, err = run_cli("flow", "status", "testflow")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "flow testflow (version 1): never run"
+    column = lines[1].index("quarantined")
+    cells = [line[column : column + len("quarantined")].strip() for line in lines[3:]]
+    assert cells and set(cells) == {"-"}, out
+    code, out, _ = run_cli("flow", "status", "testflow", "--format", "json")
+    assert {t["quarantined"] for t in json.loads(out)["tables"]} == {None}

@@ -48,6 +48,8 @@ def test_hot_delay_is_commit_minus_origin(tmp_path):
         store.create_table(TableMeta("dwd.x", pa.schema([("a", pa.int64())])))
         store.create_table(TableMeta("dwd.x__quarantine", pa.schema([("raw", pa.string())])))
         assert hot_figures(store, "dwd.nope")["hot_end_offsets"] is None
+        assert table_figures(store, None, "dwd.nope", None)["quarantined"] is None  # never made: "-"
+        assert table_figures(store, None, "dwd.x", None)["quarantined"] == 0  # made, and nothing quarantined
         origin = time.time() - 5.0
         store.write("dwd.x", pa.table({"a": [1, 2, 3]}), writer="w", seq=0, origin_ts=origin)
         store.write("dwd.x__quarantine", pa.table({"raw": ["?"]}), writer="w", seq=0)
