@@ -13,6 +13,21 @@ from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, echo_json, table_
 from runtime.core.durations import run_seconds
 from runtime.core.errors import ErrorCode, TidehouseError
 
+# how often `tier schedule` looks for hot tables made since it started (a flow's first run, a new table)
+LOOK_FOR_TABLES_S = 5.0
+
+
+def _add_new_tables(project, flow: str | None, service) -> None:
+    """Tier also the tables made since the service started; a registry or store that cannot be read now
+    (a database restarting) is said, and the service goes on with the tables it has."""
+    try:
+        found = project.tier_tables(flow)
+    except TidehouseError as exc:
+        click.echo(f"looking for new tables failed (tiering goes on): {exc.render()}", err=True)
+        return
+    for name in service.add_tables(found):
+        click.echo(f"tiering {name} every {found[name]:g}s (a new table)")
+
 
 def _line(result) -> str:
     state = f"snapshot {result.snapshot_id}" if result.committed else "up to date"
@@ -80,7 +95,8 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM.
 
     Without --flow it tiers every hot table, each at the interval the latest version of its flow declares
-    (tiering.interval for a table no registered flow produces).
+    (tiering.interval for a table no registered flow produces). A table made while it runs (a flow's first
+    run, a flow's new table) is tiered from the next look for new tables, every 5 s.
 
     With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
     """
@@ -109,11 +125,15 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
         f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items())
     )
     deadline = None if duration is None else time.monotonic() + duration
+    look = time.monotonic() + LOOK_FOR_TABLES_S
     try:
         with project.metrics_endpoint(tiering=service, flow=flow):
             service.start()
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 stop.wait(0.2)
+                if time.monotonic() >= look:  # tables made since (a flow's first run, a new table)
+                    look = time.monotonic() + LOOK_FOR_TABLES_S
+                    _add_new_tables(project, flow, service)
     finally:
         service.stop()
         for sig, handler in previous.items():

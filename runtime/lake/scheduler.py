@@ -178,19 +178,32 @@ class TieringService:
             timezone=timezone.utc,
         )
         scheduler.add_listener(self._dropped, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
-        now = datetime.now(timezone.utc)
-        for name, stats in self.stats.items():
-            scheduler.add_job(
-                self.run_table,
-                "interval",
-                args=[name],
-                id=name,
-                name=f"tier {name}",
-                seconds=stats.interval,
-                next_run_time=now,
-            )
+        for name in self.stats:
+            self._schedule(scheduler, name)
         scheduler.start()
         self._scheduler = scheduler
+
+    def _schedule(self, scheduler: BackgroundScheduler, name: str) -> None:
+        scheduler.add_job(
+            self.run_table,
+            "interval",
+            args=[name],
+            id=name,
+            name=f"tier {name}",
+            seconds=self.stats[name].interval,
+            next_run_time=datetime.now(timezone.utc),
+        )
+
+    def add_tables(self, tables: Mapping[str, float]) -> list[str]:
+        """Tier also the tables of ``tables`` (name -> interval) this service does not tier yet, from now
+        (a table made after the service started: ``tier schedule`` looks for them while it runs); returns
+        their names."""
+        added = [name for name in tables if name not in self.stats]
+        for name in added:
+            self.stats[name] = TableStats(float(tables[name]))
+            if self._scheduler is not None:
+                self._schedule(self._scheduler, name)
+        return added
 
     def _dropped(self, event) -> None:
         stats = self.stats.get(event.job_id)

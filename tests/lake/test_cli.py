@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyiceberg.catalog import load_catalog
 
+from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.project import Project
 from runtime.storage.api import TableMeta
 from tests.lake._lakekit import CLICKS, clicks
@@ -139,6 +140,50 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
     code, out, err = run_cli("tier", "schedule", "--duration", "1.5")
     assert code == 0, err
     assert "ods.clicks: 5 rows" in out and "1 commits/0 errors" in out
+
+
+def test_tier_schedule_tiers_a_table_made_while_it_runs(run_cli, home, monkeypatch):
+    """The service tiered the tables there were when it started, and never one made later (a flow's first run,
+    a flow's new table) while it ran, without a word."""
+    import threading
+
+    import runtime.cli.tier_commands as tier_commands
+
+    monkeypatch.setattr(tier_commands, "LOOK_FOR_TABLES_S", 0.2)
+    _seed_hot(5)
+    real, calls = Project.tier_tables, []
+
+    def tier_tables(self, *args, **kwargs):  # the first look for new tables meets a registry restarting
+        calls.append(1)
+        if len(calls) == 2:
+            raise TidehouseError(ErrorCode.REGISTRY_UNAVAILABLE, "the registry database cannot be reached")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Project, "tier_tables", tier_tables)
+
+    def make_another() -> None:
+        project = Project.open()
+        try:
+            project.store.create_table(TableMeta("ods.later", CLICKS))
+            project.store.write("ods.later", clicks(3), writer="test", seq=0)
+        finally:
+            project.close()
+
+    later = threading.Timer(0.5, make_another)
+    later.start()
+    try:
+        code, out, err = run_cli("tier", "schedule", "--duration", "2.5")
+    finally:
+        later.join()
+    assert code == 0, err
+    assert err.startswith("looking for new tables failed (tiering goes on): the registry database "), err
+    assert "tiering ods.later every 30s (a new table)" in out, out
+    assert "ods.later: 3 rows" in out and "ods.later 1 commits/0 errors" in out, out
+    project = Project.open()
+    try:
+        assert project.lake.load("ods.later").scan().to_arrow().num_rows == 3
+    finally:
+        project.close()
 
 
 def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, project_dir):
