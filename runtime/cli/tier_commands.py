@@ -11,7 +11,7 @@ import click
 from runtime.cli import pass_state, tier
 from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, echo_json, table_text
 from runtime.core.durations import run_seconds
-from runtime.core.errors import ErrorCode, TidehouseError
+from runtime.core.errors import TidehouseError
 
 # how often `tier schedule` looks for hot tables made since it started (a flow's first run, a new table)
 LOOK_FOR_TABLES_S = 5.0
@@ -96,19 +96,14 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
 
     Without --flow it tiers every hot table, each at the interval the latest version of its flow declares
     (tiering.interval for a table no registered flow produces). A table made while it runs (a flow's first
-    run, a flow's new table) is tiered from the next look for new tables, every 5 s.
+    run, a flow's new table) is tiered from the next look for new tables, every 5 s; it may start before any
+    table is made.
 
     With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
     """
     duration = run_seconds(duration, "--duration")
     project = state.project
     tables = project.tier_tables(flow)
-    if not tables:
-        raise TidehouseError(
-            ErrorCode.TABLE_UNKNOWN,
-            "no hot tables to tier",
-            hint="trigger a flow first (tidehouse flow trigger)",
-        )
     stop = threading.Event()
 
     def _stop(signum, _frame) -> None:
@@ -123,6 +118,8 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     )
     click.echo(
         f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items())
+        if tables
+        else f"no hot tables yet: each is tiered once it is made (looking every {LOOK_FOR_TABLES_S:g}s)"
     )
     deadline = None if duration is None else time.monotonic() + duration
     look = time.monotonic() + LOOK_FOR_TABLES_S

@@ -93,7 +93,8 @@ class TieringService:
         self.stats: dict[str, TableStats] = {name: TableStats(float(iv)) for name, iv in tables.items()}
         self._on_cycle = on_cycle
         self._on_error = on_error
-        self._workers = max_workers or max(1, min(len(self.stats), 8))
+        # threads start as cycles need them: 8 at most, whatever the tables now (more may be added)
+        self._workers = max_workers or 8
         self._scheduler: BackgroundScheduler | None = None
         self._soon: ThreadPoolExecutor | None = None  # run_soon's cycles
         self._pending: set[str] = set()  # tables whose run_soon cycle has not started yet

@@ -144,13 +144,12 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
 
 def test_tier_schedule_tiers_a_table_made_while_it_runs(run_cli, home, monkeypatch):
     """The service tiered the tables there were when it started, and never one made later (a flow's first run,
-    a flow's new table) while it ran, without a word."""
+    a flow's new table) while it ran, without a word; with none yet it refused to start."""
     import threading
 
     import runtime.cli.tier_commands as tier_commands
 
     monkeypatch.setattr(tier_commands, "LOOK_FOR_TABLES_S", 0.2)
-    _seed_hot(5)
     real, calls = Project.tier_tables, []
 
     def tier_tables(self, *args, **kwargs):  # the first look for new tables meets a registry restarting
@@ -176,6 +175,7 @@ def test_tier_schedule_tiers_a_table_made_while_it_runs(run_cli, home, monkeypat
     finally:
         later.join()
     assert code == 0, err
+    assert out.startswith("no hot tables yet: each is tiered once it is made (looking every 0.2s)\n"), out
     assert err.startswith("looking for new tables failed (tiering goes on): the registry database "), err
     assert "tiering ods.later every 30s (a new table)" in out, out
     assert "ods.later: 3 rows" in out and "ods.later 1 commits/0 errors" in out, out
