@@ -9,7 +9,7 @@ import time
 import click
 
 from runtime.cli import pass_state, tier
-from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, echo_json, table_text
+from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, counted, echo_json, table_text
 from runtime.core.durations import run_seconds
 from runtime.core.errors import TidehouseError
 
@@ -117,7 +117,8 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
         on_error=lambda t, e: click.echo(f"{t}: tiering failed: {e}", err=True),
     )
     click.echo(
-        f"tiering {len(tables)} tables: " + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items())
+        f"tiering {counted(len(tables), 'table')}: "
+        + ", ".join(f"{n} every {iv:g}s" for n, iv in tables.items())
         if tables
         else f"no hot tables yet: each is tiered once it is made (looking every {LOOK_FOR_TABLES_S:g}s)"
     )

@@ -245,7 +245,7 @@ class TieringService:
                 "last_error": s.last_error,
                 "last": s.last.to_dict() if s.last else None,
             }
-            for name, s in self.stats.items()
+            for name, s in list(self.stats.items())  # add_tables may add one meanwhile (the metrics' thread)
         }
 
 

@@ -139,6 +139,7 @@ def test_tier_schedule_runs_for_a_duration(run_cli, home):
     _seed_hot(5)
     code, out, err = run_cli("tier", "schedule", "--duration", "1.5")
     assert code == 0, err
+    assert out.startswith("tiering 1 table: ods.clicks every 30s\n"), out
     assert "ods.clicks: 5 rows" in out and "1 commits/0 errors" in out
 
 
