@@ -13,20 +13,25 @@ from runtime.cli._render import EXCLUDE, SELECT, TEXT_OR_JSON, counted, echo_jso
 from runtime.core.durations import run_seconds
 from runtime.core.errors import TidehouseError
 
-# how often `tier schedule` looks for hot tables made since it started (a flow's first run, a new table)
+# how often `tier schedule` looks for hot tables made since it started (a flow's first run, a new table) and
+# for new tiering intervals (a flow registered again)
 LOOK_FOR_TABLES_S = 5.0
 
 
-def _add_new_tables(project, flow: str | None, service) -> None:
-    """Tier also the tables made since the service started; a registry or store that cannot be read now
-    (a database restarting) is said, and the service goes on with the tables it has."""
+def _follow_tables(project, flow: str | None, service) -> None:
+    """Tier also the tables made since the service started, and each table whose flow was registered again
+    with another tiering interval at its new one; a registry or store that cannot be read now (a database
+    restarting) is said, and the service goes on with the tables it has."""
     try:
         found = project.tier_tables(flow)
     except TidehouseError as exc:
         click.echo(f"looking for new tables failed (tiering goes on): {exc.render()}", err=True)
         return
-    for name in service.add_tables(found):
+    added, changed = service.follow_tables(found)
+    for name in added:
         click.echo(f"tiering {name} every {found[name]:g}s (a new table)")
+    for name, before in changed.items():
+        click.echo(f"tiering {name} every {found[name]:g}s (its flow's new interval; it was {before:g}s)")
 
 
 def _line(result) -> str:
@@ -97,7 +102,7 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
     Without --flow it tiers every hot table, each at the interval the latest version of its flow declares
     (tiering.interval for a table no registered flow produces). A table made while it runs (a flow's first
     run, a flow's new table) is tiered from the next look for new tables, every 5 s; it may start before any
-    table is made.
+    table is made. A flow registered again with another tiering interval is followed at the same look.
 
     With the setting metrics.port, each table's tiering figures are served to Prometheus while it runs.
     """
@@ -129,9 +134,9 @@ def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
             service.start()
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 stop.wait(0.2)
-                if time.monotonic() >= look:  # tables made since (a flow's first run, a new table)
+                if time.monotonic() >= look:  # new tables, new intervals
                     look = time.monotonic() + LOOK_FOR_TABLES_S
-                    _add_new_tables(project, flow, service)
+                    _follow_tables(project, flow, service)
     finally:
         service.stop()
         for sig, handler in previous.items():

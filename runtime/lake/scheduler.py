@@ -195,16 +195,27 @@ class TieringService:
             next_run_time=datetime.now(timezone.utc),
         )
 
-    def add_tables(self, tables: Mapping[str, float]) -> list[str]:
-        """Tier also the tables of ``tables`` (name -> interval) this service does not tier yet, from now
-        (a table made after the service started: ``tier schedule`` looks for them while it runs); returns
-        their names."""
+    def follow_tables(self, tables: Mapping[str, float]) -> tuple[list[str], dict[str, float]]:
+        """Follow ``tables`` (name -> interval), as ``tier schedule`` does while it runs: tier also the ones
+        this service does not tier yet, from now (a table made after it started), and tier each one whose
+        interval changed at its new interval from now (its flow registered again with another one). Returns
+        the names added and ``{name: previous interval}`` of those changed; a table missing from ``tables``
+        is left as it is."""
         added = [name for name in tables if name not in self.stats]
+        changed = {
+            name: self.stats[name].interval
+            for name in tables
+            if name in self.stats and float(tables[name]) != self.stats[name].interval
+        }
         for name in added:
             self.stats[name] = TableStats(float(tables[name]))
             if self._scheduler is not None:
                 self._schedule(self._scheduler, name)
-        return added
+        for name in changed:
+            self.stats[name].interval = float(tables[name])
+            if self._scheduler is not None:
+                self._scheduler.reschedule_job(name, trigger="interval", seconds=self.stats[name].interval)
+        return added, changed
 
     def _dropped(self, event) -> None:
         stats = self.stats.get(event.job_id)
@@ -245,7 +256,7 @@ class TieringService:
                 "last_error": s.last_error,
                 "last": s.last.to_dict() if s.last else None,
             }
-            for name, s in list(self.stats.items())  # add_tables may add one meanwhile (the metrics' thread)
+            for name, s in list(self.stats.items())  # follow_tables may add one (metrics thread)
         }
 
 

@@ -187,6 +187,56 @@ def test_tier_schedule_tiers_a_table_made_while_it_runs(run_cli, home, monkeypat
         project.close()
 
 
+def test_tier_schedule_follows_a_flow_registered_again_with_another_interval(
+    run_cli, project_dir, monkeypatch
+):
+    """The service kept the interval a table had when it started: a flow registered again with a shorter
+    interval was still tiered at the old one, without a word, until the service was restarted."""
+    import shutil
+    import threading
+
+    import runtime.cli.tier_commands as tier_commands
+
+    monkeypatch.setattr(tier_commands, "LOOK_FOR_TABLES_S", 0.2)
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "actions", project_dir / "actions", dirs_exist_ok=True)
+    flow_file = project_dir / "flows" / "ecommerce_activity.yaml"
+    shutil.copy(repo / "flows" / "ecommerce_activity.yaml", flow_file)
+    project = Project.open()
+    project.registry.register_actions([project_dir / "actions"])
+    project.registry.register_flow(flow_file)
+    project.store.create_table(TableMeta("ods.events", CLICKS))
+    project.store.write("ods.events", clicks(4), writer="test", seq=0)
+    project.close()
+
+    def register_a_shorter_interval() -> None:
+        text = flow_file.read_text()
+        assert "tiering: {interval: 30s}" in text
+        flow_file.write_text(text.replace("tiering: {interval: 30s}", "tiering: {interval: 1s}", 1))
+        again = Project.open()
+        try:
+            again.registry.register_flow(flow_file)
+            again.store.write("ods.events", clicks(3), writer="test", seq=1)  # for the next cycle to commit
+        finally:
+            again.close()
+
+    later = threading.Timer(0.5, register_a_shorter_interval)
+    later.start()
+    try:
+        code, out, err = run_cli("tier", "schedule", "--flow", "ecommerce_activity", "--duration", "3.5")
+    finally:
+        later.join()
+    assert code == 0, err
+    assert out.startswith("tiering 1 table: ods.events every 30s\n"), out
+    assert "tiering ods.events every 1s (its flow's new interval; it was 30s)" in out, out
+    assert "ods.events 2 commits/0 errors" in out, out  # the first cycle, then one at the new interval
+    project = Project.open()
+    try:
+        assert project.lake.load("ods.events").scan().to_arrow().num_rows == 7
+    finally:
+        project.close()
+
+
 def test_tier_run_for_a_registered_flow_uses_its_tables_and_intervals(run_cli, project_dir):
     import shutil
 
