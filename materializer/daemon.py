@@ -12,7 +12,7 @@ pages, and the preload costs more CPU than it saves), so the workers it forks fo
 with them loaded; for any other worker module it preloads nothing and is ``pyspark.daemon``.
 
 ``spark.python.daemon.module: materializer.daemon`` is set by the façade on a cluster master
-(:func:`runtime.project.spark_conf`); a Spark Connect server takes it as its own ``--conf``
+(:func:`materializer.sparkconf.spark_conf`); a Spark Connect server takes it as its own ``--conf``
 (docs/operations.md).
 
 Spark puts its ``pyspark.zip`` first on the workers' ``PYTHONPATH``, so they run the JVM's own PySpark. A zip

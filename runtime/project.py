@@ -42,35 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from runtime.storage.api import TableStore
 
 
-# Spark's setting that adds SPARK_SIMPLIFIED_TRACEBACK to its UDF workers' environment (spark_conf)
-SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
-
-
-def spark_conf(config: Config) -> dict:
-    """The project's ``spark.conf``, with two defaults wherever tasks run in executors (a cluster master:
-    ``spark://``, ``yarn``, ``k8s://``; or ``spark.remote``) unless the project sets them itself:
-
-    * ``spark.python.daemon.module: materializer.daemon``: the executors' task workers start with the tasks'
-      modules loaded (:mod:`materializer.daemon`). Not over Spark Connect, where it is the server's own
-      ``--conf`` (docs/operations.md).
-    * ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled: false``: Spark keys its Python daemons
-      by the workers' environment, and only its UDF runners (``mapInArrow``) add
-      ``SPARK_SIMPLIFIED_TRACEBACK``, so each executor ran two daemons (and two pools of workers), one for
-      the writes and one for the ``tidehouse`` source's reads. Off, they share one. A task's traceback then
-      shows PySpark's own frames as well; the TidehouseError it raised is read from its last lines either
-      way (materializer/failures.py).
-    """
-    from materializer.daemon import TASK_DAEMON
-
-    conf = dict(config.get("spark.conf") or {})
-    remote = bool(config.get("spark.remote"))
-    if remote or not str(config.get("spark.master")).startswith("local"):
-        conf.setdefault(SIMPLIFIED_TRACEBACK, "false")
-        if not remote:
-            conf.setdefault("spark.python.daemon.module", TASK_DAEMON)
-    return conf
-
-
 class Project:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -135,14 +106,16 @@ class Project:
         """The process's SparkSession, configured from the project file; its log goes to ``<home>/logs``. Its
         ``tidehouse`` data source reads this project (``spark.read.format("tidehouse").load("dwd.events")``:
         lake + hot tail)."""
-        from runtime.spark.confkeys import refuse_typos
+        from materializer.sparkconf import spark_conf
+        from runtime.spark.confkeys import at_its_line, refuse_typos
         from runtime.spark.session import get_spark, register_source
 
         master, remote = self.config.get("spark.master"), self.config.get("spark.remote")
         archive = "make" if self.config.get("spark.class_archive") else "off"
-        spark = get_spark(
-            master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote, class_archive=archive
-        )
+        with at_its_line(self.config):  # a setting Spark refuses, at its line in the project file
+            spark = get_spark(
+                master, spark_conf(self.config), log_dir=self.logs_dir, remote=remote, class_archive=archive
+            )
         if not remote:  # a misspelt spark.conf key (over Spark Connect the settings are the server's)
             refuse_typos(spark, self.config)
         register_source(spark, self.config)

@@ -256,7 +256,8 @@ SETTINGS: tuple[Setting, ...] = (
         {},
         "Extra Spark configuration, e.g. {spark.executor.memory: 4g}. Spark ignores keys it does not "
         "define, so a key within two edits (or a change of case) of one of Spark's is refused as a typo "
-        "when Spark starts; other keys (a connector's) pass as they are. Not checked over Spark Connect.",
+        "when Spark starts; other keys (a connector's) pass as they are. Not checked over Spark Connect. "
+        "spark.sql.warehouse.dir defaults to <home>/spark-warehouse (Spark's is the current directory).",
         _mapping,
     ),
     Setting(

@@ -13,8 +13,9 @@ the server's, and nothing is checked.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from runtime.core.errors import ErrorCode, TidehouseError, TidehouseErrors
 
@@ -99,3 +100,19 @@ def refuse_typos(spark, config) -> None:
     ]
     if errors:
         raise TidehouseErrors(errors) if len(errors) > 1 else errors[0]
+
+
+@contextlib.contextmanager
+def at_its_line(config) -> Iterator[None]:
+    """A setting Spark refuses when it starts, whose key its message names (``The value 'abc' in the config
+    "spark.sql.shuffle.partitions" is invalid``), is reported at that key's line in the project file."""
+    from runtime.core.config import setting_key_location
+
+    try:
+        yield
+    except TidehouseError as exc:
+        named = [key for key in config.get("spark.conf") or {} if f'"{key}"' in exc.message]
+        if exc.location is not None or len(named) != 1:
+            raise
+        where = setting_key_location(config, "spark.conf", named[0])
+        raise TidehouseError(exc.code, exc.message, location=where, hint=exc.hint) from exc.__cause__

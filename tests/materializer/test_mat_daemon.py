@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from materializer import daemon
+from materializer.sparkconf import SIMPLIFIED_TRACEBACK as SIMPLIFIED
+from materializer.sparkconf import WAREHOUSE, spark_conf
 from runtime.core.config import Config
-from runtime.project import SIMPLIFIED_TRACEBACK as SIMPLIFIED
-from runtime.project import spark_conf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,10 @@ def test_the_facade_sets_the_daemon_and_one_worker_environment_on_a_cluster(
     conf = spark_conf(Config(tmp_path, tmp_path, {f"spark.{k}": v for k, v in spark.items()}))
     assert conf.get("spark.python.daemon.module") == daemon
     assert conf.get(SIMPLIFIED) == traceback
-    ours = ("spark.python.daemon.module", SIMPLIFIED)
+    # Spark's own catalog folder under the home, not spark-warehouse/ wherever the command ran (Connect: the
+    # server's setting)
+    assert conf.get(WAREHOUSE) == (None if "remote" in spark else str(tmp_path / "spark-warehouse"))
+    ours = ("spark.python.daemon.module", SIMPLIFIED, WAREHOUSE)
     given = spark.get("conf", {})
     assert {k: v for k, v in conf.items() if k not in ours} == {
         k: v for k, v in given.items() if k not in ours

@@ -172,9 +172,21 @@ def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, sa
     lines = proc.stderr.strip().splitlines()
     # one line: no Java stack, and the JVM's own output is in <home>/logs/jvm.log, not on the terminal
     assert len(lines) == 1 and says in lines[0] and f"[{code}]" in lines[0], proc.stderr
+    if code == "TH100":  # Spark's message names the key: the error is at its line (it had no place)
+        key = conf.split(":")[0]
+        assert lines[0].startswith(f"error: {tmp_path / 'tidehouse.yaml'}:3:5: spark.conf.{key}: "), lines[0]
     jvm = (tmp_path / "home" / "logs" / "jvm.log").read_text()
     if code == "TH100":  # the JVM started (Spark refused the setting later): its start-up notice went there
         assert "WARNING: Using incubator modules" in jvm, jvm
+
+
+def test_a_command_that_starts_spark_leaves_no_spark_warehouse_folder_where_it_ran(tmp_path):
+    """Spark's catalog made spark-warehouse/ in the current directory: every command that started Spark left
+    an empty folder in the user's project (spark.sql.warehouse.dir is under the home unless set)."""
+    proc = _register(tmp_path, "")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actions", "home", "tidehouse.yaml"]
+    assert (tmp_path / "home" / "spark-warehouse").is_dir()
 
 
 def test_a_java_that_is_not_there_is_named(tmp_path):
