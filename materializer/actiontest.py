@@ -10,11 +10,13 @@ each input, split into the parts that arrive in stream run 1, 2, ... It passes w
    hot table and, after the last run, its lake copy too.
 
 The stream side is one throw-away project (a temp folder: its own home, registry, hot store, lake and
-checkpoints) whose flow has, per distinct input, a Parquet source and an ODS table that ingests it
-(primary-key when the input declares one), and per case a DWD table that runs the action under test with the
-case's parameters and primary key. So the plan picks each case's strategy (append, aggregate, changelog,
-recompute) as it would in a real flow. Every case shares the flow: one plan, and per run one
-``--until-idle`` trigger for all of them, after the next part of every input was written. Rows that an
+checkpoints) with two flows: ``action_test_feeds`` declares, per distinct input, an ODS table (primary-key
+when the input declares one), and ``action_tests`` per case a DWD table that reads those tables and runs the
+action under test with the case's parameters and primary key. So the plan picks each case's strategy
+(append, aggregate, changelog, recompute) as it would in a real flow. The feeds flow never runs: before
+each run the next part of every input is written into its ODS table (:meth:`TableStore.write`, what an ODS
+query's batch does), which halves the queries to start and drain. Every case shares the flow: one plan,
+and per run one ``--until-idle`` trigger for all of them. Rows that an
 earlier run's result has and a later one's has not (``retractions``) must leave the stream's tables too.
 
 Comparisons are multisets of the user columns (``__`` columns ignored, order ignored, floats within the
@@ -52,7 +54,9 @@ from runtime.core.yamlsource import read_text
 log = logging.getLogger(__name__)
 
 FLOW = "action_tests"
+FEEDS = "action_test_feeds"  # the flow that declares the inputs' ODS tables (never run: written directly)
 FEED = "tidehouse_test_feed"
+FEED_WRITER = "tidehouse-test"
 FEED_SQL = f"""/*---
 name: {FEED}
 description: Feeds the rows of an action test into the flow that streams them (a pass-through).
@@ -375,7 +379,7 @@ class _Stream:
                 case.result.status = "fail" if case.result.failures else "pass"
 
     # -- the project and its flow ---------------------------------------------------------------------
-    def _write_project(self, project_dir: Path) -> dict[str, Any]:
+    def _write_project(self, project_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         (project_dir / "actions").mkdir(parents=True)
         (project_dir / "flows").mkdir()
         (project_dir / "tidehouse.yaml").write_text(PROJECT_FILE, encoding="utf-8")
@@ -401,6 +405,7 @@ class _Stream:
                     name = f"f{len(self.feeds)}"
                     self.feeds[key] = name
                     self.feed_parts[name] = inp.parts
+                    # never read (the feeds flow never runs): the ODS table needs an input of its type
                     sources[name] = {"format": "parquet", "path": f"data/{name}", "schema": inp.ddl}
                     ods[name] = {
                         "action": FEED,
@@ -418,44 +423,57 @@ class _Stream:
             }
             if case.case.lookups is not None:
                 dwd[table]["lookups"] = case.case.lookups
-        return {
+        feeds = {
+            "flow": FEEDS,
+            "description": "The inputs of the cases of tidehouse test, written into their tables directly.",
+            "sources": sources,
+            "layers": {"ods": ods},
+        }
+        return feeds, {
             "flow": FLOW,
             "description": "The cases of tidehouse test, one DWD table each.",
             "trigger": TRIGGER,
             "tiering": {"interval": "1h"},  # tiered once at the end of each --until-idle run
-            "sources": sources,
-            "layers": {"ods": ods, "dwd": dwd},
+            "layers": {"dwd": dwd},
         }
 
-    def _write_parts(self, project_dir: Path, run: int) -> None:
-        import pyarrow.parquet as pq
+    @staticmethod
+    def _make_feeds(project, feed_plan) -> None:
+        """The inputs' ODS tables, empty (new ones: an attempt without a failed case numbers them anew)."""
+        from materializer.tables import table_meta
 
+        for feed in feed_plan.tables:
+            if project.store.has_table(feed.name):
+                project.store.drop_table(feed.name)
+            project.store.create_table(table_meta(feed))
+
+    def _write_parts(self, store, run: int) -> None:
+        """The ``run``-th part of every input, into its ODS table, as an ODS query's batch writes it."""
         from runtime.spark.types import ddl_to_arrow
 
         for (ddl, _key, _parts), name in self.feeds.items():
-            folder = project_dir / "data" / name
-            folder.mkdir(parents=True, exist_ok=True)
             parts = self.feed_parts[name]
             if run < len(parts) and parts[run]:
-                table = pa.Table.from_pylist(list(parts[run]), schema=ddl_to_arrow(ddl))
-                tmp = folder.parent / f".{name}-{run}.parquet"
-                pq.write_table(table, tmp)
-                tmp.rename(folder / f"part-{run:03d}.parquet")  # the file source never sees half a file
+                rows = pa.Table.from_pylist(list(parts[run]), schema=ddl_to_arrow(ddl))
+                store.write(f"ods.{name}", rows, writer=FEED_WRITER, seq=run)
 
     def _attempt(self, root: Path) -> list[_Case]:
         """One stream run of the remaining cases; returns the cases whose query failed (to run without)."""
         project_dir = root / "project"
         flow_path = project_dir / "flows" / f"{FLOW}.yaml"
+        feeds_path = project_dir / "flows" / f"{FEEDS}.yaml"
         problems: list[TidehouseError] = []
         project = None
         try:
             while True:
-                flow = self._write_project_once(project_dir)
+                feeds, flow = self._write_project_once(project_dir)
+                feeds_path.write_text(json.dumps(feeds, indent=2, default=str), encoding="utf-8")
                 flow_path.write_text(json.dumps(flow, indent=2, default=str), encoding="utf-8")
                 if project is None:
                     project = self.scratch(root)
                 self.say(f"planning {counted(len(self.cases), 'case')}")
                 try:
+                    self._make_feeds(project, project.plan(feeds_path, register=True, spark=self.spark))
                     plan = project.plan(flow_path, register=True, spark=self.spark)
                     break
                 except TidehouseError as exc:
@@ -477,9 +495,9 @@ class _Stream:
             self.tables, self.runs = len(plan.tables), total
             last_runs = {c.case.runs for c in self.cases}
             for run in range(total):
-                self._write_parts(project_dir, run)
                 self.say(f"run {run + 1}/{total} (--until-idle, {len(plan.tables)} tables)")
-                try:
+                try:  # an input refused by its table (it names ods.fN) is its cases' error, as a run's is
+                    self._write_parts(project.store, run)
                     project.trigger(  # a case's lake is compared after its last run: tier then only
                         FLOW, until_idle=True, spark=self.spark, plan=plan, tiering=run + 1 in last_runs
                     )
@@ -498,7 +516,7 @@ class _Stream:
             if project is not None:
                 project.close()
 
-    def _write_project_once(self, project_dir: Path) -> dict[str, Any]:
+    def _write_project_once(self, project_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if project_dir.exists():
             shutil.rmtree(project_dir)
         return self._write_project(project_dir)
@@ -571,7 +589,7 @@ def _relocate(exc: TidehouseError, case: _Case) -> TidehouseError:
     message = _TABLE_REF.sub("the table under test", message)
     message = re.sub(r"\(used by [^)]*\)", f"(case {case.case.name})", message)
     location = first.location
-    if location is None or not location.file or location.file.endswith(f"{FLOW}.yaml"):
+    if location is None or not location.file or location.file.endswith((f"{FLOW}.yaml", f"{FEEDS}.yaml")):
         location = (
             case.case.primary_key_location
             if first.code is ErrorCode.PRIMARY_KEY_INVALID
