@@ -91,6 +91,9 @@ def test_first_command_on_a_fresh_clone(tmp_path):
     assert f"demo project: {clone / 'tidehouse-demo'}" in proc.stdout
     assert (clone / "tidehouse-demo" / ".tidehouse" / "lake").is_dir()  # the demo project's own home
     assert not (clone / ".tidehouse").exists()  # nothing in the caller's home
+    # nor Spark's catalog folder where the command ran (spark.sql.warehouse.dir is under the demo's home)
+    assert not (clone / "spark-warehouse").exists()
+    assert (clone / "tidehouse-demo" / ".tidehouse" / "spark-warehouse").is_dir()
     tables = _demo_tables(proc.stdout)
     for layer in ("ods", "dwd", "dws", "ads"):
         in_layer = {t: c for t, c in tables.items() if t.startswith(layer + ".")}

@@ -180,15 +180,6 @@ def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, sa
         assert "WARNING: Using incubator modules" in jvm, jvm
 
 
-def test_a_command_that_starts_spark_leaves_no_spark_warehouse_folder_where_it_ran(tmp_path):
-    """Spark's catalog made spark-warehouse/ in the current directory: every command that started Spark left
-    an empty folder in the user's project (spark.sql.warehouse.dir is under the home unless set)."""
-    proc = _register(tmp_path, "")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["actions", "home", "tidehouse.yaml"]
-    assert (tmp_path / "home" / "spark-warehouse").is_dir()
-
-
 def test_a_java_that_is_not_there_is_named(tmp_path):
     proc = _register(tmp_path, "", JAVA_HOME=str(tmp_path / "no-jdk"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
