@@ -26,13 +26,18 @@ HEADER = """\
 # Uncomment and change what you need; values may use ${ENV_VAR} or ${ENV_VAR:-default} for secrets.
 # Reference: docs/configuration.md (generated from runtime/core/settings.py).
 """
-EXAMPLES: dict[str, str] = {  # what a real deployment looks like, shown under the default
+EXAMPLES: dict[str, str] = {  # what a real deployment looks like, shown under the default (a setting
+    # without a default needs one: its key is shown nowhere else)
     "spark.master": "spark://spark-master:7077",
+    "spark.remote": "sc://spark-connect:15002",
     "spark.conf": "{spark.executor.memory: 4g, spark.executor.cores: '2'}",
     "registry.url": "postgresql+psycopg://tidehouse:${TIDEHOUSE_DB_PASSWORD}@db:5432/tidehouse",
     "storage.root": (
         "/mnt/shared/tidehouse/hot    # a local or shared (NFS) folder; the embedded store needs flock"
     ),
+    "storage.metastore": "postgresql+psycopg://tidehouse:${TIDEHOUSE_DB_PASSWORD}@db:5432/tidehouse_hot",
+    "checkpoints.root": "/mnt/shared/tidehouse/checkpoints",
+    "metrics.port": "9464",
     "lake.catalog": "{type: rest, uri: 'https://polaris:8181/api/catalog', warehouse: lake, "
     "credential: '${POLARIS_CREDENTIAL}'}",
 }

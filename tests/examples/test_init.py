@@ -81,6 +81,11 @@ def test_project_file_shows_every_setting_at_its_default(tmp_path):
     text = project_file_text()
     for setting in SETTINGS:
         assert setting.description in text, setting.name
+        # each key is shown under its description: at its default, else as an example to uncomment
+        head, _, leaf = setting.name.partition(".")
+        block = text.split(f"\n# {head}:\n", 1)[1].split("\n\n", 1)[0]
+        after = block.split(setting.description, 1)[1].split("\n#   # ", 1)[0]
+        assert re.search(rf"^#   {leaf}: \S", after, re.M), f"{setting.name}: no key line under its text"
     # uncomment the default lines (not the "e.g." examples): the config must equal the embedded defaults
     nested: dict = {}
     group = None
