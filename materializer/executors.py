@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from materializer.analyze import struct_of
 from materializer.ingest import ingest_with_arrow
+from materializer.malformed import Malformed
 from materializer.routing import ORDER, SourceCheck, write_routed
 from materializer.rows import CORRUPT, expectation_exprs, split_corrupt, split_missing
 from materializer.strategies import (
@@ -82,7 +83,7 @@ def append_batch(ctx: QueryContext) -> Callable:
         if source is not None:
             batch_df = spark_rows(ctx, batch_df, batch_id)
         if source is not None and table.passthrough:  # one pass: the write tasks quarantine what fails
-            check = SourceCheck(source.name, source.format, tuple(source.required))
+            check = SourceCheck.of(source)
             good = batch_df.select(
                 *[f"`{c}`" for c in batch_df.columns if c in _names(stream_input.ddl) or c == CORRUPT]
             )
@@ -127,7 +128,7 @@ def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[An
         checks.insert(0, f"`{CORRUPT}` IS NULL")
     fine = " AND ".join(checks) or "true"
     bad = batch_df.where(f"NOT ({fine})").toArrow()
-    data, corrupt = split_corrupt(bad, source.name, source.format)
+    data, corrupt = split_corrupt(bad, source.name, Malformed.of(source))
     write_quarantine(ctx, corrupt, batch_id)
     _, missing = split_missing(data, source.required, source.name, source.format)
     write_quarantine(ctx, missing, batch_id, part="qn")

@@ -48,7 +48,7 @@ def ingest_with_arrow(ctx: QueryContext, session, source: SourcePlan, batch_id: 
     if files is None:
         count_reader(ctx, "spark", batch_id, "the checkpoint does not list the batch's files")
         return None
-    check = SourceCheck(source.name, source.format, tuple(source.required))
+    check = SourceCheck.of(source)
     table = ctx.table
     key = tuple(table.primary_key)
     task = WriteTask(ctx.place, table.name, table.writer_id, int(batch_id), None, key, (), check)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from materializer.malformed import Malformed
 from materializer.plan import Expectation
 from materializer.rows import (
     CORRUPT,
@@ -75,13 +76,20 @@ class SourceCheck:
     name: str
     format: str
     required: tuple[str, ...]
+    ddl: str | None = None  # the schema and options the reasons of malformed records are worked out with
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, source) -> SourceCheck:
+        """Of a flow's source (``materializer.plan.SourcePlan``)."""
+        return cls(source.name, source.format, tuple(source.required), source.ddl, tuple(source.options))
 
     def split(self, data: pa.Table, flags: list[str], out: list[dict[str, Any]]) -> pa.Table:
         """``data`` without the quarantined records, which go to ``out`` (:func:`quarantined`)."""
         view = data.drop_columns(flags).append_column(
             _ROW, pa.array(np.arange(data.num_rows, dtype=np.int64))
         )
-        view, corrupt = split_corrupt(view, self.name, self.format)
+        view, corrupt = split_corrupt(view, self.name, Malformed(self.format, self.ddl, self.options))
         view, missing = split_missing(view, self.required, self.name, self.format)
         for part, found in (("q", corrupt), ("qn", missing)):
             if found.num_rows:

@@ -4,7 +4,8 @@ These functions take and return Arrow tables and touch no store and no Spark, so
 batch it read itself and an executor task runs them on the rows it holds:
 
 * :func:`split_corrupt` / :func:`split_missing` — source records that do not parse, or lack a column the
-  source declares ``NOT NULL``: the rows to keep, and the quarantine rows (raw record and reason);
+  source declares ``NOT NULL``: the rows to keep, and the quarantine rows (raw record and reason, which
+  :mod:`materializer.malformed` words);
 * :func:`expectation_exprs` / :func:`split_expectations` — the Spark expressions that flag violators of a
   table's expectations, and the split of its rows by those flags (kept, dropped, quarantined, fail);
 * :func:`keys_table` — rows as upserts or as deletes of their key (``__change``), for primary-key tables.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from materializer.malformed import Malformed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import is_system_column
 from runtime.storage.api import CHANGE, DELETE, TS_TYPE
@@ -58,14 +60,14 @@ def keys_table(meta_schema: pa.Schema, rows: pa.Table, key: tuple[str, ...], kin
     return pa.Table.from_arrays(cols, schema=meta_schema.append(pa.field(CHANGE, pa.string())))
 
 
-def split_corrupt(data: pa.Table, source: str, fmt: str) -> tuple[pa.Table, pa.Table]:
-    """(rows that parsed, quarantine rows of the records that did not, verbatim)."""
+def split_corrupt(data: pa.Table, source: str, why: Malformed) -> tuple[pa.Table, pa.Table]:
+    """(rows that parsed, quarantine rows of the records that did not: verbatim, with the field and value
+    Spark refused where ``why`` can tell)."""
     if CORRUPT not in data.column_names or data.column(CORRUPT).null_count == data.num_rows:
         return data, quarantine_rows([], "", source)  # every record parsed: no copy of the rows
     corrupt = pc.is_valid(data.column(CORRUPT))
-    bad = data.filter(corrupt)
-    reason = f"malformed {fmt} record: does not parse with the source schema"
-    return data.filter(pc.invert(corrupt)), quarantine_rows(raw_texts(bad.column(CORRUPT)), reason, source)
+    raws = raw_texts(data.filter(corrupt).column(CORRUPT))
+    return data.filter(pc.invert(corrupt)), quarantine_rows(raws, why.reasons(raws), source)
 
 
 def raw_texts(column: pa.ChunkedArray) -> list[str]:

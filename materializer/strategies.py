@@ -27,6 +27,7 @@ from materializer import duck
 from materializer.analyze import spark_args, struct_of
 from materializer.handoff import Handoff
 from materializer.jsonlines import JsonLinesReader
+from materializer.malformed import Malformed
 from materializer.plan import FlowPlan, Input, SourcePlan, TablePlan
 from materializer.rows import (
     Violations,
@@ -347,7 +348,7 @@ def _upserts_and_deletes(ctx: QueryContext, session, out: pa.Table, batch_id: in
 def _quarantine_source(ctx: QueryContext, source: SourcePlan, data: pa.Table, batch_id: int) -> pa.Table:
     """Quarantine the records that do not parse (verbatim) and those lacking a column the source declares
     NOT NULL (as JSON of the parsed row); each kind is its own idempotent writer. Returns the other rows."""
-    data, corrupt = split_corrupt(data, source.name, source.format)
+    data, corrupt = split_corrupt(data, source.name, Malformed.of(source))
     write_quarantine(ctx, corrupt, batch_id)
     data, missing = split_missing(data, source.required, source.name, source.format)
     write_quarantine(ctx, missing, batch_id, part="qn")

@@ -68,6 +68,7 @@ class Input:
             dict
         ] = []  # rows the ODS table must hold (declared columns, plus `channel` if sent)
         self.malformed: list[str] = []  # lines that do not parse with the schema: quarantined verbatim
+        self.retyped_column: dict[str, str] = {}  # each malformed line -> the column its reason names
         self.missing: Counter = Counter()  # required column -> records lacking it
         self.negative = 0  # records breaking the expectation
         self.lines = 0
@@ -107,6 +108,7 @@ class Input:
         row = self._order() | {column: value}
         line = json.dumps(row)
         self.malformed.append(line)
+        self.retyped_column[line] = column
         return line
 
     def write(self, lines: list[str]) -> None:
@@ -183,6 +185,9 @@ def _check(project, inp: Input, *, columns: list[str]) -> None:
     raws = q.column("raw").to_pylist()
     malformed = Counter(r for r, why in zip(raws, reasons) if why.startswith("malformed json record"))
     assert malformed == Counter(inp.malformed), "malformed lines are kept verbatim"
+    for raw, why in zip(raws, reasons):  # the reason names the field Spark refused (materializer.malformed)
+        if raw in inp.retyped_column:
+            assert why.startswith(f"malformed json record: field {inp.retyped_column[raw]}: "), (raw, why)
     for column, n in inp.missing.items():
         assert sum(f"lacks required column(s) {column} " in why for why in reasons) == n, column
     assert sum(why.startswith("expectation non_negative failed") for why in reasons) == inp.negative
