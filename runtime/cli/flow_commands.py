@@ -20,6 +20,7 @@ from runtime.cli._render import (
     version_dict,
 )
 from runtime.core.errors import TidehouseError, TidehouseErrors
+from runtime.core.refs import FlowRef
 
 
 def flow_dict(fv, *, text: bool = False) -> dict[str, Any]:
@@ -139,14 +140,15 @@ def show(state, ref: str, fmt: str, source: bool) -> None:
 @click.option("--quick", is_flag=True, help=QUICK_HELP)
 @pass_state
 def validate(state, targets: tuple[str, ...], actions_dir: str | None, fmt: str, quick: bool) -> None:
-    """Check flow files (PATH) or registered flows (NAME[@N]): exit 0 if every one is valid, else 2 with every
-    error (`tidehouse flow validate flows/*.yaml`).
+    """Check flow files (PATH: a file, or a folder for its .yaml files) or registered flows (NAME[@N]): exit 0
+    if every one is valid, else 2 with every error (`tidehouse flow validate flows/`).
 
     First the checks that need no JVM (keys, types, actions, inputs, parameters, layers, cycles); when they
     pass, Spark parses the actions' SQL and analyses every table as `flow plan` does, so a primary key, bucket
     key or aggregated column the SQL does not output is an error at its line in the flow file. With several
     targets, each one's result is a line of its own (`TARGET: ok`) and JSON is `{"ok", "flows": [...]}`.
     """
+    targets = tuple(FlowRef.targets(targets))
     results, worst = [], 0
     for target in targets:
         try:

@@ -1,13 +1,15 @@
 """How users name registered things and flows: ``name``, ``name@N``, or a flow's YAML file.
 
 Decided here once, for the CLI, the façade, the registry and the materializer alike: a flow given on the
-command line is a PATH when it ends in ``.yaml``/``.yml`` or names an existing file, else ``NAME[@N]``.
+command line is a PATH when it ends in ``.yaml``/``.yml`` or names an existing file, else ``NAME[@N]``; an
+existing folder is refused with its flow files named (``flow validate`` takes a folder for its flow files).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,11 @@ REF_RE = re.compile(
     r"^([a-z_][a-z0-9_]*)(?:@([1-9][0-9]*))?\Z"
 )  # \Z, not $ (which allows a trailing newline)
 YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def flow_files(folder: Path) -> list[Path]:
+    """The YAML files in a folder and its subfolders, in name order."""
+    return sorted(p for p in folder.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,18 @@ class FlowRef:
     def parse(cls, text: str | os.PathLike) -> FlowRef:
         raw = str(text)
         path = Path(raw)
+        if path.is_dir():
+            files = flow_files(path)
+            raise TidehouseError(
+                ErrorCode.FLOW_UNKNOWN,
+                f"{raw} is a folder, not a flow file",
+                hint=(
+                    f"name one of its flow files: {', '.join(str(f) for f in files[:3])}"
+                    f"{', ...' if len(files) > 3 else ''}"
+                    if files
+                    else "it holds no .yaml or .yml file: give a path to a flow YAML file"
+                ),
+            )
         if path.suffix in YAML_SUFFIXES or path.is_file() or os.sep in raw:
             if not path.is_file():
                 raise TidehouseError(
@@ -67,6 +86,25 @@ class FlowRef:
                 hint="a flow file ends in .yaml; a registered flow is NAME or NAME@N",
             )
         return cls(ref=Ref.parse(raw, "flow"))
+
+    @classmethod
+    def targets(cls, texts: Iterable[str]) -> list[str]:
+        """Command-line flows with each folder replaced by its flow files (``flow validate flows/``); a folder
+        without any is an error."""
+        out: list[str] = []
+        for raw in texts:
+            if not Path(raw).is_dir():
+                out.append(raw)
+                continue
+            files = flow_files(Path(raw))
+            if not files:
+                raise TidehouseError(
+                    ErrorCode.FLOW_UNKNOWN,
+                    f"no flow file in the folder {raw}",
+                    hint="flow files end in .yaml or .yml",
+                )
+            out += [str(f) for f in files]
+        return out
 
     @property
     def is_path(self) -> bool:

@@ -141,6 +141,25 @@ def test_flow_validate_takes_several_flows_and_fails_if_one_does(run_cli, projec
     assert (code, out) == (0, "flows/shop.yaml: ok\nflows/shop.yaml: ok\n"), err
     code, _, err = run_cli("flow", "validate")
     assert code == 2 and "Missing argument 'TARGET...'" in err
+    # a folder: its flow files, each a line (before, "no flow file flows/" of a folder that exists)
+    (project_dir / "flows" / "more").mkdir()
+    (project_dir / "flows" / "more" / "again.yml").write_text(BASE_FLOW)
+    code, out, err = run_cli("flow", "validate", "--quick", "flows")
+    assert code == 2 and out.splitlines() == [
+        "flows/bad.yaml: 1 error",
+        "flows/more/again.yml: ok",
+        "flows/shop.yaml: ok",
+    ], err
+    (project_dir / "empty").mkdir()
+    code, _, err = run_cli("flow", "validate", "--quick", "empty")
+    assert code == 2 and err == (
+        "error: no flow file in the folder empty (flow files end in .yaml or .yml) [TH250]\n"
+    )
+    code, _, err = run_cli("flow", "plan", "flows/")
+    assert code == 2 and err.startswith(
+        "error: flows/ is a folder, not a flow file (name one of its flow files: flows/bad.yaml, "
+        "flows/more/again.yml, flows/shop.yaml)"
+    ), err
 
 
 def test_a_trigger_by_name_notes_each_action_file_edited_since_its_pin(run_cli, project_dir, monkeypatch):
