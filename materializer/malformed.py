@@ -6,15 +6,19 @@ Spark keeps a malformed record verbatim and says nothing of why. For JSON, the r
 parser (``JacksonParser``): an integer column takes JSON integers in its range, a floating one numbers and
 the strings ``NaN``/``Infinity``/``INF`` with their signs, a boolean ``true``/``false``, an array a list,
 a struct or map an object, a timestamp a string or an integer; a string column takes anything; ``null`` is
-always a value. Only what surely fails is named (a timestamp string is blamed only when it has no digit:
-Spark's fallback parser reads many spellings), so a record whose fault is elsewhere (an option that changes
-the parser, a date format) keeps the general reason. The tests check each named fault against Spark itself.
+always a value. For CSV, a line without quotes or escapes is split at the separator: it must have one field
+per column, and each non-empty field parse as its column's type (Spark's CSV parser: ``Integer.parseInt``,
+``Double.parseDouble``, ``true``/``false``). Only what surely fails is named (a timestamp string is blamed
+only when it has no digit: Spark's fallback parser reads many spellings), so a record whose fault is
+elsewhere (an option that changes the parser, a date format) keeps the general reason. The tests check each
+named fault against Spark itself.
 """
 
 from __future__ import annotations
 
 import decimal
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,8 +26,38 @@ from functools import cached_property
 from runtime.core.sparktypes import SparkType, SparkTypeError, parse_columns
 
 GENERAL = "does not parse with the source schema"
-# reader options that change what Spark's JSON parser accepts: with one set, no fault is named
+# reader options that change what Spark's parser of each format accepts: with one set, no fault is named
 _PARSER_OPTIONS = {
+    "csv": {
+        o.lower()
+        for o in (
+            "nullValue",
+            "emptyValue",
+            "nanValue",
+            "positiveInf",
+            "negativeInf",
+            "dateFormat",
+            "timestampFormat",
+            "timestampNTZFormat",
+            "locale",
+            "ignoreLeadingWhiteSpace",
+            "ignoreTrailingWhiteSpace",
+            "quote",
+            "escape",
+            "comment",
+            "charToEscapeQuoteEscaping",
+            "unescapedQuoteHandling",
+            "multiLine",
+            "lineSep",
+            "encoding",
+            "charset",
+            "enforceSchema",
+            "preferDate",
+            "enableDateTimeParsingFallback",
+        )
+    },
+}
+_PARSER_OPTIONS["json"] = {
     o.lower()
     for o in (
         "allowNumericLeadingZeros",
@@ -50,6 +84,7 @@ _RANGES = {
     "int": (-(2**31), 2**31 - 1),
     "bigint": (-(2**63), 2**63 - 1),
 }
+_CSV_RANGES = _RANGES | {"tinyint": (-(2**7), 2**7 - 1)}  # Byte.parseByte
 _SPECIAL = {"NaN", "+NaN", "-NaN", "Infinity", "+Infinity", "-Infinity", "INF", "+INF", "-INF"}
 _MAX_FAULTS = 3
 
@@ -64,9 +99,9 @@ class Malformed:
 
     @cached_property
     def _columns(self) -> dict[str, SparkType] | None:
-        if self.format != "json" or not self.ddl:
+        if self.format not in _PARSER_OPTIONS or not self.ddl:
             return None
-        if any(k.lower() in _PARSER_OPTIONS for k, _ in self.options):
+        if any(k.lower() in _PARSER_OPTIONS[self.format] for k, _ in self.options):
             return None
         try:
             return {c.name: c.type for c in parse_columns(self.ddl) if c.type is not None}
@@ -86,7 +121,14 @@ class Malformed:
         columns = self._columns
         if columns is None or raw is None:
             return head + GENERAL
+        if self.format == "csv":
+            return head + (_csv_reason(raw, columns, self._separator) or GENERAL)
         return head + (_json_reason(raw, columns) or GENERAL)
+
+    @property
+    def _separator(self) -> str:
+        options = {k.lower(): v for k, v in self.options}
+        return options.get("sep", options.get("delimiter", ","))
 
 
 def _json_reason(raw: str, columns: dict[str, SparkType]) -> str | None:
@@ -108,6 +150,45 @@ def _json_reason(raw: str, columns: dict[str, SparkType]) -> str | None:
         if name in columns:
             faults += _faults(value, columns[name], name)
     return "; ".join(faults[:_MAX_FAULTS]) or None
+
+
+def _csv_reason(raw: str, columns: dict[str, SparkType], sep: str) -> str | None:
+    if not sep or "\\" in sep or any(c in raw for c in '"\\\r'):  # quoted or escaped fields: not split here
+        return None
+    fields = raw.split(sep)
+    if len(fields) != len(columns):
+        return f"{len(fields)} fields, the schema has {len(columns)} columns"
+    faults = [
+        f"field {name}: {_shown(text)} {fault}"
+        for (name, t), text in zip(columns.items(), fields)
+        if text != "" and (fault := _csv_fault(text, t))  # an empty field is null
+    ]
+    return "; ".join(faults[:_MAX_FAULTS]) or None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _csv_fault(text: str, t: SparkType) -> str | None:
+    name = t.name
+    if name in _RANGES:
+        if not _INTEGER.fullmatch(text):
+            return f"is not {_a(name)}"
+        low, high = _CSV_RANGES[name]
+        return None if low <= int(text) <= high else f"is out of {name}'s range"
+    if name in ("double", "float"):
+        if text in ("NaN", "Inf", "-Inf") or text.rstrip()[-1:] in "dDfF" or "x" in text.lower():
+            return None  # Spark's nanValue and infinities; Java's suffixed and hexadecimal numbers
+        try:
+            float(text)
+        except ValueError:
+            return f"is not {_a(name)}"
+        return None
+    if name == "boolean":
+        return None if text.lower() in ("true", "false") else "is not a boolean"
+    if name in ("decimal", "timestamp", "timestamp_ntz", "date"):
+        return None if any(c.isdigit() for c in text) else f"is not {_a(str(t))}"
+    return None
 
 
 def _faults(value, t: SparkType, path: str) -> list[str]:

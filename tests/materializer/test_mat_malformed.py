@@ -1,8 +1,8 @@
-"""The quarantine's reason for a malformed JSON record names the field and value Spark's parser refused
-(``materializer.malformed``), checked against Spark itself: a seeded mix of records, each with values of every
-declared type, some of them ones Spark refuses, is read by Spark's JSON reader in permissive mode. No record
-Spark accepts is blamed for anything, and every record Spark refuses for one value of the pool's sure faults
-is blamed for that field."""
+"""The quarantine's reason for a malformed JSON or CSV record names the field and value Spark's parser
+refused (``materializer.malformed``), checked against Spark itself: a seeded mix of records, each with values
+of every declared type, some of them ones Spark refuses, is read by Spark's reader in permissive mode. No
+record Spark accepts is blamed for anything, and every record Spark refuses for one value of the pool's sure
+faults is blamed for that field."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_reasons_name_the_field_value_and_type():
     # not sure why (a value of the right kind, a parser option, no schema): the general reason
     assert why.reason('{"d": "12.5x"}') == f"malformed json record: {GENERAL}"
     assert Malformed("json", "n int", (("allowComments", "true"),)).reason('{"n": 1.5}').endswith(GENERAL)
-    assert Malformed("csv", "n int").reason("1.5") == f"malformed csv record: {GENERAL}"
+    assert Malformed("csv", "n int", (("quote", "'"),)).reason("1.5") == f"malformed csv record: {GENERAL}"
     assert Malformed("json", None).reason('{"n": 1.5}').endswith(GENERAL)
 
 
@@ -147,3 +147,58 @@ def test_any_json_value_of_any_column_gets_a_reason():
         assert reason.startswith("malformed json record: ") and len(reason) < 400
 
     check()
+
+
+CSV_DDL = (
+    "n int, tiny tinyint, big bigint, price double, ok boolean, ts timestamp, day date, amount decimal(4,2), "
+    "name string"
+)
+CSV_POOL: dict[
+    str, tuple[list[str], list[str]]
+] = {  # column -> (fields Spark takes, fields it surely refuses)
+    "n": (["1", "-5", "+7", "2147483647", ""], ["1.5", " 3", "x", "3000000000", "1e2"]),
+    "tiny": (["127", "-128"], ["200", "-129"]),
+    "big": (["9223372036854775807"], ["9223372036854775808", "7L"]),
+    "price": (["1", "1.5", "NaN", "Inf", "-Inf", "1e308", " 1.5", "1.5d", ""], ["twelve", "--1", "1..2"]),
+    "ok": (["true", "FALSE", "True", ""], ["1", "yes", " true"]),
+    "ts": (["2024-05-01T09:00:00.000Z", "2024-05-01", ""], ["yesterday"]),
+    "day": (["2024-05-01"], ["x"]),
+    "amount": (["12.34", "1"], ["abc"]),
+    "name": (["a", "hello world", "1.5", ""], []),
+}
+
+
+@pytest.mark.spark
+def test_csv_no_record_spark_takes_is_blamed_and_each_sure_fault_is_named(spark, tmp_path):
+    seed = int(os.environ.get("TIDEHOUSE_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    lines, sure = [], {}
+    for i in range(1200):
+        fields = {c: rng.choice(good) for c, (good, _) in CSV_POOL.items()}
+        fields["name"] = f"r{i}"  # each line its own
+        if i % 2:
+            column = rng.choice([c for c in CSV_POOL if CSV_POOL[c][1]])
+            fields[column] = rng.choice(CSV_POOL[column][1])
+            sure[",".join(fields.values())] = column
+        lines.append(",".join(fields.values()))
+    lines += ["short,1", "1,2,3,4,5,6,7,8,9,10"]
+    (tmp_path / "in.csv").write_text("\n".join(lines) + "\n")
+    rows = (
+        spark.read.schema(f"{CSV_DDL}, `{CORRUPT}` string")
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .csv(str(tmp_path / "in.csv"))
+        .collect()
+    )
+    refused = {r[CORRUPT] for r in rows if r[CORRUPT] is not None}
+    why = Malformed("csv", CSV_DDL, (("header", "false"),))
+    taken = [line for line in lines if line not in refused]
+    assert len(taken) > 400 and len(refused) > 500, (len(taken), len(refused))
+    blamed = [(line, why.reason(line)) for line in taken if not why.reason(line).endswith(GENERAL)]
+    assert not blamed, f"seed {seed}: Spark takes these records, yet a fault is named: {blamed[:5]}"
+    for line, column in sure.items():
+        assert line in refused, f"seed {seed}: Spark takes {line}: its value of {column} is in the wrong pool"
+        assert f"field {column}: " in why.reason(line), (seed, line, why.reason(line))
+    assert why.reason("short,1") == "malformed csv record: 2 fields, the schema has 9 columns"
+    assert {"short,1", "1,2,3,4,5,6,7,8,9,10"} <= refused
