@@ -163,8 +163,8 @@ class Registry:
         *,
         checks: SpecChecks | None = None,
     ) -> list[ActionVersion]:
-        """Register action files and folders. Every file is parsed (and given to ``checks``) first: any error
-        registers nothing."""
+        """Register action files and folders. Every file is parsed first, and given to ``checks`` unless it is
+        its action's latest version already (checked when it was stored): any error registers nothing."""
         parsed: list[tuple[ActionSpec, str]] = []
         errors: list[TidehouseError] = []
         first_file: dict[str, str] = {}
@@ -189,8 +189,14 @@ class Registry:
             parsed.append((spec, text))
         TidehouseErrors.raise_if_any(errors)
         if checks is not None:
-            TidehouseErrors.raise_if_any(checks.check_actions([spec for spec, _ in parsed]))
+            TidehouseErrors.raise_if_any(
+                checks.check_actions([spec for spec, text in parsed if not self._is_latest(spec.name, text)])
+            )
         return [self._store_action(spec, text) for spec, text in parsed]
+
+    def _is_latest(self, name: str, text: str) -> bool:
+        latest = self.store.get("action", name)
+        return latest is not None and latest.content_hash == content_hash(text)
 
     def _store_action(self, spec: ActionSpec, text: str) -> ActionVersion:
         if spec.path is not None:  # keep where it came from, independent of the current directory

@@ -12,6 +12,7 @@ A flow is named the same way everywhere (:class:`~runtime.core.refs.FlowRef`): a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
@@ -236,13 +237,18 @@ class Project:
         select: Iterable[str] = (),
         exclude: Iterable[str] = (),
     ) -> FlowPlan:
-        """The plan of a flow. A file's actions (the project's ``actions/``) are registered first; the flow
-        itself only with ``register`` (``trigger`` does), else it is validated. ``select``/``exclude``:
-        table selectors (:mod:`registry.selectors`); the plan of only the tables they select."""
+        """The plan of a flow. A file's actions (the project's ``actions/``) are registered first, each SQL
+        parsed by Spark; the flow itself only with ``register`` (``trigger`` does), once every table analyses
+        (a flow that cannot run is not stored), else it is validated. ``select``/``exclude``: table selectors
+        (:mod:`registry.selectors`); the plan of only the tables they select."""
         from materializer.analyze import build_plan
         from materializer.selection import select_tables, subset
 
-        plan = build_plan(self, self._resolve(flow, register=register), spark)
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        spark = spark or self.spark()
+        plan = build_plan(self, self._resolve(ref, spark), spark)
+        if register and ref.is_path:
+            plan = dataclasses.replace(plan, version=self.registry.register_flow(ref.path).version)
         if select or exclude:
             plan = subset(plan, select_tables(plan, select, exclude))
         return plan
@@ -512,18 +518,16 @@ class Project:
         if self.actions_dir.is_dir():
             self.registry.register_actions([_shown(self.actions_dir)], checks=checks)
 
-    def _resolve(self, flow: str | os.PathLike | FlowRef, *, register: bool):
-        """A flow with the action version of each table: a file (its project's actions registered first,
-        the flow registered only with ``register``) or a registered version (its pins)."""
+    def _resolve(self, ref: FlowRef, spark):
+        """A flow with the action version of each table: a file (its project's actions registered first, each
+        SQL parsed by ``spark``; the flow validated) or a registered version (its pins)."""
         from materializer.analyze import ResolvedFlow
+        from materializer.checks import EngineChecks
 
-        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
         registry = self.registry
         if not ref.is_path:
             return _pinned(registry, registry.get_flow(ref.ref.name, ref.ref.version))
-        self._register_project_actions()
-        if register:
-            return _pinned(registry, registry.register_flow(ref.path))
+        self._register_project_actions(EngineChecks(self, spark))
         spec = registry.validate_flow(ref.path)
         actions = {}
         for table, tspec in spec.tables():

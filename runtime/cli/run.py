@@ -147,9 +147,11 @@ def trigger_cmd(
 ) -> None:
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 
-    A PATH is registered first, together with the actions of the project's actions/ folder; a NAME runs the
-    action versions it pins (a note names each action file edited since). Ctrl-C or SIGTERM stops the flow
-    gracefully (a second Ctrl-C at once); triggering it again resumes where it stopped.
+    A PATH is registered first, together with the actions of the project's actions/ folder (Spark parses each
+    new action version, and the flow is registered once every table analyses: what Spark refuses is not
+    stored); a NAME runs the action versions it pins (a note names each action file edited since). Ctrl-C
+    or SIGTERM stops the flow gracefully (a second Ctrl-C at once); triggering it again resumes where it
+    stopped.
     """
     for edited in state.project.edited_actions(flow_ref):  # a run by name runs the pins, not the files
         click.echo(

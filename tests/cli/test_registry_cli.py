@@ -183,3 +183,27 @@ def test_a_trigger_by_name_notes_each_action_file_edited_since_its_pin(run_cli, 
     ), err
     code, _, err = run_cli("flow", "trigger", "flows/shop.yaml")  # a file registers its actions first
     assert code == 2 and "note:" not in err, err
+
+
+@pytest.mark.spark
+def test_plan_and_trigger_of_a_file_store_nothing_spark_refuses(spark, run_cli, project_dir):
+    """`flow plan PATH` and `flow trigger PATH` registered the project's actions without Spark's parser, and
+    the trigger the flow too, before planning refused them: an action version whose SQL does not parse and a
+    flow version pinning it stayed in the registry (`flow trigger shop` ran them). Now Spark parses each
+    action before it is stored, and a flow is stored once every table analyses."""
+    setup_project(project_dir)
+    (project_dir / "data" / "clicks").mkdir(parents=True)
+    clean = project_dir / "actions" / "clean.sql"
+    clean.write_text(dedent(ACTIONS["clean"]).replace(":min_price AND", ":min_price AND AND"))
+    trigger = ("flow", "trigger", "flows/shop.yaml", "--until-idle")
+    for command in (("flow", "plan", "flows/shop.yaml"), trigger):
+        code, _, err = run_cli(*command)
+        assert code == 2 and "clean.sql:8:56: action clean: the SQL does not parse" in err, (command, err)
+        assert run_cli("action", "list")[1].startswith("no actions registered"), command
+        assert run_cli("flow", "list")[1].startswith("no flows registered"), command
+    # every action parses, but a table does not analyse: the actions are stored, the flow is not
+    clean.write_text(dedent(ACTIONS["clean"]).replace("WHERE price", "WHERE no_such_column"))
+    code, _, err = run_cli(*trigger)
+    assert code == 2 and "no_such_column" in err, err
+    assert "clean" in run_cli("action", "list")[1]
+    assert run_cli("flow", "list")[1].startswith("no flows registered")

@@ -56,6 +56,7 @@ PINNED = {
 
 def test_shipped_flows_keep_their_fingerprints(spark, project_dir):
     from materializer.analyze import build_plan
+    from runtime.core.refs import FlowRef
     from runtime.project import Project
 
     shutil.rmtree(project_dir / "actions")
@@ -65,9 +66,10 @@ def test_shipped_flows_keep_their_fingerprints(spark, project_dir):
     try:
         for flow in PINNED:
             shutil.copy(REPO / "flows" / f"{flow}.yaml", project_dir / "flows")
-            resolved = project._resolve(project_dir / "flows" / f"{flow}.yaml", register=True)
+            resolved = project._resolve(FlowRef(path=project_dir / "flows" / f"{flow}.yaml"), spark)
             plan = build_plan(project, resolved, spark, upstream=upstream)
             upstream.update({t.name: t for t in plan.tables})
+            project.registry.register_flow(project_dir / "flows" / f"{flow}.yaml")  # as a trigger does
             got[flow] = {
                 **{s.ref: s.fingerprint for s in plan.sources},
                 **{t.name: t.fingerprint for t in plan.tables},

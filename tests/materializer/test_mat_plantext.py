@@ -74,6 +74,7 @@ def test_explain_text_reads_what_the_jvm_plan_holds(session, sql):
 
 def test_every_shipped_flow_table_reads_the_same_from_text_and_jvm(spark, project_dir, monkeypatch):
     from materializer import analyze
+    from runtime.core.refs import FlowRef
     from runtime.project import Project
 
     seen: list[str] = []
@@ -93,9 +94,10 @@ def test_every_shipped_flow_table_reads_the_same_from_text_and_jvm(spark, projec
     try:
         for flow in ("ecommerce_activity", "order_attribution", "shop_trends"):
             shutil.copy(REPO / "flows" / f"{flow}.yaml", project_dir / "flows")
-            resolved = project._resolve(project_dir / "flows" / f"{flow}.yaml", register=True)
+            resolved = project._resolve(FlowRef(path=project_dir / "flows" / f"{flow}.yaml"), spark)
             plan = analyze.build_plan(project, resolved, spark, upstream=upstream)
             upstream.update({t.name: t for t in plan.tables})
+            project.registry.register_flow(project_dir / "flows" / f"{flow}.yaml")  # as a trigger does
     finally:
         project.close()
     assert len(seen) == len(upstream) >= 14
