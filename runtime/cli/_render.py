@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from runtime.core.text import counted, seconds, table_csv, table_text  # noqa: F401 - the commands' renderers
+from runtime.core.text import counted, plain, seconds, table_csv, table_text  # noqa: F401 - the renderers
 
 # the --format option of the commands that print text or JSON
 TEXT_OR_JSON = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
@@ -32,11 +32,12 @@ EXCLUDE = click.option(
 def echo_json(value: Any) -> None:
     """Strict JSON (RFC 8259), as Spark's ``to_json`` writes what JSON has no literal for: a NaN or infinite
     float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (Python's ``NaN`` is not JSON: jq and
-    most parsers refuse it), binary as base64; decimals, dates and times as their text."""
+    most parsers refuse it), binary as base64; decimals, dates, times and intervals as their text."""
     click.echo(json.dumps(_strict(value), indent=2, sort_keys=False, default=str, allow_nan=False))
 
 
 def _strict(value: Any) -> Any:
+    value = plain(value)  # an interval as its text, not a list of its three fields
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (bytes, bytearray, memoryview)):

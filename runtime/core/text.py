@@ -18,7 +18,7 @@ def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Left-aligned columns, a dashed rule under the headers; ``None`` prints as an empty cell, and a control
     character (a line break, a tab, ESC) as its escape (``\\n``, ``\\t``, ``\\x1b``): JSON and CSV keep the
     text as it is."""
-    rows = [["" if v is None else str(v).translate(_ESCAPES) for v in row] for row in rows]
+    rows = [["" if v is None else str(plain(v)).translate(_ESCAPES) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(v)) for w, v in zip(widths, row)]
@@ -26,6 +26,38 @@ def table_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(out)
+
+
+def plain(value: Any) -> Any:
+    """A value as its text where Python's is no one's: an interval (Arrow's month-day-nano, a named tuple
+    whose repr is ``MonthDayNano(months=0, days=1, nanoseconds=0)``) as DuckDB writes it, also inside a
+    list or struct; others as they are."""
+    if type(value).__name__ == "MonthDayNano":
+        return interval_text(value.months, value.days, value.nanoseconds)
+    if isinstance(value, (list, tuple)):  # a list; a map is a list of (key, value) pairs
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):  # a struct
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def interval_text(months: int, days: int, nanoseconds: int) -> str:
+    """An interval as DuckDB casts it to text: ``1 year 2 months 3 days 01:30:00.5``, ``-1 day``,
+    ``100:00:00``, ``00:00:00`` (each part's own sign; microseconds, trailing zeros dropped)."""
+    years = int(months / 12)  # toward zero, as each part keeps its sign
+    parts = [
+        f"{n} {unit}{'' if abs(n) == 1 else 's'}"
+        for n, unit in ((years, "year"), (months - 12 * years, "month"), (days, "day"))
+        if n
+    ]
+    micros = abs(nanoseconds) // 1000 * (-1 if nanoseconds < 0 else 1)  # toward zero
+    if micros or not parts:
+        hours, rest = divmod(abs(micros), 3_600_000_000)
+        minutes, rest = divmod(rest, 60_000_000)
+        secs, frac = divmod(rest, 1_000_000)
+        fraction = f".{frac:06d}".rstrip("0") if frac else ""
+        parts.append(f"{'-' if micros < 0 else ''}{hours:02d}:{minutes:02d}:{secs:02d}{fraction}")
+    return " ".join(parts)
 
 
 def counted(n: int, noun: str) -> str:
@@ -51,7 +83,7 @@ def table_csv(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def _csv_line(row: Sequence[Any]) -> str:
     cells = []
     for value in row:
-        text = "" if value is None else str(value)
+        text = "" if value is None else str(plain(value))
         if any(c in text for c in ',"\r\n'):
             text = '"' + text.replace('"', '""') + '"'
         cells.append(text)

@@ -88,6 +88,43 @@ def test_query_json_is_strict_json(run_cli, home):
     }
 
 
+def test_query_prints_intervals_as_duckdb_writes_them(run_cli, home):
+    """An interval (``max(ts) - min(ts)``) printed as MonthDayNano(months=0, days=1, nanoseconds=0) in a
+    table, and as the list [0, 1, 0] in JSON and CSV."""
+    _seed_hot(1)
+    sql = (
+        "SELECT INTERVAL 1 DAY AS d, INTERVAL 5400.5 SECOND AS t, -INTERVAL 14 MONTH AS m, "
+        "[INTERVAL 1 HOUR] AS l FROM ods.clicks"
+    )
+    texts = ["1 day", "01:30:00.5", "-1 year -2 months"]
+    code, out, err = run_cli("query", sql)
+    assert code == 0 and out.splitlines()[2].split("  ") == [*texts, "['01:00:00']"], err
+    code, out, err = run_cli("query", sql, "--format", "json")
+    assert code == 0 and json.loads(out) == [dict(zip("dtm", texts)) | {"l": ["01:00:00"]}], err
+    code, out, err = run_cli("query", sql, "--format", "csv")
+    assert code == 0 and out.splitlines()[1] == ",".join(texts) + ',"[""01:00:00""]"', err
+
+
+def test_interval_text_is_duckdbs():
+    import duckdb
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from runtime.core.text import interval_text
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.integers(-(10**5), 10**5),
+        st.integers(-(10**5), 10**5),
+        st.integers(-(10**17), 10**17) | st.integers(-(10**7), 10**7),
+    )
+    def check(months, days, micros):
+        sql = f"SELECT (to_months({months}) + to_days({days}) + to_microseconds({micros}))::VARCHAR"
+        assert interval_text(months, days, micros * 1000) == duckdb.sql(sql).fetchall()[0][0]
+
+    check()
+
+
 def test_query_errors_exit_2(run_cli, home):
     _seed_hot(1)
     code, _, err = run_cli("query", "SELECT * FROM ods.missing")
