@@ -14,7 +14,11 @@ from runtime.cli import cli
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the sample data.")
 @click.option("--events", type=int, default=5000, show_default=True, help="How many sample shop events.")
 def init(directory: str, force: bool, no_data: bool, seed: int, events: int) -> None:
-    """Scaffold a project: tidehouse.yaml, actions/, flows/, sample data/ and a README."""
+    """Scaffold a project: tidehouse.yaml, actions/, flows/, sample data/ and a README.
+
+    DIRECTORY may hold other files, not a project (see --force), and may not be in the actions/, flows/,
+    data/ or .tidehouse/ folder of an enclosing project, which would read the new project's files as its
+    own."""
     from runtime.scaffold.project import init_project
 
     report = init_project(directory, force=force, seed=seed, events=events, with_data=not no_data)

@@ -133,6 +133,7 @@ def init_project(
             location=Location(str(project_file)),
             hint="use another folder, or --force to rewrite the shipped files",
         )
+    _refuse_inside_a_project(root)
     library, flows = SHIPPED / "actions", SHIPPED / "flows"
     if not library.is_dir() or not flows.is_dir():
         raise TidehouseError(
@@ -161,6 +162,24 @@ def init_project(
 
         report.data_files = len(write_sample_data(root / "data", seed=seed, events=events))
     return report
+
+
+def _refuse_inside_a_project(root: Path) -> None:
+    """A project scaffolded in a folder another project reads as a whole (its actions/, flows/, data/ or
+    home) puts its files there too: the other project's `action register actions/` then finds every action
+    twice, and its sources a folder of subfolders."""
+    for parent in root.parents:
+        if (parent / PROJECT_FILE).is_file():
+            folder = root.relative_to(parent).parts[0]
+            if folder in ("actions", "flows", "data", ".tidehouse"):
+                raise TidehouseError(
+                    ErrorCode.CONFIG_INVALID,
+                    f"in the {folder}/ folder of the project {parent}, which would read this project's files "
+                    "as its own",
+                    location=Location(str(root)),
+                    hint="scaffold the project in a folder of its own",
+                )
+            return
 
 
 def _write(path: Path, text: str) -> Path:

@@ -102,3 +102,18 @@ def test_project_file_shows_every_setting_at_its_default(tmp_path):
     assert config.values, "the uncommented settings were read"
     for name, value in config.values.items():
         assert value == next(s.default for s in SETTINGS if s.name == name), name
+
+
+def test_init_refuses_a_folder_its_enclosing_project_reads(run_cli, project_dir):
+    """`tidehouse init actions/x` in a project scaffolded a project into the project's actions/: its next
+    `action register actions/` found every action twice (TH224). A project in a folder of its own is fine."""
+    assert run_cli("init", "--no-data")[0] == 0
+    for folder in ("actions/x", "flows", "data/events/more", ".tidehouse"):
+        code, _, err = run_cli("init", folder, "--no-data")
+        top = folder.split("/")[0]
+        assert code == 2 and err.startswith(
+            f"error: {project_dir / folder}: in the {top}/ folder of the project"
+        ), err
+        assert not (project_dir / folder / "tidehouse.yaml").exists()
+    assert run_cli("init", "sub", "--no-data")[0] == 0
+    assert run_cli("init", "sub/actions/x", "--no-data")[0] == 2  # the nearest project decides
