@@ -33,11 +33,10 @@ def echo_json(value: Any) -> None:
     """Strict JSON (RFC 8259), as Spark's ``to_json`` writes what JSON has no literal for: a NaN or infinite
     float as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (Python's ``NaN`` is not JSON: jq and
     most parsers refuse it), binary as base64; decimals, dates, times and intervals as their text."""
-    click.echo(json.dumps(_strict(value), indent=2, sort_keys=False, default=str, allow_nan=False))
+    click.echo(json.dumps(_strict(plain(value)), indent=2, sort_keys=False, default=str, allow_nan=False))
 
 
 def _strict(value: Any) -> Any:
-    value = plain(value)  # an interval as its text, not a list of its three fields
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -52,7 +51,7 @@ def _strict(value: Any) -> Any:
 def csv_cell(value: Any) -> Any:
     """A CSV cell as ``--format json`` writes the value: binary as base64, a list, map or struct as its
     JSON text (csv would write Python's ``b'..'``, ``['a', 'b']`` and ``{'k': 1}``), a NaN as ``NaN``."""
-    value = _strict(value)
+    value = _strict(plain(value))  # an interval as its text, not a list of its three fields
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=str, allow_nan=False)
     return value

@@ -34,7 +34,7 @@ def plain(value: Any) -> Any:
     list or struct; others as they are."""
     if type(value).__name__ == "MonthDayNano":
         return interval_text(value.months, value.days, value.nanoseconds)
-    if isinstance(value, (list, tuple)):  # a list; a map is a list of (key, value) pairs
+    if type(value) in (list, tuple):  # a list; a map is a list of (key, value) pairs
         return type(value)(plain(v) for v in value)
     if isinstance(value, dict):  # a struct
         return {k: plain(v) for k, v in value.items()}

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from materializer.malformed import GENERAL, Malformed, _json_reason
+from materializer.malformed import GENERAL, Malformed
 from materializer.rows import CORRUPT, split_corrupt
 
 DDL = (
@@ -100,30 +100,34 @@ def _records(rng: random.Random) -> tuple[list[str], dict[str, str]]:
     return lines + WHOLE, sure
 
 
+def _refused_by_spark(spark, tmp_path, why: Malformed, lines: list[str], sure: dict[str, str], seed) -> set:
+    """The lines Spark's reader of ``why``'s format refuses with its schema, after checking that no line it
+    takes is blamed for anything and each line of ``sure`` is refused and blamed for its column."""
+    path = tmp_path / f"in.{why.format}"
+    path.write_text("\n".join(lines) + "\n")
+    reader = spark.read.schema(f"{why.ddl}, `{CORRUPT}` string").options(**dict(why.options))
+    reader = reader.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+    rows = reader.format(why.format).load(str(path)).collect()  # every column: Spark converts only those read
+    refused = {r[CORRUPT] for r in rows if r[CORRUPT] is not None}
+    taken = [line for line in lines if line not in refused]
+    assert len(taken) > 400, len(taken)
+    blamed = [(line, why.reason(line)) for line in taken if not why.reason(line).endswith(GENERAL)]
+    assert not blamed, f"seed {seed}: Spark takes these records, yet a fault is named: {blamed[:5]}"
+    for line, column in sure.items():
+        assert line in refused, f"seed {seed}: Spark takes {line}: its value of {column} is in the wrong pool"
+        assert f"field {column}" in why.reason(line), (seed, line, why.reason(line))
+    return refused
+
+
 @pytest.mark.spark
 def test_no_record_spark_takes_is_blamed_and_each_sure_fault_is_named(spark, tmp_path):
     seed = int(os.environ.get("TIDEHOUSE_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     lines, sure = _records(random.Random(seed))
-    (tmp_path / "in.json").write_text("\n".join(lines) + "\n")
-    rows = (
-        spark.read.schema(f"{DDL}, `{CORRUPT}` string")
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .json(str(tmp_path / "in.json"))
-        .collect()  # every column: Spark converts only the columns a query reads
-    )
-    refused = {r[CORRUPT] for r in rows if r[CORRUPT] is not None}
-    columns = {c.split(" ")[0]: None for c in DDL.split(", ")}
     why = Malformed("json", DDL)
-    taken = [line for line in lines if line not in refused]
-    assert len(taken) > 500 and len(refused) > 700, (len(taken), len(refused))
-    blamed = [(line, why.reason(line)) for line in taken if _json_reason(line, why._columns) is not None]
-    assert not blamed, f"seed {seed}: Spark takes these records, yet a fault is named: {blamed[:5]}"
-    for line, column in sure.items():
-        assert line in refused, f"seed {seed}: Spark takes {line}: its value of {column} is in the wrong pool"
-        assert f"field {column}" in why.reason(line), (seed, line, why.reason(line))
-    assert set(columns) >= set(POOL)
+    refused = _refused_by_spark(spark, tmp_path, why, lines, sure, seed)
+    assert len(refused) > 700
+    assert {c.split(" ")[0] for c in DDL.split(", ")} >= set(POOL)
     assert why.reason(WHOLE[0]).startswith("malformed json record: not valid JSON")
     assert all(w in refused for w in WHOLE if "'" not in w and "trailing" not in w)
 
@@ -183,22 +187,8 @@ def test_csv_no_record_spark_takes_is_blamed_and_each_sure_fault_is_named(spark,
             sure[",".join(fields.values())] = column
         lines.append(",".join(fields.values()))
     lines += ["short,1", "1,2,3,4,5,6,7,8,9,10"]
-    (tmp_path / "in.csv").write_text("\n".join(lines) + "\n")
-    rows = (
-        spark.read.schema(f"{CSV_DDL}, `{CORRUPT}` string")
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .csv(str(tmp_path / "in.csv"))
-        .collect()
-    )
-    refused = {r[CORRUPT] for r in rows if r[CORRUPT] is not None}
     why = Malformed("csv", CSV_DDL, (("header", "false"),))
-    taken = [line for line in lines if line not in refused]
-    assert len(taken) > 400 and len(refused) > 500, (len(taken), len(refused))
-    blamed = [(line, why.reason(line)) for line in taken if not why.reason(line).endswith(GENERAL)]
-    assert not blamed, f"seed {seed}: Spark takes these records, yet a fault is named: {blamed[:5]}"
-    for line, column in sure.items():
-        assert line in refused, f"seed {seed}: Spark takes {line}: its value of {column} is in the wrong pool"
-        assert f"field {column}: " in why.reason(line), (seed, line, why.reason(line))
+    refused = _refused_by_spark(spark, tmp_path, why, lines, sure, seed)
+    assert len(refused) > 500
     assert why.reason("short,1") == "malformed csv record: 2 fields, the schema has 9 columns"
     assert {"short,1", "1,2,3,4,5,6,7,8,9,10"} <= refused
