@@ -352,6 +352,28 @@ def _conflicts(values: dict[str, Any], names: dict[str, tuple], doc: Document) -
                 hint="remove one of them (with spark.remote, the server's own master applies)",
             )
         )
+    # the hot store's own checks (runtime.storage.open_store) when it opens, here at the lines they concern
+    on_s3 = scheme_of(str(values.get("storage.root", ""))) == "s3"
+    if on_s3 and not values.get("storage.metastore"):
+        out.append(
+            TidehouseError(
+                ErrorCode.CONFIG_INVALID,
+                "an object-store root (s3://) needs storage.metastore (commits, offsets, fencing)",
+                location=doc.location(names["storage.root"], shown=("storage.root",)),
+                hint="set storage.metastore to a SQLAlchemy URL every host can reach, e.g. "
+                "postgresql+psycopg://user:${PGPASSWORD}@host/db",
+            )
+        )
+    for name in ("storage.metastore", "storage.s3"):
+        if values.get(name) and not on_s3:
+            out.append(
+                TidehouseError(
+                    ErrorCode.CONFIG_INVALID,
+                    "the hot storage root is local: only an object-store root (s3://) uses this setting",
+                    location=doc.location(names[name], key=True, shown=(name,)),
+                    hint=f"remove {name}, or point storage.root at s3://bucket/prefix",
+                )
+            )
     if "spark.remote" in values and values.get("materializer.data_path") == "driver":
         out.append(
             TidehouseError(

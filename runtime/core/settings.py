@@ -288,7 +288,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "SQLAlchemy URL of the hot storage's metastore (commits, offsets, "
         "fencing), e.g. postgresql+psycopg://user:${PGPASSWORD}@host/db; required with an s3:// "
-        "storage.root, unused with a local one.",
+        "storage.root, refused with a local one (nothing would use it).",
         _str,
         secret=True,
     ),
@@ -297,7 +297,7 @@ SETTINGS: tuple[Setting, ...] = (
         {},
         "S3 client options of an s3:// storage.root: endpoint (http(s)://host:port), region, "
         "access_key, secret_key, session_token (use ${ENV} for secrets); default: AWS's own chain "
-        "(environment, profile, instance role).",
+        "(environment, profile, instance role). Refused with a local storage.root.",
         _s3_options,
         secret=True,
     ),

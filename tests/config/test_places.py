@@ -64,11 +64,36 @@ def test_an_s3_storage_root_loads_with_its_metastore_and_s3_options_masked(tmp_p
 
 def test_an_unknown_s3_option_is_refused_at_its_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "tidehouse.yaml").write_text("storage:\n  root: s3://b/p\n  s3:\n    endpiont: http://x:1\n")
+    (tmp_path / "tidehouse.yaml").write_text(
+        "storage:\n  root: s3://b/p\n  s3:\n    endpiont: http://x:1\n  metastore: sqlite:///m.db\n"
+    )
     with pytest.raises(TidehouseError) as info:
         load_config()
     assert info.value.code is ErrorCode.CONFIG_INVALID
     assert (info.value.location.line, info.value.location.path) == (4, "storage.s3.endpiont")
+
+
+@pytest.mark.parametrize(
+    ("storage", "line", "message"),
+    [
+        ("  root: s3://b/p\n", 2, "storage.root: an object-store root (s3://) needs storage.metastore"),
+        ("  metastore: sqlite:///m.db\n", 2, "storage.metastore: the hot storage root is local: only an"),
+        ("  root: hot\n  s3: {endpoint: 'http://x:1'}\n", 3, "storage.s3: the hot storage root is local"),
+    ],
+)
+def test_storage_settings_that_need_each_other_are_refused_at_their_line(
+    tmp_path, monkeypatch, storage, line, message
+):
+    """An s3:// root without a metastore, or a metastore or S3 options beside a local root, were refused
+    only when the store opened, without a line (`tidehouse info` showed them as fine)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tidehouse.yaml").write_text("storage:\n" + storage)
+    with pytest.raises(TidehouseError) as info:
+        load_config()
+    assert info.value.location.line == line and info.value.render().startswith(
+        f"{tmp_path / 'tidehouse.yaml'}:{line}:"
+    )
+    assert message in info.value.render(), info.value.render()
 
 
 def test_an_s3_root_without_a_metastore_is_refused_naming_the_setting(tmp_path, monkeypatch):
