@@ -62,6 +62,10 @@ def test_reasons_name_the_field_value_and_type():
     assert (
         why.reason('{"n": 3000000000}') == "malformed json record: field n: 3000000000 is out of int's range"
     )
+    # an integer of more digits than Python converts (4,300) is no reason to fail the batch
+    assert why.reason('{"n": ' + "9" * 5000 + "}") == f"malformed json record: {GENERAL}"
+    huge = Malformed("csv", "n int").reason("9" * 5000)
+    assert huge == 'malformed csv record: field n: "' + "9" * 36 + "... is out of int's range"
     # not sure why (a value of the right kind, a parser option, no schema): the general reason
     assert why.reason('{"d": "12.5x"}') == f"malformed json record: {GENERAL}"
     assert Malformed("json", "n int", (("allowComments", "true"),)).reason('{"n": 1.5}').endswith(GENERAL)
