@@ -93,7 +93,7 @@ def test_query_prints_intervals_as_duckdb_writes_them(run_cli, home):
     table, and as the list [0, 1, 0] in JSON and CSV."""
     _seed_hot(1)
     sql = (
-        "SELECT INTERVAL 1 DAY AS d, INTERVAL 5400.5 SECOND AS t, -INTERVAL 14 MONTH AS m, "
+        "SELECT INTERVAL 1 DAY AS d, to_microseconds(5400500000) AS t, -INTERVAL 14 MONTH AS m, "
         "[INTERVAL 1 HOUR] AS l FROM ods.clicks"
     )
     texts = ["1 day", "01:30:00.5", "-1 year -2 months"]
