@@ -25,6 +25,7 @@ from runtime.core.durations import run_seconds
 from runtime.core.errors import ErrorCode, Location, TidehouseError
 from runtime.core.literals import is_internal_table
 from runtime.core.refs import FlowRef, Ref
+from runtime.core.yamlsource import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import threading
@@ -246,9 +247,11 @@ class Project:
 
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
         spark = spark or self.spark()
-        plan = build_plan(self, self._resolve(ref, spark), spark)
+        text = read_text(str(ref.path)) if ref.is_path else None  # read once: what is planned is stored
+        plan = build_plan(self, self._resolve(ref, spark, text), spark)
         if register and ref.is_path:
-            plan = dataclasses.replace(plan, version=self.registry.register_flow(ref.path).version)
+            version = self.registry.register_flow(ref.path, text=text).version
+            plan = dataclasses.replace(plan, version=version)
         if select or exclude:
             plan = subset(plan, select_tables(plan, select, exclude))
         return plan
@@ -518,9 +521,10 @@ class Project:
         if self.actions_dir.is_dir():
             self.registry.register_actions([_shown(self.actions_dir)], checks=checks)
 
-    def _resolve(self, ref: FlowRef, spark):
+    def _resolve(self, ref: FlowRef, spark, text: str | None = None):
         """A flow with the action version of each table: a file (its project's actions registered first, each
-        SQL parsed by ``spark``; the flow validated) or a registered version (its pins)."""
+        SQL parsed by ``spark``; the flow validated, from ``text`` when given) or a registered version (its
+        pins)."""
         from materializer.analyze import ResolvedFlow
         from materializer.checks import EngineChecks
 
@@ -528,7 +532,7 @@ class Project:
         if not ref.is_path:
             return _pinned(registry, registry.get_flow(ref.ref.name, ref.ref.version))
         self._register_project_actions(EngineChecks(self, spark))
-        spec = registry.validate_flow(ref.path)
+        spec = registry.validate_flow(ref.path, text=text)
         actions = {}
         for table, tspec in spec.tables():
             action = Ref.parse(tspec.action)
