@@ -1,8 +1,9 @@
 """``tidehouse flow diff``: what registering a flow file changes, table by table, and what must be rebuilt.
 
-The diff is made of two plans — the latest registered version's and the file's (with the project's
-actions) — so "needs a rebuild" is exactly what the runner refuses without ``--full-refresh``
-(:meth:`materializer.runner.FlowRunner.check_unchanged`): a table whose fingerprint changes. Each changed
+The diff is made of two plans — the registered version's that built the flow's data (the latest
+registered, unless a newer one has not run: :func:`materializer.built.built_by`) and the file's (with the
+project's actions) — so "needs a rebuild" is exactly what the runner refuses without ``--full-refresh``
+(:func:`materializer.built.refuse_changed`): a table whose fingerprint changes. Each changed
 field of a table says whether it is in the fingerprint (:data:`materializer.plan.NOT_FINGERPRINTED` lists
 the ones that are not: trigger, tiering, freshness, tags, the action's version when its SQL is the same...);
 a table whose own fields are unchanged is rebuilt when something it reads is (an upstream table, a source,
@@ -109,6 +110,7 @@ class FlowDiff:
     sources: tuple[SourceDiff, ...]
     full_refresh: tuple[str, ...]  # the tables --full-refresh must name (the rest of `rebuild` is downstream)
     readers: tuple[Reader, ...] = ()  # other flows reading rebuilt tables: to rebuild next
+    latest: int | None = None  # the latest registered version, when newer than ``version`` (it did not run)
 
     def _with(self, status: Status) -> list[str]:
         return [t.table for t in self.tables if t.status == status]
@@ -150,6 +152,7 @@ class FlowDiff:
             "flow": self.flow,
             "path": self.path,
             "registered_version": self.version,
+            "latest_version": self.latest or self.version,
             "differs": self.differs,
             "added": self.added,
             "removed": self.removed,
@@ -167,6 +170,8 @@ class FlowDiff:
 
     def to_text(self) -> str:
         against = f"version {self.version}" if self.version is not None else "nothing (not registered)"
+        if self.latest is not None:
+            against += f", which built its data (version {self.latest}, registered since, did not run)"
         lines = [f"flow {self.flow}: {self.path} against {against}"]
         if not self.differs:
             lines.append("  no difference")
@@ -362,11 +367,16 @@ def _source_changes(old: SourcePlan, new: SourcePlan) -> tuple[Change, ...]:
 
 # -- the diff -----------------------------------------------------------------------------------------
 def diff_plans(
-    old: FlowPlan | None, new: FlowPlan, path: str = "", others: Mapping[str, Any] | None = None
+    old: FlowPlan | None,
+    new: FlowPlan,
+    path: str = "",
+    others: Mapping[str, Any] | None = None,
+    latest: int | None = None,
 ) -> FlowDiff:
     """What changes from ``old`` (the registered version's plan; None: not registered) to ``new``.
     ``others``: the specs of the other registered flows (``{name: FlowSpec}``), to name those that read a
-    table this change rebuilds or removes."""
+    table this change rebuilds or removes. ``latest``: the latest registered version, when it is not
+    ``old``'s."""
     old_tables = {t.name: t for t in old.tables} if old else {}
     old_sources = {s.ref: s for s in old.sources} if old else {}
     new_sources = {s.ref: s for s in new.sources}
@@ -446,6 +456,7 @@ def diff_plans(
         tuple(sources),
         tuple(roots),
         tuple(readers),
+        latest if old is None or latest != old.version else None,
     )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from materializer.admission import rows_per_batch, source_options
 from materializer.analyze import struct_of
+from materializer.built import refuse_changed
 from materializer.drain import Awake, drain
 from materializer.executors import EXECUTOR_FUNCTIONS, check_executors, recompute_distributed
 from materializer.failures import TRANSIENT, query_failure, stopped_elsewhere
@@ -40,7 +41,6 @@ from materializer.lock import RunLock
 from materializer.plan import FlowPlan, TablePlan, data_path_of
 from materializer.progress import ProgressListener
 from materializer.remote import RemoteRun, run_folder
-from materializer.selection import universe
 from materializer.sources import source_stream
 from materializer.status import StatusMemory
 from materializer.strategies import BATCH_FUNCTIONS, QueryContext, TableStats, recompute
@@ -128,24 +128,7 @@ class FlowRunner:
     def check_unchanged(self) -> None:
         """A table whose plan changed (new action version, new SQL, schema...) keeps data built by the old
         plan: refuse to mix them, and say how to rebuild."""
-        changed = []
-        for t in self.plan.tables:
-            parent = Path(t.checkpoint).parent
-            if not parent.is_dir() or not self.store.has_table(t.name):
-                continue
-            others = [p.name for p in parent.iterdir() if p.is_dir() and p.name != Path(t.checkpoint).name]
-            if others and not Path(t.checkpoint).is_dir():
-                changed.append(t.name)
-        if changed:
-            roots = universe(self.plan).upstream_roots(changed)  # a full refresh rebuilds what reads them
-            raise TidehouseError(
-                ErrorCode.PLAN_CHANGED,
-                f"flow {self.plan.flow}: the definition of "
-                f"{', '.join(changed)} changed since its data was built",
-                hint="rebuild with "
-                + " ".join(f"--full-refresh {t}" for t in roots)
-                + " (and what reads it); `tidehouse flow diff FLOW_FILE` shows what changed and why",
-            )
+        refuse_changed(self.plan, self.store.has_table)
 
     def create_tables(self) -> None:
         for t in self.plan.tables:

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -237,11 +237,13 @@ class Project:
         spark=None,
         select: Iterable[str] = (),
         exclude: Iterable[str] = (),
+        check: Callable[[FlowPlan], None] | None = None,
     ) -> FlowPlan:
         """The plan of a flow. A file's actions (the project's ``actions/``) are registered first, each SQL
         parsed by Spark; the flow itself only with ``register`` (``trigger`` does), once every table analyses
-        (a flow that cannot run is not stored), else it is validated. ``select``/``exclude``: table selectors
-        (:mod:`registry.selectors`); the plan of only the tables they select."""
+        and ``check`` (given the plan) passes (a flow that cannot run is not stored), else it is validated.
+        ``select``/``exclude``: table selectors (:mod:`registry.selectors`); the plan of only the tables they
+        select."""
         from materializer.analyze import build_plan
         from materializer.selection import select_tables, subset
 
@@ -249,6 +251,8 @@ class Project:
         spark = spark or self.spark()
         text = read_text(str(ref.path)) if ref.is_path else None  # read once: what is planned is stored
         plan = build_plan(self, self._resolve(ref, spark, text), spark)
+        if check is not None:
+            check(plan)
         if register and ref.is_path:
             version = self.registry.register_flow(ref.path, text=text).version
             plan = dataclasses.replace(plan, version=version)
@@ -258,8 +262,10 @@ class Project:
 
     def diff_flow(self, path: str | os.PathLike, *, spark=None) -> FlowDiff:
         """What registering a flow file changes (``tidehouse flow diff``): its plan (validated and analysed
-        as :meth:`plan` does, with the project's actions) against the latest registered version's."""
+        as :meth:`plan` does, with the project's actions) against the plan of the registered version that
+        built the flow's data — the latest, unless newer versions were registered that have not run."""
         from materializer.analyze import build_plan
+        from materializer.built import built_by
         from materializer.diff import diff_plans
 
         ref = FlowRef.parse(path)
@@ -272,13 +278,16 @@ class Project:
             )
         new = self.plan(ref, spark=spark)  # a bad file fails here, before Spark starts
         try:
-            registered = self.registry.get_flow(new.flow)
+            versions = self.registry.flow_versions(new.flow)  # oldest first
         except TidehouseError as exc:
             if exc.code is not ErrorCode.FLOW_UNKNOWN:
                 raise
-            registered = None
-        old = build_plan(self, _pinned(self.registry, registered), spark) if registered else None
-        return diff_plans(old, new, str(path), self.registry.other_flows(new.flow))
+            versions = []
+        plans = [lambda v=v: build_plan(self, _pinned(self.registry, v), spark) for v in reversed(versions)]
+        # against the version that built the data: a newer one registered by `flow register` has not run
+        old = (built_by(plans, self.store.has_table) or plans[0]()) if plans else None
+        latest = versions[-1].version if versions else None
+        return diff_plans(old, new, str(path), self.registry.other_flows(new.flow), latest)
 
     def trigger(
         self,
@@ -302,6 +311,7 @@ class Project:
         selected tables and everything downstream of them are rebuilt. With the setting ``metrics.port``,
         the run's status figures are served to Prometheus while it runs.
         """
+        from materializer.built import refuse_changed
         from materializer.lock import RunLock
         from materializer.metrics import FlowCollector
         from materializer.plan import source_path
@@ -345,7 +355,10 @@ class Project:
 
         try:
             with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
-                plan = plan or self.plan(ref, register=True, spark=spark)
+                # data another definition built refuses the run (TH405) before the file is registered: a
+                # refused version would become the flow's latest, what status and `flow diff` show
+                refuse = partial(refuse_changed, has_table=self.store.has_table, full_refresh=selectors)
+                plan = plan or self.plan(ref, register=True, spark=spark, check=refuse)
                 rebuild = select_tables(plan, selectors, option="--full-refresh") if selectors else []
                 runner = FlowRunner(self, plan, spark=spark, on_status=keep, lock=lock)
                 return runner.run(

@@ -67,13 +67,36 @@ def test_selectors_on_the_running_shipped_flow(spark, project_dir, run_cli):
             "the definition of ads.top_users changed since its data was built"
         )
         assert "--full-refresh ads.top_users" in refused.value.hint and "flow diff" in refused.value.hint
+        # the refused file is not registered: the flow's latest version is still the one that built its data,
+        # and the `flow diff` the hint points at still shows the change
+        assert project.registry.get_flow(FLOW).version == 1
+        assert project.diff_flow(path, spark=spark).rebuild == ["ads.top_users"]
     finally:
         project.close()
+
+    # registered without a run, the new version is not what built the data: diff still compares with that
+    code, out, err = run_cli("flow", "register", str(path))
+    assert code == 0 and "@2" in out, (out, err)
+    code, out, err = run_cli("flow", "diff", str(path))
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(
+        "against version 1, which built its data (version 2, registered since, did not run)"
+    )
+    assert "ads.top_users: REBUILD: params changed" in out
+    code, out, err = run_cli("flow", "diff", str(path), "--format", "json")
+    report = json.loads(out)
+    assert (report["registered_version"], report["latest_version"], report["rebuild"]) == (
+        1,
+        2,
+        ["ads.top_users"],
+    )
 
     code, _, err = run_cli("flow", "trigger", str(path), "--until-idle", "--full-refresh", "layer:nope")
     assert code == 2 and "TH253" in err  # refused before anything runs
     code, out, err = run_cli("flow", "trigger", str(path), "--until-idle", "--full-refresh", "layer:ads")
     assert code == 0, err
+    code, out, err = run_cli("flow", "diff", str(path))  # version 2 built the data now
+    assert code == 0 and out.splitlines() == [f"flow {FLOW}: {path} against version 2", "  no difference"]
 
     project = Project.open()
     try:
