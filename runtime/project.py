@@ -294,7 +294,7 @@ class Project:
         flow: str | os.PathLike | FlowRef,
         *,
         until_idle: bool = False,
-        duration: float | None = None,
+        duration: float | str | None = None,
         full_refresh: Iterable[str] = (),
         spark=None,
         stop_event: threading.Event | None = None,

@@ -128,10 +128,9 @@ class _Progress:
 )
 @click.option(
     "--duration",
-    type=float,
     default=None,
-    metavar="S",
-    help="Run for S seconds (above 0), then stop; not with --until-idle.",
+    metavar="DURATION",
+    help="Run this long, then stop: seconds, or with a unit (30s, 5m, 2h); not with --until-idle.",
 )
 @click.option(
     "--full-refresh",
@@ -143,7 +142,7 @@ class _Progress:
 )
 @pass_state
 def trigger_cmd(
-    state, flow_ref: str, until_idle: bool, duration: float | None, full_refresh: tuple[str, ...]
+    state, flow_ref: str, until_idle: bool, duration: str | None, full_refresh: tuple[str, ...]
 ) -> None:
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 

@@ -91,12 +91,12 @@ def run_cmd(
 @click.option("--flow", "flow", help="Tier the tables of this registered flow on their intervals.")
 @click.option(
     "--duration",
-    type=float,
     default=None,
-    help="Stop after this many seconds, above 0 (default: until stopped).",
+    metavar="DURATION",
+    help="Stop after this long: seconds, or with a unit (30s, 5m, 2h) (default: until stopped).",
 )
 @pass_state
-def schedule_cmd(state, flow: str | None, duration: float | None) -> None:
+def schedule_cmd(state, flow: str | None, duration: str | None) -> None:
     """Run the tiering service (per-table jobs on their intervals) until SIGINT/SIGTERM.
 
     Without --flow it tiers every hot table, each at the interval the latest version of its flow declares

@@ -41,15 +41,21 @@ def format_duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
-def run_seconds(value: float | None, option: str) -> float | None:
-    """How long a run lasts (``--duration``): ``None`` (until stopped) or a finite number of seconds above 0.
-    Anything else is an error located at ``option``: 0 read as "no limit", a negative number stopped at once,
-    and NaN never stopped."""
-    if value is None or (math.isfinite(value) and value > 0):
-        return value
+def run_seconds(value: float | str | None, option: str) -> float | None:
+    """How long a run lasts (``--duration``): ``None`` (until stopped), or a duration above 0 — a number of
+    seconds, or text as :func:`parse_duration` reads it (``90``, ``30s``, ``5m``). Anything else is an error
+    located at ``option``: 0 read as "no limit", a negative number stopped at once, and NaN never stopped."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds > 0:
+        return seconds
     raise TidehouseError(
         ErrorCode.CONFIG_INVALID,
-        f"a run's duration is a number of seconds above 0, not {value!r}",
+        f"a run's duration is above 0, in seconds or with a unit ('90', '30s', '5m', '2h'), not {value!r}",
         location=Location(option),
         hint="leave it out to run until stopped",
     )
