@@ -85,8 +85,8 @@ TABLE_METRICS: tuple[Metric, ...] = (
     Metric(
         "table_hot_delay_seconds",
         "gauge",
-        "Hot delay: seconds from the first layer's commit of the oldest "
-        "source data in the newest batch to its commit in this table.",
+        "Hot delay: seconds from the first layer's commit of the oldest source data in the newest batch to "
+        "its commit in this table (a newest batch that wrote nothing: to its end).",
         _key("hot_delay_s"),
     ),
     Metric(

@@ -114,6 +114,18 @@ def hot_figures(store, table: str) -> dict[str, Any]:
     }
 
 
+def caught_up(row: dict[str, Any]) -> None:
+    """A table whose newest batch read new input and wrote nothing (a filter kept no row, an aggregate or a
+    top-N came out the same) is as fresh as that batch: its hot delay is that batch's end minus the origin of
+    the input it read, not the delay of its last commit, however old (a freshness target would be missed
+    while the table is current)."""
+    at, origin = row.get("last_batch_time"), row.get("last_batch_origin")
+    if row.get("last_batch_rows_written") != 0 or at is None or origin is None:
+        return
+    if at > (row.get("last_commit_at") or 0.0):
+        row["hot_delay_s"] = round(max(0.0, at - origin), 3)
+
+
 def lake_figures(store, lake, table: str, read_snapshot=None) -> dict[str, Any]:
     """``read_snapshot``: gives the lake table's :class:`~runtime.lake.tiering.LakeSnapshot` (a running flow's
     :class:`LakeSnapshots`); None: read it from the catalog here."""
@@ -222,6 +234,8 @@ def run_snapshot(runner) -> dict[str, Any]:
                 "last_batch_id": stats.last_batch_id,
                 "last_batch_time": stats.last_batch_time,
                 "last_batch_seconds": stats.last_batch_seconds,
+                "last_batch_origin": stats.last_origin_ts,
+                "last_batch_rows_written": stats.last_rows_out,
                 "spark_batches": runner.progress.batches(t.name),
                 "batch_seconds": batch_seconds(stats, runner.progress.seconds(t.name)),
                 "dropped": stats.dropped,
@@ -231,6 +245,7 @@ def run_snapshot(runner) -> dict[str, Any]:
                 "late_dropped": runner.progress.late_dropped(t.name),
             }
         )
+        caught_up(row)
         row.update(freshness(row, t.freshness))
         tables.append(row)
     return {
@@ -292,6 +307,8 @@ def flow_status(project, name: str) -> dict[str, Any]:
             "last_batch_id",
             "last_batch_time",
             "last_batch_seconds",
+            "last_batch_origin",
+            "last_batch_rows_written",
             "spark_batches",
             "batch_seconds",
             "dropped",
@@ -310,6 +327,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
         row.update(table_figures(store, lake, table, quarantine))
         if lake_error:
             row["lake_error"] = lake_error
+        caught_up(row)
         row.update(freshness(row, version.spec.freshness_of(table)))
         tables.append(row)
     out = {

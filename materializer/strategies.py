@@ -71,6 +71,7 @@ class TableStats:
     last_batch_time: float | None = None
     last_batch_seconds: float | None = None
     last_origin_ts: float | None = None
+    last_rows_out: int | None = None  # rows the newest batch wrote
     last_batch_id: int | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)  # read/sql/write, summed (telemetry.py)
     source_batches: dict[str, int] = field(default_factory=dict)  # a file source's batches by reader
@@ -240,6 +241,7 @@ def _finish(ctx: QueryContext, started: float, rows_in: int, rows_out: int, orig
         ctx.stats.last_batch_time = time.time()
         ctx.stats.last_batch_seconds = time.time() - started
         ctx.stats.last_origin_ts = origin
+        ctx.stats.last_rows_out = rows_out
 
 
 # -- expectations and quarantine --------------------------------------------------------------------

@@ -110,5 +110,24 @@ def test_selectors_on_the_running_shipped_flow(spark, project_dir, run_cli):
         assert sum(after.values()) == 5 and after <= top  # the first five of the ten
         lake = project.lake.load("ads.top_users").scan().to_arrow()
         assert canon(lake) == after
+        stale = _row(project, "ads.conversion")["hot_delay_s"]  # rebuilt from the first run's rows
     finally:
         project.close()
+
+    # a file again: every user is known, so the funnel's batch reads new input and writes nothing; the table
+    # is as fresh as that batch, not as its last commit (the rebuild's, from the first run's rows)
+    events = sorted((project_dir / "data" / "events").iterdir())
+    shutil.copy(events[0], events[0].with_name("again-" + events[0].name))
+    code, out, err = run_cli("flow", "trigger", str(path), "--until-idle")
+    assert code == 0 and "ads.conversion: 0 rows written in 1 batch" in out, (out, err)
+    project = Project.open()
+    try:
+        row = _row(project, "ads.conversion")
+        assert row["last_batch_rows_written"] == 0 and row["last_commit_at"] < row["last_batch_time"]
+        assert row["hot_delay_s"] == round(row["last_batch_time"] - row["last_batch_origin"], 3) < stale
+    finally:
+        project.close()
+
+
+def _row(project, table: str) -> dict:
+    return next(r for r in project.status(FLOW)["tables"] if r["table"] == table)

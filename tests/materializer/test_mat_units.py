@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from materializer.plan import Param
 from materializer.rows import keys_table, quarantine_rows
-from materializer.status import hot_figures, table_figures
+from materializer.status import caught_up, hot_figures, table_figures
 from materializer.strategies import _last_images
 from runtime.storage import open_store
 from runtime.storage.api import TableMeta
@@ -59,6 +59,24 @@ def test_hot_delay_is_commit_minus_origin(tmp_path):
         assert figures["quarantined"] == 1
     finally:
         store.close()
+
+
+def test_a_batch_that_wrote_nothing_after_the_last_commit_gives_the_hot_delay():
+    def row(**last) -> dict:
+        figures = {"hot_delay_s": 120.0, "last_commit_at": 1000.0}
+        figures.update({f"last_batch_{k}": v for k, v in last.items()})
+        caught_up(figures)
+        return figures
+
+    assert row(time=1010.0, origin=1007.5, rows_written=0)["hot_delay_s"] == 2.5
+    assert row(time=1010.0, origin=1007.5, rows_written=3)["hot_delay_s"] == 120.0  # its commit says it
+    assert row(time=990.0, origin=980.0, rows_written=0)["hot_delay_s"] == 120.0  # older than the commit
+    assert row(time=1010.0, origin=None, rows_written=0)["hot_delay_s"] == 120.0  # a source: no origin
+    assert row()["hot_delay_s"] == 120.0  # no batch in this run
+    nothing_yet = {"hot_delay_s": None, "last_commit_at": None}  # never committed: the batch gives it
+    nothing_yet.update(last_batch_time=5.0, last_batch_origin=4.0, last_batch_rows_written=0)
+    caught_up(nothing_yet)
+    assert nothing_yet["hot_delay_s"] == 1.0
 
 
 def test_params_are_plain_data():
