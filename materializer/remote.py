@@ -35,7 +35,7 @@ from runtime.spark.options import Place
 HEARTBEAT = "client.heartbeat"
 HEARTBEAT_EVERY_S = 5.0
 CLIENT_TIMEOUT_S = 30.0
-_LAST = ("last_batch_time", "last_batch_seconds", "last_origin_ts", "last_batch_id")
+_LAST = ("last_batch_time", "last_batch_seconds", "last_origin_ts", "last_rows_out", "last_batch_id")
 _ERROR = ("error", "error_code", "error_message", "error_hint")
 
 

@@ -32,15 +32,15 @@ def test_each_instance_adds_what_it_did_since_the_last_pull(run):
     assert (stats["dwd.t"].batches, stats["dwd.t"].rows_in, stats["dwd.t"].rows_out) == (2, 30, 20)
     # the same instance's next batch (cumulative figures), and a restarted query's new instance
     _publish(run.folder, "dwd.t", "101-a", batches=3, rows_in=45, rows_out=28, phase_seconds={"sql": 0.7})
-    _publish(
-        run.folder, "dwd.t", "202-b", batches=1, rows_in=5, rows_out=5, last_batch_id=7, last_batch_time=9.0
-    )
+    newest = {**TableStats(batches=1, rows_in=5, rows_out=5).to_dict(), "last_batch_id": 7}
+    newest.update(last_batch_time=9.0, last_origin_ts=8.5, last_rows_out=0)  # taken as they are, not added
+    _publish(run.folder, "dwd.t", "202-b", **newest)
     run.pull(stats)
     run.pull(stats)  # nothing new: nothing added twice
     t = stats["dwd.t"]
     assert (t.batches, t.rows_in, t.rows_out) == (4, 50, 33)
     assert t.phase_seconds == pytest.approx({"sql": 0.7})
-    assert (t.last_batch_id, t.last_batch_time) == (7, 9.0)
+    assert (t.last_batch_id, t.last_batch_time, t.last_origin_ts, t.last_rows_out) == (7, 9.0, 8.5, 0)
     assert stats["ads.u"].batches == 0
 
 
