@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from materializer.plan import FlowPlan
-from materializer.selection import universe
+from materializer.selection import select_tables, universe
 from runtime.core.errors import ErrorCode, TidehouseError
 
 
@@ -38,8 +38,6 @@ def refuse_changed(
     """Refuse (``TH405``) to run ``plan`` over data another definition built: a run would mix them.
     ``full_refresh``: the run's ``--full-refresh`` selectors, whose tables and their readers are dropped
     before it runs."""
-    from materializer.selection import select_tables
-
     chosen = select_tables(plan, full_refresh, option="--full-refresh") if full_refresh else []
     changed = changed_tables(plan, has_table, plan.graph().descendants(chosen) if chosen else ())
     if changed:
@@ -54,10 +52,12 @@ def refuse_changed(
 
 
 def built_by(plans: Sequence[Callable[[], FlowPlan]], has_table: Callable[[str], bool]) -> FlowPlan | None:
-    """Of a flow's registered versions' plans, newest first (each made when asked), the first that built
-    every table's hot data: the one no table of which another definition built. None if there is none."""
+    """Of a flow's registered versions' plans, newest first (each made when asked), the first no table of
+    which holds data another definition built; the newest if none is (None: no plans)."""
+    newest = None
     for make in plans:
         plan = make()
+        newest = newest or plan
         if not changed_tables(plan, has_table):
             return plan
-    return None
+    return newest

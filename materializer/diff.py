@@ -456,7 +456,7 @@ def diff_plans(
         tuple(sources),
         tuple(roots),
         tuple(readers),
-        latest if old is None or latest != old.version else None,
+        None if old is None or latest == old.version else latest,
     )
 
 

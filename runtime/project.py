@@ -285,7 +285,7 @@ class Project:
             versions = []
         plans = [lambda v=v: build_plan(self, _pinned(self.registry, v), spark) for v in reversed(versions)]
         # against the version that built the data: a newer one registered by `flow register` has not run
-        old = (built_by(plans, self.store.has_table) or plans[0]()) if plans else None
+        old = built_by(plans, self.store.has_table)
         latest = versions[-1].version if versions else None
         return diff_plans(old, new, str(path), self.registry.other_flows(new.flow), latest)
 

@@ -48,7 +48,7 @@ def run_seconds(value: float | str | None, option: str) -> float | None:
     if value is None:
         return None
     try:
-        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+        seconds = parse_duration(value)
     except ValueError:
         seconds = math.nan
     if math.isfinite(seconds) and seconds > 0:
