@@ -2,7 +2,8 @@
 
 ``local_actions`` parses a folder's actions without registering them (``flow validate PATH`` checks a flow
 against them). ``edited_actions`` names the tables of a registered flow whose action file in that folder is
-no longer the version the flow pins: a run of the flow by name runs the pinned version, not the file.
+no longer the version the flow pins: a run of the flow by name runs the pinned version, not the file;
+``edited_flow`` says the same of the flow's own file.
 """
 
 from __future__ import annotations
@@ -66,3 +67,15 @@ def edited_actions(registry: Registry, version: FlowVersion, folder: Path) -> li
         if content_hash(text) != registry.get_action(ref.name, ref.version).content_hash:
             out.append(EditedAction(table, pinned, file))
     return out
+
+
+def edited_flow(version: FlowVersion) -> Path | None:
+    """The file ``version`` was registered from, when it now holds another flow text (line endings aside, as
+    registering compares); None when it is the same, gone or unreadable."""
+    if not version.path:
+        return None
+    try:
+        text = read_text(version.path)
+    except (TidehouseError, OSError):
+        return None
+    return None if content_hash(text) == content_hash(version.source_text) else Path(version.path)

@@ -193,6 +193,14 @@ class Project:
         version = self.registry.get_flow(ref.ref.name, ref.ref.version)
         return edited_actions(self.registry, version, _shown(self.actions_dir))
 
+    def edited_flow(self, flow: str | FlowRef) -> Path | None:
+        """The file of a flow run by NAME when it holds another text than the registered one the run uses."""
+        from registry.local import edited_flow
+
+        ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
+        named = not ref.is_path and ref.ref.version is None
+        return edited_flow(self.registry.get_flow(ref.ref.name)) if named else None
+
     def validate_flow(
         self,
         flow: str | os.PathLike | FlowRef,
@@ -284,8 +292,7 @@ class Project:
                 raise
             versions = []
         plans = [lambda v=v: build_plan(self, _pinned(self.registry, v), spark) for v in reversed(versions)]
-        # against the version that built the data: a newer one registered by `flow register` has not run
-        old = built_by(plans, self.store.has_table)
+        old = built_by(plans, self.store.has_table)  # a newer version registered by `flow register` never ran
         latest = versions[-1].version if versions else None
         return diff_plans(old, new, str(path), self.registry.other_flows(new.flow), latest)
 
@@ -355,8 +362,7 @@ class Project:
 
         try:
             with self.metrics_endpoint(FlowCollector(name, lambda: latest.get("snapshot"))):
-                # data another definition built refuses the run (TH405) before the file is registered: a
-                # refused version would become the flow's latest, what status and `flow diff` show
+                # TH405 before the file is registered: a refused file must not become the flow's latest
                 refuse = partial(refuse_changed, has_table=self.store.has_table, full_refresh=selectors)
                 plan = plan or self.plan(ref, register=True, spark=spark, check=refuse)
                 rebuild = select_tables(plan, selectors, option="--full-refresh") if selectors else []

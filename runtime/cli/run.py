@@ -147,11 +147,19 @@ def trigger_cmd(
     """Start the flow's streaming queries layer by layer, plus its tiering schedule.
 
     A PATH is registered first, together with the actions of the project's actions/ folder (Spark parses each
-    new action version, and the flow is registered once every table analyses: what Spark refuses is not
-    stored); a NAME runs the action versions it pins (a note names each action file edited since). Ctrl-C
-    or SIGTERM stops the flow gracefully (a second Ctrl-C at once); triggering it again resumes where it
+    new action version, and the flow is registered once every table analyses and no table holds data another
+    definition built, TH405: what is refused is not stored); a NAME runs its latest registered version and
+    the action versions it pins (a note names the flow file and each action file edited since). Ctrl-C or
+    SIGTERM stops the flow gracefully (a second Ctrl-C at once); triggering it again resumes where it
     stopped.
     """
+    edited_flow = state.project.edited_flow(flow_ref)  # a run by name runs the registered text
+    if edited_flow is not None:
+        click.echo(
+            f"note: {edited_flow} has changed since {flow_ref} was registered from it: the run uses the "
+            f"registered version (`flow trigger {edited_flow}` registers the file and runs it)",
+            err=True,
+        )
     for edited in state.project.edited_actions(flow_ref):  # a run by name runs the pins, not the files
         click.echo(
             f"note: {edited.file} is not {edited.pinned}, the version this flow pins for {edited.table}: the "
