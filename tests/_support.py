@@ -21,6 +21,13 @@ def comparable(value: float) -> float:
     return round(round(value, 9), 6)
 
 
+def uses_the_shared_session(item) -> bool:
+    """Whether a collected test uses the session fixture ``spark`` (directly or through another fixture), not
+    a parameter of that name."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "spark" in getattr(item, "fixturenames", ()) and "spark" not in params
+
+
 class CliEntry:
     """Adapts :func:`runtime.cli.main` (which returns an exit code) to CliRunner's command protocol."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests._support import run_cli as run_cli_in_process
+from tests._support import uses_the_shared_session
 
 # session fixtures of real servers, for every test package (seaweedfs, postgres, spark_cluster,
 # connect_server), and the tests' order and split over parallel processes (tests/_parallel.py)
@@ -39,6 +40,17 @@ os.environ["SPARK_SUBMIT_OPTS"] = shlex.join([*_OPTS, f"{_TMPDIR}{JVM_TMP}"])
 
 def pytest_unconfigure(config) -> None:
     shutil.rmtree(JVM_TMP, ignore_errors=True)
+
+
+@pytest.hookimpl(
+    tryfirst=True
+)  # before ``-m`` deselects: the fast suite (``-m "not spark ..."``) starts no Spark
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that uses the shared SparkSession, directly or through another fixture, is a ``spark`` test
+    whether or not it says so (the session's start alone is ~14 s, ~20 s beside other test runs)."""
+    for item in items:
+        if uses_the_shared_session(item) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture

@@ -185,13 +185,13 @@ def test_a_running_flows_status_rereads_the_lake_after_a_commit_or_a_while(store
 
 
 def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake):
-    lake.max_snapshots = 6
+    lake.max_snapshots = 4
     store.create_table(
         TableMeta("dws.activity", ACTIVITY, kind="primary_key", primary_key=("user_id",), buckets=2)
     )
     schema = ACTIVITY.append(pa.field(CHANGE, pa.string()))
     expired = 0
-    for seq in range(30):
+    for seq in range(16):
         rows = [
             {"user_id": f"u{(seq * 3 + k) % 11}", "events": seq, "last_item": "x", CHANGE: "+U"}
             for k in range(3)
@@ -200,13 +200,13 @@ def test_expiry_deletes_unreferenced_files_and_keeps_offsets(store, lake):
         result = tier_table(store, lake, "dws.activity")
         expired += sum(int(n.split()[1]) for n in result.maintenance if n.startswith("expired"))
     table = lake.load("dws.activity")
-    assert expired >= 20 and len(table.snapshots()) <= 6
+    assert expired >= 10 and len(table.snapshots()) <= 4
     assert lake_offsets(table, 2)[0] == store.end_offsets("dws.activity")
     assert lake_rows(lake, "dws.activity") == rows_of(store.scan("dws.activity"))
     for snap in table.snapshots():  # every kept snapshot is still readable (no live file was deleted)
         table.scan(snapshot_id=snap.snapshot_id).to_arrow()
     on_disk = data_files_stored(table)
-    assert len(on_disk) <= 6 * 2 * 2, f"{len(on_disk)} data files stored for 6 snapshots of a 2-bucket table"
+    assert len(on_disk) <= 4 * 2 * 2, f"{len(on_disk)} data files stored for 4 snapshots of a 2-bucket table"
 
 
 def test_a_keyed_read_prunes_the_files_of_other_buckets(store, lake):

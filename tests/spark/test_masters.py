@@ -166,6 +166,7 @@ def _register(tmp_path: Path, project: str, **environ: str) -> subprocess.Comple
     ],
     ids=["launcher", "jvm", "session-state"],
 )
+@pytest.mark.slow  # each starts a driver JVM (session-state a whole session: ~8 s alone, ~45 s in the matrix)
 def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, says):
     proc = _register(tmp_path, f"spark:\n  conf:\n    {conf}\n")
     assert proc.returncode == 2, proc.stdout + proc.stderr
