@@ -280,8 +280,9 @@ def _pid() -> int:
 
 
 def flow_status(project, name: str) -> dict[str, Any]:
-    """Status of a flow, running or not: the last snapshot's query figures + live hot and lake figures."""
-    version = project.registry.get_flow(name)
+    """Status of a flow, running or not: the last snapshot's query figures + live hot and lake figures, for
+    the version that ran last (``latest_version`` names a newer one registered since, which has not run)."""
+    latest = project.registry.get_flow(name)
     path = Path(project.config.run_dir) / f"{name}.status.json"
     snap: dict[str, Any] = {}
     if path.is_file():
@@ -289,6 +290,10 @@ def flow_status(project, name: str) -> dict[str, Any]:
             snap = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:  # replaced atomically, so this is damage: say so
             snap = {"snapshot_error": f"cannot read {path}: {exc}"}
+    ran = snap.get("version")
+    version = (
+        project.registry.get_flow(name, ran) if isinstance(ran, int) and ran < latest.version else latest
+    )
     running = RunLock(project.config.run_dir, name).taken_elsewhere()
     last = {row["table"]: row for row in snap.get("tables", [])}
     store = project.store
@@ -333,6 +338,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
     out = {
         "flow": name,
         "version": version.version,
+        **({"latest_version": latest.version} if latest.version != version.version else {}),
         "running": running,
         "state": snap.get("state") if running else ("stopped" if snap else "never run"),
         "updated_at": snap.get("updated_at"),

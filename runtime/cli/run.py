@@ -234,7 +234,10 @@ def status_cmd(state, name: str, fmt: str, as_json: bool) -> None:
         return
     flow_state = "running" if status["running"] else status["state"]
     where = f" on {status['spark']} (data path: {status['data_path']})" if status.get("spark") else ""
-    click.echo(f"flow {status['flow']} (version {status['version']}): {flow_state}{where}")
+    version = f"version {status['version']}"
+    if status.get("latest_version"):
+        version += f"; version {status['latest_version']}, registered since, has not run"
+    click.echo(f"flow {status['flow']} ({version}): {flow_state}{where}")
     headers = [
         "table",
         "state",

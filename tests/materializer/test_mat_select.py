@@ -83,6 +83,11 @@ def test_selectors_on_the_running_shipped_flow(spark, project_dir, run_cli):
         "against version 1, which built its data (version 2, registered since, did not run)"
     )
     assert "ads.top_users: REBUILD: params changed" in out
+    # and status names the version that ran, and the newer one
+    code, out, err = run_cli("flow", "status", FLOW)
+    assert code == 0 and out.startswith(f"flow {FLOW} (version 1; version 2, registered since, has not run)")
+    status = json.loads(run_cli("flow", "status", FLOW, "--format", "json")[1])
+    assert (status["version"], status["latest_version"]) == (1, 2)
     code, out, err = run_cli("flow", "diff", str(path), "--format", "json")
     report = json.loads(out)
     assert (report["registered_version"], report["latest_version"], report["rebuild"]) == (
@@ -97,6 +102,8 @@ def test_selectors_on_the_running_shipped_flow(spark, project_dir, run_cli):
     assert code == 0, err
     code, out, err = run_cli("flow", "diff", str(path))  # version 2 built the data now
     assert code == 0 and out.splitlines() == [f"flow {FLOW}: {path} against version 2", "  no difference"]
+    status = json.loads(run_cli("flow", "status", FLOW, "--format", "json")[1])
+    assert status["version"] == 2 and "latest_version" not in status
 
     project = Project.open()
     try:
