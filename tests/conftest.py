@@ -48,12 +48,11 @@ def pytest_unconfigure(config) -> None:
     shutil.rmtree(JVM_TMP, ignore_errors=True)
 
 
-@pytest.hookimpl(
-    tryfirst=True
-)  # before ``-m`` deselects: the fast suite (``-m "not spark ..."``) starts no Spark
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
 def pytest_collection_modifyitems(config, items) -> None:
     """A test that uses the shared SparkSession, directly or through another fixture, is a ``spark`` test
-    whether or not it says so (the session's start alone is ~14 s, ~20 s beside other test runs)."""
+    whether or not it says so: the fast suite (``-m "not spark ..."``, CI's Python matrix) starts no Spark
+    (the session's start alone is ~14 s, ~20 s beside other test runs)."""
     for item in items:
         if uses_the_shared_session(item) and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
