@@ -21,7 +21,7 @@ from materializer.analyze import struct_of
 from materializer.ingest import ingest_with_arrow
 from materializer.malformed import Malformed
 from materializer.routing import ORDER, SourceCheck, write_routed
-from materializer.rows import CORRUPT, expectation_exprs, split_corrupt, split_missing
+from materializer.rows import CORRUPT, FILE, expectation_exprs, split_corrupt, split_missing
 from materializer.strategies import (
     QueryContext,
     _begin,
@@ -85,7 +85,7 @@ def append_batch(ctx: QueryContext) -> Callable:
         if source is not None and table.passthrough:  # one pass: the write tasks quarantine what fails
             check = SourceCheck.of(source)
             good = batch_df.select(
-                *[f"`{c}`" for c in batch_df.columns if c in _names(stream_input.ddl) or c == CORRUPT]
+                *[f"`{c}`" for c in batch_df.columns if c in _names(stream_input.ddl) or c in (CORRUPT, FILE)]
             )
         elif source is not None:  # SQL over the records that parse: the others quarantined first
             cached = batch_df.persist()
@@ -133,8 +133,7 @@ def _source_rows(ctx: QueryContext, source, batch_df, batch_id: int) -> tuple[An
     _, missing = split_missing(data, source.required, source.name, source.format)
     write_quarantine(ctx, missing, batch_id, part="qn")
     good = batch_df.where(fine)
-    if CORRUPT in good.columns:
-        good = good.drop(CORRUPT)
+    good = good.drop(*[c for c in (CORRUPT, FILE) if c in good.columns])
     return good, batch_df.count()  # every record that came in (batch_df is cached)
 
 

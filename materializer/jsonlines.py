@@ -35,7 +35,7 @@ import pyarrow.json as pj
 
 from materializer.analyze import struct_of
 from materializer.plan import FlowPlan, SourcePlan, TablePlan
-from materializer.rows import CORRUPT
+from materializer.rows import CORRUPT, FILE
 from runtime.core.uris import local_path, scheme_of
 from runtime.spark.types import spark_to_arrow
 
@@ -131,6 +131,7 @@ class JsonLinesReader:
     def __init__(self, source: SourcePlan) -> None:
         self.target = spark_to_arrow(struct_of(source.ddl))
         self.corrupt = source.quarantines  # Spark's batch carries the malformed-record column (all null here)
+        self.required = [c for c in source.required if c in self.target.names]  # the rows to name a file of
         as_read = [  # timestamps as text: checked and converted here (_timestamps)
             pa.field(f.name, pa.string() if pa.types.is_timestamp(f.type) else f.type) for f in self.target
         ]
@@ -138,16 +139,29 @@ class JsonLinesReader:
 
     def read(self, files: list[str]) -> tuple[pa.Table | None, str | None]:
         """(the batch's rows with the schema of Spark's batch, None) or (None, why Spark reads them)."""
-        parts = []
+        parts, named = [], []
         for uri in files:
             table, why = self._file(uri)
             if table is None:
                 return None, why
             parts.append(table)
+            named.append(self._named(table, uri))
         table = pa.concat_tables(parts) if parts else self.target.empty_table()
         if self.corrupt:
             table = table.append_column(pa.field(CORRUPT, pa.string()), pa.nulls(table.num_rows, pa.string()))
+            file = pa.chunked_array(named, pa.string()) if named else pa.nulls(0, pa.string())
+            table = table.append_column(pa.field(FILE, pa.string()), file)
         return table, None
+
+    def _named(self, table: pa.Table, uri: str) -> pa.Array:
+        """The :data:`~materializer.rows.FILE` column of a file's rows: ``uri`` where a column declared NOT
+        NULL is null (the row goes to quarantine), else null — as Spark's reader gives it."""
+        if not self.required or not any(table.column(c).null_count for c in self.required):
+            return pa.nulls(table.num_rows, pa.string())
+        missing = pc.is_null(table.column(self.required[0]))
+        for c in self.required[1:]:
+            missing = pc.or_(missing, pc.is_null(table.column(c)))
+        return pc.if_else(missing, pa.scalar(uri), pa.scalar(None, pa.string())).combine_chunks()
 
     def _file(self, uri: str) -> tuple[pa.Table | None, str | None]:
         if scheme_of(uri) not in ("", "file"):

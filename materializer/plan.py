@@ -21,7 +21,7 @@ from runtime.core.durations import format_duration
 from runtime.core.literals import TableKind
 
 QUARANTINE_SUFFIX = "__quarantine"
-QUARANTINE_DDL = "raw string, reason string, source string, quarantined_at timestamp"
+QUARANTINE_DDL = "raw string, reason string, source string, quarantined_at timestamp, file string"
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ These functions take and return Arrow tables and touch no store and no Spark, so
 batch it read itself and an executor task runs them on the rows it holds:
 
 * :func:`split_corrupt` / :func:`split_missing` — source records that do not parse, or lack a column the
-  source declares ``NOT NULL``: the rows to keep, and the quarantine rows (raw record and reason, which
-  :mod:`materializer.malformed` words);
+  source declares ``NOT NULL``: the rows to keep, and the quarantine rows (raw record, reason, which
+  :mod:`materializer.malformed` words, and the file it came from: the :data:`FILE` column a source's
+  reader adds to such records);
 * :func:`expectation_exprs` / :func:`split_expectations` — the Spark expressions that flag violators of a
   table's expectations, and the split of its rows by those flags (kept, dropped, quarantined, fail);
 * :func:`keys_table` — rows as upserts or as deletes of their key (``__change``), for primary-key tables.
@@ -18,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,27 +27,49 @@ import pyarrow.compute as pc
 from materializer.malformed import Malformed
 from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.literals import is_system_column
+from runtime.core.uris import scheme_of
 from runtime.storage.api import CHANGE, DELETE, TS_TYPE
 
 CORRUPT = "_corrupt_record"
+# a file source's records that go to quarantine carry the URI of their file here (null for the others; a
+# system column: no source column has its name)
+FILE = "__source_file"
 
 
 def quarantine_rows(
-    raw: Sequence[str] | pa.ChunkedArray, reason: str | Sequence[str] | pa.ChunkedArray, source: str
+    raw: Sequence[str] | pa.ChunkedArray,
+    reason: str | Sequence[str] | pa.ChunkedArray,
+    source: str,
+    files: Sequence[str | None] | pa.ChunkedArray | None = None,
 ) -> pa.Table:
     """The quarantine table's rows: each ``raw`` record with its ``reason`` (one for all, or one each; lists
-    or Arrow string columns)."""
+    or Arrow string columns) and the file it was read from (``files``: URIs, a local file's shown as its
+    path; None: not read from a file, an expectation's violator for one)."""
     n = len(raw)
     reasons = [reason] * n if isinstance(reason, str) else reason
     now = pa.array([int(time.time() * 1_000_000)] * n, pa.int64()).cast(TS_TYPE)
+    if isinstance(files, pa.ChunkedArray):
+        files = files.to_pylist()
     return pa.table(
         {
             "raw": raw if isinstance(raw, pa.ChunkedArray) else pa.array(raw, pa.string()),
             "reason": reasons if isinstance(reasons, pa.ChunkedArray) else pa.array(reasons, pa.string()),
             "source": pa.array([source] * n, pa.string()),
             "quarantined_at": now,
+            "file": pa.array([None] * n if files is None else [shown_file(f) for f in files], pa.string()),
         }
     )
+
+
+def shown_file(uri: str | None) -> str | None:
+    """A source file's URI as the quarantine shows it: a local file's path, any other URI as it is."""
+    if not uri or scheme_of(uri) != "file":  # Spark's input_file_name() is "" where it knows no file
+        return uri or None
+    return unquote(urlparse(uri).path)
+
+
+def _files(data: pa.Table, mask) -> pa.ChunkedArray | None:
+    return data.column(FILE).filter(mask) if FILE in data.column_names else None
 
 
 def keys_table(meta_schema: pa.Schema, rows: pa.Table, key: tuple[str, ...], kind: str) -> pa.Table:
@@ -67,7 +91,8 @@ def split_corrupt(data: pa.Table, source: str, why: Malformed) -> tuple[pa.Table
         return data, quarantine_rows([], "", source)  # every record parsed: no copy of the rows
     corrupt = pc.is_valid(data.column(CORRUPT))
     raws = raw_texts(data.filter(corrupt).column(CORRUPT))
-    return data.filter(pc.invert(corrupt)), quarantine_rows(raws, why.reasons(raws), source)
+    rows = quarantine_rows(raws, why.reasons(raws), source, _files(data, corrupt))
+    return data.filter(pc.invert(corrupt)), rows
 
 
 def raw_texts(column: pa.ChunkedArray) -> list[str]:
@@ -106,7 +131,7 @@ def split_missing(
         for a in absent
     ]
     raws = [json.dumps(r, default=str, sort_keys=True) for r in bad.select(user).to_pylist()]
-    return data.filter(pc.invert(mask)), quarantine_rows(raws, reasons, source)
+    return data.filter(pc.invert(mask)), quarantine_rows(raws, reasons, source, _files(data, mask))
 
 
 def expectation_exprs(expect: Sequence) -> list[str]:

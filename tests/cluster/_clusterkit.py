@@ -20,7 +20,8 @@ CLUSTER_CONF = {"spark.executor.memory": "1g", "spark.task.maxFailures": "4"}
 
 
 def assert_oracle(project, lines: list[str], when: str) -> None:
-    """Every table of the 4-layer test flow, hot and lake, and its quarantine equal the batch oracle."""
+    """Every table of the 4-layer test flow, hot and lake, and its quarantine equal the batch oracle (each
+    quarantined record names the file that holds it)."""
     from tests.materializer._flowkit import canon, oracle
 
     expected = oracle(lines)
@@ -30,6 +31,9 @@ def assert_oracle(project, lines: list[str], when: str) -> None:
         assert canon(lake) == expected[table], f"{when}: lake {table}"
     quarantined = sum(project.store.end_offsets("ods.clicks__quarantine"))
     assert quarantined == expected["ods.clicks__quarantine"], f"{when}: quarantine"
+    for row in project.store.scan("ods.clicks__quarantine").to_pylist():  # each names the file it is in
+        file = row["file"]
+        assert file and row["raw"] in Path(file).read_text().splitlines(), f"{when}: quarantined {row}"
 
 
 def set_spark(project_dir: Path, spark: dict) -> None:

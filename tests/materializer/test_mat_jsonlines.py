@@ -22,6 +22,7 @@ pytestmark = pytest.mark.spark
 
 DDL = "s string, l bigint, i int, d double, b boolean, t timestamp"
 CORRUPT = "_corrupt_record"
+FILE = "__source_file"
 
 # timestamps: forms both parsers read alike, and forms the reader must refuse (Spark's own lenient forms,
 # invalid instants)
@@ -186,6 +187,7 @@ def test_the_arrow_reader_gives_sparks_rows_or_refuses(spark, tmp_path, seed):
 
     from materializer.jsonlines import JsonLinesReader
     from materializer.plan import SourcePlan
+    from materializer.sources import with_file
 
     rng = random.Random(seed)
     folder = tmp_path / "in"
@@ -196,15 +198,16 @@ def test_the_arrow_reader_gives_sparks_rows_or_refuses(spark, tmp_path, seed):
         path = folder / f"f{n:04d}.json"
         path.write_bytes(data)
         clean[path.as_uri()] = alike
-    spark_rows = (
+    source = SourcePlan("events", "json", str(folder), DDL)
+    read = (
         spark.read.schema(f"{DDL}, {CORRUPT} string")
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .json(str(folder))
-        .selectExpr("*", "_metadata.file_path AS file")
-        .toArrow()
     )
-    reader = JsonLinesReader(SourcePlan("events", "json", str(folder), DDL))
+    # with the column a flow's Spark reader adds (the file of each record to quarantine)
+    spark_rows = with_file(read, source).selectExpr("*", "_metadata.file_path AS file").toArrow()
+    reader = JsonLinesReader(source)
     accepted = 0
     for uri, alike in clean.items():
         table, why = reader.read([uri])
@@ -230,7 +233,7 @@ def test_a_batch_is_read_whole_by_one_reader(tmp_path):
     empty.write_text("\n\n")
     reader = JsonLinesReader(SourcePlan("events", "json", str(tmp_path), DDL))
     table, why = reader.read([good.as_uri(), empty.as_uri()])
-    assert table.num_rows == 1 and why is None and table.column_names[-1] == CORRUPT
+    assert table.num_rows == 1 and why is None and table.column_names[-2:] == [CORRUPT, FILE]
     assert table.column(CORRUPT).null_count == 1
     table, why = reader.read([good.as_uri(), bad.as_uri()])
     assert table is None and "b.json" in why and "null" in why
@@ -320,9 +323,9 @@ layers:
 
 def test_the_arrow_readers_quarantine_and_upsert_as_spark_does(spark, project_dir, data_path, seed):
     """A well-formed batch (Arrow's, in the driver or in one executor task) with records lacking the NOT
-    NULL column: those are quarantined with Spark's reason, the others written, into a log table and as
-    upserts into a primary-key table (the last record of a key wins); then the same input read by Spark
-    (materializer.arrow_json: false) into a second project gives the same tables."""
+    NULL column: those are quarantined with Spark's reason and their file, the others written, into a log
+    table and as upserts into a primary-key table (the last record of a key wins); then the same input read
+    by Spark (materializer.arrow_json: false) into a second project gives the same tables."""
     from runtime.project import Project
     from tests.materializer._flowkit import ACTIONS, canon, make_events, write_batch, write_project
 
@@ -346,14 +349,15 @@ def test_the_arrow_readers_quarantine_and_upsert_as_spark_does(spark, project_di
             (
                 canon(project.store.scan("ods.clicks")),
                 canon(project.store.scan("ods.latest")),
-                sorted((q["raw"], q["reason"]) for q in quarantine),
+                sorted((q["raw"], q["reason"], q["file"]) for q in quarantine),
             )
         )
         project.close()
     assert results[0] == results[1]
     log, latest, quarantined = results[0]
     assert sum(log.values()) == 39 and len(quarantined) == 2, quarantined
-    assert all("user_id" in reason for _, reason in quarantined), quarantined
+    assert all("user_id" in reason for _, reason, _ in quarantined), quarantined
+    assert {file for _, _, file in quarantined} == {str(project_dir / "data" / "clicks" / "part-0.json")}
     assert sum(latest.values()) == len({json.loads(x).get("user_id") for x in lines} - {None})
 
 

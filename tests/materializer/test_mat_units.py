@@ -10,6 +10,7 @@ from materializer.plan import Param
 from materializer.rows import keys_table, quarantine_rows
 from materializer.status import caught_up, hot_figures, table_figures
 from materializer.strategies import _last_images
+from materializer.tables import quarantine_meta
 from runtime.storage import open_store
 from runtime.storage.api import TableMeta
 
@@ -37,9 +38,22 @@ def test_keys_table_deletes_carry_only_keys():
 
 def test_quarantine_rows_shape():
     rows = quarantine_rows(["{bad", "x"], "malformed", "clicks")
-    assert rows.column_names == ["raw", "reason", "source", "quarantined_at"]
+    assert rows.column_names == ["raw", "reason", "source", "quarantined_at", "file"]
+    assert rows.schema.names == quarantine_meta("ods.clicks__quarantine").schema.names
     assert rows.column("reason").to_pylist() == ["malformed", "malformed"]
+    assert rows.column("file").to_pylist() == [None, None]  # no file named: an expectation's violators
     assert rows.num_rows == 2
+
+
+def test_quarantine_rows_name_a_local_file_by_its_path_and_keep_other_uris():
+    files = ["file:/data/in/a%20b.json", "file:///data/in/c.json", "s3a://bucket/in/d.json", None]
+    rows = quarantine_rows(["x"] * 4, "malformed", "clicks", pa.chunked_array([files]))
+    assert rows.column("file").to_pylist() == [
+        "/data/in/a b.json",
+        "/data/in/c.json",
+        "s3a://bucket/in/d.json",
+        None,
+    ]
 
 
 def test_hot_delay_is_commit_minus_origin(tmp_path):

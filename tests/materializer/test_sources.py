@@ -54,6 +54,18 @@ def test_spark_lists_what_tidehouses_listing_would_not_read_as_spark_does(
     assert refusal is not None and why in refusal, refusal
 
 
+class _ReadByName(str):
+    """What the reader gives: "read by name", with the quarantine's file column added
+    (materializer.sources.with_file)."""
+
+    def __new__(cls):
+        return super().__new__(cls, "read by name")
+
+    def selectExpr(self, *exprs):
+        assert exprs[0] == "*" and "input_file_name()" in exprs[1], exprs
+        return self
+
+
 class _Batch:
     """A Spark micro-batch DataFrame as SparkListed sees it: its files, and a session that reads by name."""
 
@@ -83,7 +95,7 @@ class _Batch:
 
             def load(self, paths):
                 batch.read_paths = paths
-                return "read by name"
+                return _ReadByName()
 
         return Reader()
 
