@@ -4,8 +4,8 @@ Records that do not parse and records lacking a column the source declares ``NOT
 table's quarantine; each must name its file — whichever lists the source folder (Tidehouse, or Spark's file
 source for a source with a listing option), whichever reads the batch (Arrow's JSON Lines reader or Spark),
 for a pass-through table (whose write tasks quarantine on the executor path) and for SQL over the source,
-on both data paths. A project whose quarantine tables predate the column gets it, hot and in the lake: the
-rows quarantined before name no file.
+for JSON and CSV, on both data paths. A project whose quarantine tables predate the column gets it, hot
+and in the lake: the rows quarantined before name no file.
 """
 
 from __future__ import annotations
@@ -32,11 +32,16 @@ sources:
     path: data/views
     schema: "{SCHEMA}"
     options: {{pathGlobFilter: "*.json"}}
+  orders:
+    format: csv
+    path: data/orders
+    schema: "id int NOT NULL, amount double"
 layers:
   ods:
     clicks: {{action: t_ingest, inputs: {{raw: clicks}}}}
     priced: {{action: t_clean, inputs: {{events: clicks}}}}
     views: {{action: t_ingest, inputs: {{raw: views}}}}
+    orders: {{action: t_ingest, inputs: {{raw: orders}}}}
 """
 OLD_DDL = "raw string, reason string, source string, quarantined_at timestamp"
 
@@ -81,6 +86,7 @@ def test_quarantined_records_name_their_file(spark, project_dir, data_path):
     # ...and one with malformed lines (Spark reads the batch)
     second = _write(clicks, "part 1.json", ["{broken 1", _event("u3", "i3"), _event(None, "lacks-1"), "[2"])
     seen = _write(views, "v-0.json", [_event("u4", "i4"), "{broken v", _event(None, "lacks-v")])
+    ordered = _write(project_dir / "data" / "orders", "o-0.csv", ["1,2.5", "2,lots", ",3.5", "4,1.0"])
     expected = {"lacks-0": first, "lacks-1": second, "{broken 1": second, "[2": second}
     project = Project.open()
     try:
@@ -91,6 +97,8 @@ def test_quarantined_records_name_their_file(spark, project_dir, data_path):
             "{broken v": seen,
             "lacks-v": seen,
         }
+        csv = sorted((r["raw"], r["file"]) for r in project.store.scan("ods.orders__quarantine").to_pylist())
+        assert csv == [("2,lots", ordered), ('{"amount": 3.5, "id": null}', ordered)]
     finally:
         project.close()
 
