@@ -47,6 +47,7 @@ def test_tour_outputs(tour):
     assert "(10 rows)" in top
     quarantine = next(out for cmd, out in outputs.items() if "__quarantine" in cmd)
     assert "(0 rows)" not in quarantine
+    assert str(tour.project_dir.resolve() / "data" / "events") + "/" in quarantine  # each names its file
 
 
 # -- the oracle ------------------------------------------------------------------------------------------
