@@ -86,7 +86,8 @@ TABLE_METRICS: tuple[Metric, ...] = (
         "table_hot_delay_seconds",
         "gauge",
         "Hot delay: seconds from the first layer's commit of the oldest source data in the newest batch to "
-        "its commit in this table (a newest batch that wrote nothing: to its end).",
+        "its commit in this table (a newest batch that wrote nothing: to its end; a table that has read all "
+        "its inputs hold, below such a batch: its stalest input's).",
         _key("hot_delay_s"),
     ),
     Metric(

@@ -126,6 +126,53 @@ def caught_up(row: dict[str, Any]) -> None:
         row["hot_delay_s"] = round(max(0.0, at - origin), 3)
 
 
+def input_offsets(checkpoint: str | None) -> dict[str, list[int]] | None:
+    """Per hot table a query streams, the end offsets (per bucket) its newest committed micro-batch read up
+    to, from the checkpoint's commit and offset logs; None when the checkpoint does not say (not a local
+    folder, no committed micro-batch yet, an entry that cannot be read): the table's hot delay is then its
+    last commit's."""
+    from runtime.core.errors import TidehouseError
+    from runtime.core.uris import local_path
+    from runtime.spark.writer import read_offset_log
+
+    try:
+        commits = local_path(checkpoint) / "commits" if checkpoint else None
+        done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits else []
+        entries = read_offset_log(checkpoint, max(done)) if done else None
+    except (ValueError, OSError, TidehouseError):
+        return None
+    if not entries:
+        return None
+    return {e["table"]: [int(e["offsets"].get(str(b), 0)) for b in range(len(e["offsets"]))] for e in entries}
+
+
+def downstream_caught_up(rows: list[dict[str, Any]]) -> None:
+    """A table whose streamed inputs hold no row it has not read (``input_offsets`` reach each input's
+    ``hot_end_offsets``) while one of them ran a micro-batch after the table's last commit and last batch is
+    as fresh as its stalest input: that batch wrote nothing for it (a filter kept no row upstream), so it got
+    no micro-batch and its last commit's delay, however old, is not its freshness. ``rows`` in plan order
+    (inputs first)."""
+    by_name = {row["table"]: row for row in rows}
+    current_at: dict[str, float] = {}  # per table: the newest time it was known to hold all its input
+    for row in rows:
+        at = max(row.get("last_commit_at") or 0.0, row.get("last_batch_time") or 0.0)
+        read = row.get("input_offsets") or {}
+        inputs = [by_name.get(name) for name in read]
+        if read and all(i is not None and i.get("hot_delay_s") is not None for i in inputs):
+            ends_read = all(
+                _reached(read[i["table"]], i.get("hot_end_offsets")) for i in inputs if i is not None
+            )
+            newest = max(current_at.get(i["table"], 0.0) for i in inputs if i is not None)
+            if ends_read and newest > at:
+                row["hot_delay_s"] = max(i["hot_delay_s"] for i in inputs if i is not None)
+                at = max(at, newest)
+        current_at[row["table"]] = at
+
+
+def _reached(read: list[int], ends: list[int] | None) -> bool:
+    return ends is not None and all(b < len(read) and read[b] >= end for b, end in enumerate(ends))
+
+
 def lake_figures(store, lake, table: str, read_snapshot=None) -> dict[str, Any]:
     """``read_snapshot``: gives the lake table's :class:`~runtime.lake.tiering.LakeSnapshot` (a running flow's
     :class:`LakeSnapshots`); None: read it from the catalog here."""
@@ -243,11 +290,14 @@ def run_snapshot(runner) -> dict[str, Any]:
                 "expectations": dict(stats.expectations),
                 "error": stats.error,
                 "late_dropped": runner.progress.late_dropped(t.name),
+                "input_offsets": input_offsets(t.checkpoint),
             }
         )
         caught_up(row)
-        row.update(freshness(row, t.freshness))
         tables.append(row)
+    downstream_caught_up(tables)
+    for t, row in zip(runner.plan.tables, tables):
+        row.update(freshness(row, t.freshness))
     return {
         "flow": runner.plan.flow,
         "version": runner.plan.version,
@@ -321,6 +371,7 @@ def flow_status(project, name: str) -> dict[str, Any]:
             "expectations",
             "error",
             "late_dropped",
+            "input_offsets",
         ):
             row[key] = prev.get(key)
         row["state"] = (
@@ -333,8 +384,10 @@ def flow_status(project, name: str) -> dict[str, Any]:
         if lake_error:
             row["lake_error"] = lake_error
         caught_up(row)
-        row.update(freshness(row, version.spec.freshness_of(table)))
         tables.append(row)
+    downstream_caught_up(tables)
+    for row in tables:
+        row.update(freshness(row, version.spec.freshness_of(row["table"])))
     out = {
         "flow": name,
         "version": version.version,

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from materializer.plan import Param
 from materializer.rows import keys_table, quarantine_rows
-from materializer.status import caught_up, hot_figures, table_figures
+from materializer.status import caught_up, downstream_caught_up, hot_figures, input_offsets, table_figures
 from materializer.strategies import _last_images
 from materializer.tables import quarantine_meta
 from runtime.storage import open_store
@@ -91,6 +91,55 @@ def test_a_batch_that_wrote_nothing_after_the_last_commit_gives_the_hot_delay():
     nothing_yet.update(last_batch_time=5.0, last_batch_origin=4.0, last_batch_rows_written=0)
     caught_up(nothing_yet)
     assert nothing_yet["hot_delay_s"] == 1.0
+
+
+def test_a_table_holding_all_its_input_is_as_fresh_as_its_input_when_that_ran_after_its_last_commit():
+    """dwd's newest batch (at 1010) wrote nothing: dws, which read every row dwd holds, got no batch since its
+    commit at 1000 (delay 120 s): it is as fresh as dwd (2.5 s), and ads, downstream of dws, too."""
+
+    def rows(dws_read: list[int], ads_read: list[int] | None = None) -> list[dict]:
+        out = [
+            {"table": "dwd.a", "hot_end_offsets": [40], "hot_delay_s": 2.5, "last_commit_at": 990.0},
+            {"table": "dws.b", "hot_end_offsets": [7, 3], "hot_delay_s": 120.0, "last_commit_at": 1000.0},
+            {"table": "ads.c", "hot_end_offsets": [9], "hot_delay_s": 130.0, "last_commit_at": 1001.0},
+        ]
+        out[0].update(last_batch_time=1010.0, last_batch_origin=1007.5, last_batch_rows_written=0)
+        out[1]["input_offsets"] = {"dwd.a": dws_read}
+        out[2]["input_offsets"] = {"dws.b": ads_read or [7, 3]}
+        downstream_caught_up(out)
+        return out
+
+    assert [r["hot_delay_s"] for r in rows([40])] == [2.5, 2.5, 2.5]
+    assert [r["hot_delay_s"] for r in rows([39])] == [2.5, 120.0, 130.0]  # a row of dwd it has not read
+    assert [r["hot_delay_s"] for r in rows([40], [7, 2])] == [2.5, 2.5, 130.0]
+    quiet = rows([40])
+    quiet[0]["last_batch_time"] = 995.0  # dwd ran before dws's commit: dws's own commit says its delay
+    quiet[1]["hot_delay_s"] = 120.0
+    downstream_caught_up(quiet)
+    assert quiet[1]["hot_delay_s"] == 120.0
+    ran_since = rows([40])
+    ran_since[1].update(hot_delay_s=120.0, last_batch_time=1012.0)  # its own batch came after dwd's
+    downstream_caught_up(ran_since)
+    assert ran_since[1]["hot_delay_s"] == 120.0
+    unknown = rows([40])
+    unknown[1].update(hot_delay_s=120.0, input_offsets=None)  # the checkpoint did not say
+    downstream_caught_up(unknown)
+    assert unknown[1]["hot_delay_s"] == 120.0
+
+
+def test_input_offsets_come_from_the_newest_committed_batch(tmp_path):
+    checkpoint = tmp_path / "cp"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    for batch, ends in ((0, '{"0": 3, "1": 4}'), (1, '{"0": 5, "1": 9}'), (2, '{"0": 8, "1": 9}')):
+        entry = f'v1\n{{"batchWatermarkMs":0}}\n{{"table": "dwd.a", "offsets": {ends}}}\n'
+        (checkpoint / "offsets" / str(batch)).write_text(entry)
+    for batch in (0, 1):  # batch 2 runs: not committed
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}\n")
+    assert input_offsets(str(checkpoint)) == {"dwd.a": [5, 9]}
+    assert input_offsets(str(tmp_path / "none")) is None
+    assert input_offsets("s3a://bucket/cp") is None  # not a local folder: the table's own commit says
+    assert input_offsets(None) is None
 
 
 def test_params_are_plain_data():
