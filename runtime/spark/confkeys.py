@@ -104,15 +104,42 @@ def refuse_typos(spark, config) -> None:
 
 @contextlib.contextmanager
 def at_its_line(config) -> Iterator[None]:
-    """A setting Spark refuses when it starts, whose key its message names (``The value 'abc' in the config
-    "spark.sql.shuffle.partitions" is invalid``), is reported at that key's line in the project file."""
+    """A setting Spark refuses when it starts is reported at its key's line in the project file, when its
+    message names one key of ``spark.conf`` (:func:`refused_key`)."""
     from runtime.core.config import setting_key_location
 
     try:
         yield
     except TidehouseError as exc:
-        named = [key for key in config.get("spark.conf") or {} if f'"{key}"' in exc.message]
-        if exc.location is not None or len(named) != 1:
+        key = refused_key(exc.message, config.get("spark.conf") or {})
+        if exc.location is not None or key is None:
             raise
-        where = setting_key_location(config, "spark.conf", named[0])
+        where = setting_key_location(config, "spark.conf", key)
         raise TidehouseError(exc.code, exc.message, location=where, hint=exc.hint) from exc.__cause__
+
+
+def refused_key(message: str, conf: dict) -> str | None:
+    """The one key of ``conf`` that Spark's refusal ``message`` is about, or None. By the first rule that
+    names exactly one: the key itself, in quotes (``The value 'abc' in the config
+    "spark.sql.shuffle.partitions" is invalid``); its words after ``spark.``, two or more (spark-submit's
+    ``Executor memory must be a positive number`` for ``spark.executor.memory``); its value, when it is not
+    a number or a boolean (the JVM's ``Invalid maximum heap size: -Xmxlots`` for ``spark.driver.memory:
+    lots``)."""
+    text = message.lower()
+
+    def value(key: str) -> str:
+        v = str(conf[key]).strip().lower()
+        return "" if len(v) < 3 or v in ("true", "false") or v.replace(".", "", 1).isdigit() else v
+
+    rules = (
+        lambda key: f'"{key.lower()}"' in text,
+        lambda key: len(key.split(".")) > 2 and " ".join(key.lower().split(".")[1:]) in text,
+        lambda key: bool(value(key)) and value(key) in text,
+    )
+    for rule in rules:
+        named = [key for key in conf if rule(key)]
+        if len(named) == 1:
+            return named[0]
+        if named:  # several keys: none can be told from the others
+            return None
+    return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.spark.confkeys import _edits, typo_of
+from runtime.spark.confkeys import _edits, refused_key, typo_of
 
 KNOWN = frozenset({"spark.sql.shuffle.partitions", "spark.executor.memory", "spark.executor.cores"})
 
@@ -88,3 +88,21 @@ def test_a_misspelt_spark_conf_key_is_refused_at_its_line(spark, tmp_path, monke
         pytest.fail(str(exc))
     finally:
         project.close()
+
+
+def test_a_refusal_is_placed_at_the_one_key_it_names():
+    conf = {
+        "spark.executor.memory": "lots",
+        "spark.driver.memory": "2g",
+        "spark.sql.shuffle.partitions": "abc",
+    }
+    quoted = "[INVALID_CONF_VALUE] The value 'abc' in the config \"spark.sql.shuffle.partitions\" is invalid"
+    assert refused_key(quoted, conf) == "spark.sql.shuffle.partitions"
+    assert refused_key("Executor memory must be a positive number", conf) == "spark.executor.memory"
+    assert refused_key("Invalid maximum heap size: -Xmxlots", conf) == "spark.executor.memory"  # its value
+    # two keys with that value, a value that is a number, nothing named: no place
+    both = {"spark.executor.memory": "lots", "spark.driver.memory": "lots"}
+    assert refused_key("Invalid maximum heap size: -Xmxlots", both) is None
+    assert refused_key("port 4040 is taken", {"spark.ui.port": "4040"}) is None
+    assert refused_key("/usr/bin/java: No such file or directory", conf) is None
+    assert refused_key("the app is wrong", {"spark.app": "tidehouse"}) is None  # one word: too common

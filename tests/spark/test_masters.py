@@ -173,9 +173,8 @@ def test_a_setting_spark_refuses_is_one_line_and_exit_2(tmp_path, conf, code, sa
     lines = proc.stderr.strip().splitlines()
     # one line: no Java stack, and the JVM's own output is in <home>/logs/jvm.log, not on the terminal
     assert len(lines) == 1 and says in lines[0] and f"[{code}]" in lines[0], proc.stderr
-    if code == "TH100":  # Spark's message names the key: the error is at its line (it had no place)
-        key = conf.split(":")[0]
-        assert lines[0].startswith(f"error: {tmp_path / 'tidehouse.yaml'}:3:5: spark.conf.{key}: "), lines[0]
+    key = conf.split(":")[0]  # the message names the key, its words or its value: the error is at its line
+    assert lines[0].startswith(f"error: {tmp_path / 'tidehouse.yaml'}:3:5: spark.conf.{key}: "), lines[0]
     jvm = (tmp_path / "home" / "logs" / "jvm.log").read_text()
     if code == "TH100":  # the JVM started (Spark refused the setting later): its start-up notice went there
         assert "WARNING: Using incubator modules" in jvm, jvm
