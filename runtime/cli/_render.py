@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+import pyarrow as pa
 
 from runtime.core.text import counted, plain, seconds, table_csv, table_text  # noqa: F401 - the renderers
 
@@ -45,6 +46,34 @@ def _strict(value: Any) -> Any:
         return {key: _strict(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_strict(item) for item in value]
+    return value
+
+
+def arrow_rows(table: pa.Table) -> list[tuple]:
+    """``table``'s rows as tuples of Python values, by column position (two columns may share a name), a map
+    as a dict as Spark's ``to_json`` writes it (Arrow gives a list of pairs), also inside lists and
+    structs; a map whose keys cannot be a dict's (lists, structs) stays its pairs."""
+    columns = []
+    for column in table.columns:
+        values = column.to_pylist()
+        columns.append([_maps(v, column.type) for v in values] if _has_map(column.type) else values)
+    return list(zip(*columns))
+
+
+def _has_map(kind: pa.DataType) -> bool:
+    return pa.types.is_map(kind) or any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _maps(value: Any, kind: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        pairs = [(k, _maps(v, kind.item_type)) for k, v in value]
+        return dict(pairs) if all(isinstance(k, str | int | float | bool) for k, _ in pairs) else pairs
+    if pa.types.is_struct(kind):
+        return {f.name: _maps(value[f.name], f.type) for f in kind}
+    if kind.num_fields == 1 and isinstance(value, list):  # a list of any kind
+        return [_maps(v, kind.field(0).type) for v in value]
     return value
 
 

@@ -216,6 +216,23 @@ def _short(statement) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_BIT = re.compile(r"\bBIT\b")
+
+
+def _bits_as_text(relation):
+    """``relation`` with its BIT values (also in lists and structs) as their text, ``'101'``: DuckDB hands
+    BIT to Arrow as its internal bytes (``b'\\x05\\xfd'``). Columns by position: two may have one name."""
+    types = [str(t) for t in relation.types]
+    if not any(_BIT.search(t) for t in types):
+        return relation
+    columns = []
+    for i, (name, kind) in enumerate(zip(relation.columns, types), start=1):
+        text = _BIT.sub("VARCHAR", kind)
+        value = f"CAST(#{i} AS {text})" if text != kind else f"#{i}"
+        columns.append(f'{value} AS "{name.replace(chr(34), chr(34) * 2)}"')
+    return relation.project(", ".join(columns))
+
+
 def union_query(
     store: TableStore, lake: Lake, sql: str, *, declared: Callable[[], Mapping[str, str]] | None = None
 ) -> pa.Table:
@@ -238,7 +255,7 @@ def union_query(
             relation = con.sql(sql)
             if relation is None:
                 return pa.table({})
-            return relation.to_arrow_table()
+            return _bits_as_text(relation).to_arrow_table()
         except duckdb.Error as exc:
             message = str(exc).strip().splitlines()[0]
             raise TidehouseError(

@@ -330,3 +330,32 @@ def test_a_table_of_a_flow_that_has_not_run_is_named_so(run_cli, project_dir):
     ), err
     code, _, err = run_cli("query", "SELECT * FROM dws.user_activty")  # the flow's tables are named too
     assert code == 2 and "no table dws.user_activty in this project (did you mean dws.user_activity?)" in err
+
+
+def test_query_prints_bits_maps_and_columns_named_alike_as_they_are(run_cli, home):
+    """BIT values were printed as DuckDB's internal bytes (b'\\x05\\xfd' for 101), a map as a list of pairs,
+    and of two columns named alike the second's value in both (rows were dicts by name)."""
+    _seed_hot(1)
+    sql = (
+        "SELECT '101'::BIT AS b, ['1'::BIT] AS bl, MAP {'x': 1, 'y': 2} AS m, [MAP {3: 'z'}] AS ml, "
+        "1 AS n, 2 AS n FROM ods.clicks"
+    )
+    code, out, err = run_cli("query", sql)
+    assert code == 0, err
+    assert out.splitlines()[2].split("  ") == ["101", "['1']", "{'x': 1, 'y': 2}", "[{3: 'z'}]", "1", "2"]
+    code, out, err = run_cli("query", sql, "--format", "csv")
+    assert code == 0, err
+    assert list(csv.reader(io.StringIO(out)))[1] == [
+        "101",
+        '["1"]',
+        '{"x": 1, "y": 2}',
+        '[{"3": "z"}]',
+        "1",
+        "2",
+    ]
+    code, out, err = run_cli("query", sql.replace("2 AS n", "2 AS k"), "--format", "json")
+    assert code == 0 and json.loads(out) == [
+        {"b": "101", "bl": ["1"], "m": {"x": 1, "y": 2}, "ml": [{"3": "z"}], "n": 1, "k": 2}
+    ], err
+    code, out, err = run_cli("query", sql, "--format", "json")  # an object cannot have two keys n
+    assert code == 2 and "2 columns named n" in err and "[TH510]" in err, err
