@@ -219,9 +219,9 @@ def quarantined(
 ) -> dict[str, Any]:
     """Rows to quarantine as one report entry of ``kind``: their number and an Arrow IPC stream of their
     ``raw`` records, ``reason`` (Arrow columns or lists), for a source's records their ``files`` and, for
-    violators, whether each is quarantined —
-    one entry however many rows, so the driver collects a few rows per task, not a Row object per record
-    (measured: 0.9 s of the driver's CPU for 100,000 records as Row objects)."""
+    violators, whether each is quarantined — one entry however many rows, so the driver collects a few rows
+    per task, not a Row object per record (measured: 0.9 s of the driver's CPU for 100,000 records as Row
+    objects)."""
     columns = {"raw": _strings(raw), "reason": _strings(reason)}
     if files is not None:
         columns["file"] = _strings(files)

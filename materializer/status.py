@@ -157,15 +157,13 @@ def downstream_caught_up(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         at = max(row.get("last_commit_at") or 0.0, row.get("last_batch_time") or 0.0)
         read = row.get("input_offsets") or {}
-        inputs = [by_name.get(name) for name in read]
-        if read and all(i is not None and i.get("hot_delay_s") is not None for i in inputs):
-            ends_read = all(
-                _reached(read[i["table"]], i.get("hot_end_offsets")) for i in inputs if i is not None
-            )
-            newest = max(current_at.get(i["table"], 0.0) for i in inputs if i is not None)
-            if ends_read and newest > at:
-                row["hot_delay_s"] = max(i["hot_delay_s"] for i in inputs if i is not None)
-                at = max(at, newest)
+        inputs = [by_name[name] for name in read if name in by_name]
+        known = len(inputs) == len(read) and all(i.get("hot_delay_s") is not None for i in inputs)
+        if read and known and all(_reached(read[i["table"]], i.get("hot_end_offsets")) for i in inputs):
+            newest = max(current_at.get(i["table"], 0.0) for i in inputs)
+            if newest > at:
+                row["hot_delay_s"] = max(i["hot_delay_s"] for i in inputs)
+                at = newest
         current_at[row["table"]] = at
 
 
