@@ -165,10 +165,14 @@ class EngineChecks:
     Spark starts on the first check that needs it (``project.spark()``, or the ``spark`` given).
     """
 
-    def __init__(self, project, spark=None) -> None:
+    def __init__(self, project, spark=None, *, alongside: Mapping[str, Any] = {}, local_actions=()) -> None:
         self.project = project
         self._spark = spark
         self._session = None
+        # flows validated together (``flow validate A B``): a table one of them produces is analysed against
+        # its plan, with the unregistered ``local_actions`` it may use
+        self.alongside = dict(alongside)
+        self.local_actions = tuple(local_actions)
 
     @property
     def spark(self):
@@ -232,11 +236,19 @@ class EngineChecks:
         for table in wanted:
             if table in out or store.has_table(table):
                 continue
-            producer = registry.producer_of(table)
-            if producer is None or producer.name in seen:
-                continue  # build_plan reports the table it cannot read
-            check = registry.check_flow(producer.spec, pins=producer.pins)
+            companion = next((f for f in self.alongside.values() if table in dict(f.tables())), None)
+            if companion is not None:  # a file validated with it: its actions as they are now
+                producer, pins = companion, None
+                kwargs = {"local_actions": self.local_actions, "alongside": self.alongside}
+            else:
+                registered = registry.producer_of(table)
+                if registered is None:
+                    continue  # build_plan reports the table it cannot read
+                producer, pins, kwargs = registered.spec, registered.pins, {}
+            if producer.flow in seen:
+                continue
+            check = registry.check_flow(producer, pins=pins, **kwargs)
             TidehouseErrors.raise_if_any(check.errors)
-            plan = self._plan(producer.spec, check.resolved, seen=(*seen, producer.name))
+            plan = self._plan(producer, check.resolved, seen=(*seen, producer.flow))
             out.update({t.name: t for t in plan.tables})
         return out

@@ -3,17 +3,20 @@
 ``local_actions`` parses a folder's actions without registering them (``flow validate PATH`` checks a flow
 against them). ``edited_actions`` names the tables of a registered flow whose action file in that folder is
 no longer the version the flow pins: a run of the flow by name runs the pinned version, not the file;
-``edited_flow`` says the same of the flow's own file.
+``edited_flow`` says the same of the flow's own file. ``flow_files_alongside`` parses the flow files validated
+together with one (``flow validate flows/``), whose tables it may read before any of them is registered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry.service import FlowVersion, Registry, action_files, content_hash
-from registry.specs import ActionSpec, parse_action, parse_action_text
+from registry.specs import ActionSpec, FlowSpec, parse_action, parse_action_text, parse_flow
 from runtime.core.errors import ErrorCode, Location, TidehouseError, TidehouseErrors
 from runtime.core.refs import Ref
 from runtime.core.yamlsource import read_text
@@ -79,3 +82,16 @@ def edited_flow(version: FlowVersion) -> Path | None:
     except (TidehouseError, OSError):
         return None
     return None if content_hash(text) == content_hash(version.source_text) else Path(version.path)
+
+
+def flow_files_alongside(path: Path, others: Iterable[str | os.PathLike]) -> dict[str, FlowSpec]:
+    """The flows (by name) of the files ``others`` but ``path``; a file that does not parse is left out (its
+    own validation reports it), so a flow reading its tables reports them as unknown."""
+    out: dict[str, FlowSpec] = {}
+    for other in others:
+        if Path(other).resolve() == Path(path).resolve():
+            continue
+        with contextlib.suppress(TidehouseError):
+            spec = parse_flow(other)
+            out.setdefault(spec.flow, spec)
+    return out

@@ -296,9 +296,15 @@ class Registry:
             version_count=stored.version_count,
         )
 
-    def other_flows(self, except_name: str | None = None) -> dict[str, FlowSpec]:
-        """The latest spec of every registered flow (but ``except_name``), to check tables across flows."""
-        return {s.name: self._flow_spec(s) for s in self.store.latest("flow") if s.name != except_name}
+    def other_flows(
+        self, except_name: str | None = None, alongside: Mapping[str, FlowSpec] = {}
+    ) -> dict[str, FlowSpec]:
+        """The latest spec of every registered flow (but ``except_name``), to check tables across flows;
+        ``alongside``: flows checked together with it (files), each in place of its registered versions."""
+        flows = {s.name: self._flow_spec(s) for s in self.store.latest("flow")}
+        flows.update(alongside)
+        flows.pop(except_name, None)
+        return flows
 
     def check_flow(
         self,
@@ -306,9 +312,12 @@ class Registry:
         *,
         local_actions: Iterable[ActionSpec] = (),
         pins: Mapping[str, str] | None = None,
+        alongside: Mapping[str, FlowSpec] = {},
     ) -> FlowCheck:
-        """All semantic problems of a parsed flow (not raised) and the action each table resolves to."""
-        return validate_flow_spec(spec, self.catalog(local_actions), self.other_flows(spec.flow), pins)
+        """All semantic problems of a parsed flow (not raised) and the action each table resolves to;
+        ``alongside``: other flows checked with it, whose tables it may read (see :meth:`other_flows`)."""
+        others = self.other_flows(spec.flow, alongside)
+        return validate_flow_spec(spec, self.catalog(local_actions), others, pins)
 
     def _checked(self, spec: FlowSpec, checks: SpecChecks | None, **kwargs) -> FlowCheck:
         """The registry's checks of a flow, then (only when they pass) ``checks``; raises every problem."""
@@ -325,11 +334,13 @@ class Registry:
         text: str | None = None,
         local_actions: Iterable[ActionSpec] = (),
         checks: SpecChecks | None = None,
+        alongside: Mapping[str, FlowSpec] = {},
     ) -> FlowSpec:
-        """Parse and validate a flow file (or ``text``); raises every problem found at once."""
+        """Parse and validate a flow file (or ``text``); raises every problem found at once. ``alongside``:
+        flows (by name) validated together with it, as if registered: it may read their tables."""
         where = str(path)
         spec = parse_flow_text(read_text(where) if text is None else text, where)
-        self._checked(spec, checks, local_actions=local_actions)
+        self._checked(spec, checks, local_actions=local_actions, alongside=alongside)
         return spec
 
     def validate_registered_flow(

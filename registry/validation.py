@@ -173,6 +173,8 @@ def _resolve_action(flow, qualified, table, catalog, pins, loc, errors) -> Resol
 
 def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set[str], loc, errors) -> None:
     order = LAYERS.index(layer)
+    # what a typo may have meant: a table it can read (its own layer or an earlier one), not itself
+    readable = {q for q in known if q.split(".")[0] in LAYERS[: order + 1] and q != f"{layer}.{base[2]}"}
     for input_name, ref in table.inputs.items():
         where = loc.at(*base, "inputs", input_name)
         if layer == "ods":
@@ -212,7 +214,7 @@ def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set
                         ErrorCode.INPUT_UNKNOWN_TABLE,
                         f"'{ref}' is not a table: write 'layer.table'",
                         location=where,
-                        hint=_closest_table(ref, known),
+                        hint=_closest_table(ref, readable),
                     )
                 )
             continue
@@ -223,7 +225,7 @@ def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set
                     ErrorCode.INPUT_UNKNOWN_TABLE,
                     f"unknown layer '{ref_layer}' in '{ref}'",
                     location=where,
-                    hint=did_you_mean(ref, known) or "layers are " + ", ".join(LAYERS),
+                    hint=did_you_mean(ref, readable) or "layers are " + ", ".join(LAYERS),
                 )
             )
         elif ref not in known:
@@ -232,7 +234,8 @@ def _check_references(flow: FlowSpec, layer: str, table, base: tuple, known: set
                     ErrorCode.INPUT_UNKNOWN_TABLE,
                     f"unknown table '{ref}'",
                     location=where,
-                    hint=did_you_mean(ref, known) or "no flow (this one or a registered one) produces it",
+                    hint=did_you_mean(ref, readable)
+                    or "neither this flow nor a registered one or one validated with it produces it",
                 )
             )
         elif LAYERS.index(ref_layer) > order:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.core.config import Config, load_config, mask_catalog, redact
 from runtime.core.durations import run_seconds
 from runtime.core.errors import ErrorCode, Location, TidehouseError
+from runtime.core.files import shown_path
 from runtime.core.literals import is_internal_table
 from runtime.core.refs import FlowRef, Ref
 from runtime.core.yamlsource import read_text
@@ -165,7 +166,7 @@ class Project:
         from registry.local import local_actions
 
         checks = self._checks(quick)
-        local = local_actions(_shown(self.actions_dir), explicit=False)
+        local = local_actions(shown_path(self.actions_dir), explicit=False)
         self.registry.validate_flow(path, local_actions=local)  # what the registry refuses starts no Spark
         self._register_project_actions(checks)
         return self.registry.register_flow(path, checks=checks)
@@ -191,7 +192,7 @@ class Project:
         if ref.is_path:
             return []
         version = self.registry.get_flow(ref.ref.name, ref.ref.version)
-        return edited_actions(self.registry, version, _shown(self.actions_dir))
+        return edited_actions(self.registry, version, shown_path(self.actions_dir))
 
     def edited_flow(self, flow: str | FlowRef) -> Path | None:
         """The file of a flow run by NAME when it holds another text than the registered one the run uses."""
@@ -207,23 +208,27 @@ class Project:
         *,
         actions_dir: str | os.PathLike | None = None,
         quick: bool = False,
+        alongside: Iterable[str | os.PathLike] = (),
     ) -> dict[str, Any]:
         """Check a flow file (with the unregistered actions of ``actions_dir``, default the project's) or a
-        registered flow; raise every problem found (``TidehouseErrors``), else a summary of the flow."""
-        from registry.local import local_actions
+        registered flow; raise every problem found (``TidehouseErrors``), else a summary of the flow. A file
+        may read the tables of the flow files ``alongside`` (validated with it) as if they were registered."""
+        from registry.local import flow_files_alongside, local_actions
 
         ref = flow if isinstance(flow, FlowRef) else FlowRef.parse(flow)
-        checks = self._checks(quick)
         if ref.is_path:
             folder = Path(actions_dir) if actions_dir else self.actions_dir
             local = local_actions(folder, explicit=actions_dir is not None)
-            spec = self.registry.validate_flow(ref.path, local_actions=local, checks=checks)
+            others = flow_files_alongside(ref.path, alongside)
+            checks = self._checks(quick, alongside=others, local_actions=local)
+            spec = self.registry.validate_flow(ref.path, local_actions=local, checks=checks, alongside=others)
             return {
                 "ok": True,
                 "flow": spec.flow,
                 "path": str(ref.path),
                 "tables": [q for q, _ in spec.tables()],
             }
+        checks = self._checks(quick)
         version = self.registry.validate_registered_flow(ref.ref.name, ref.ref.version, checks=checks)
         return {"ok": True, "flow": version.name, "version": version.version, "tables": list(version.pins)}
 
@@ -496,7 +501,7 @@ class Project:
         from materializer.actiontest import run_action_tests
         from registry.specs.testfiles import load_action_tests
 
-        cases = load_action_tests(list(paths) or [_shown(self.actions_dir)])
+        cases = load_action_tests(list(paths) or [shown_path(self.actions_dir)])
         return run_action_tests(
             cases,
             spark=spark or self.spark(),
@@ -527,18 +532,18 @@ class Project:
         return redact(report)  # ${ENV} values may sit inside a URI or a path: hide them everywhere
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _checks(self, quick: bool):
+    def _checks(self, quick: bool, **alongside):
         """The Spark checks the registry runs after its own (None with ``quick``)."""
         if quick:
             return None
         from materializer.checks import EngineChecks
 
-        return EngineChecks(self)
+        return EngineChecks(self, **alongside)
 
     def _register_project_actions(self, checks=None) -> None:
         """Register the project's ``actions/`` as the files are now (an unchanged one keeps its version)."""
         if self.actions_dir.is_dir():
-            self.registry.register_actions([_shown(self.actions_dir)], checks=checks)
+            self.registry.register_actions([shown_path(self.actions_dir)], checks=checks)
 
     def _resolve(self, ref: FlowRef, spark, text: str | None = None):
         """A flow with the action version of each table: a file (its project's actions registered first, each
@@ -567,13 +572,6 @@ def _pinned(registry, version):
         action = Ref.parse(version.pins.get(table, tspec.action))
         actions[table] = registry.get_action(action.name, action.version)
     return ResolvedFlow(version.spec, version.version, actions)
-
-
-def _shown(folder: Path) -> Path:
-    """``folder`` as the user would write it, from where they are (an error names its files so)."""
-    with contextlib.suppress(ValueError):
-        return folder.relative_to(Path.cwd())
-    return folder
 
 
 def _versions() -> dict[str, str]:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -146,13 +147,17 @@ def validate(state, targets: tuple[str, ...], actions_dir: str | None, fmt: str,
     First the checks that need no JVM (keys, types, actions, inputs, parameters, layers, cycles); when they
     pass, Spark parses the actions' SQL and analyses every table as `flow plan` does, so a primary key, bucket
     key or aggregated column the SQL does not output is an error at its line in the flow file. With several
-    targets, each one's result is a line of its own (`TARGET: ok`) and JSON is `{"ok", "flows": [...]}`.
+    targets, each one's result is a line of its own (`TARGET: ok`) and JSON is `{"ok", "flows": [...]}`; a
+    flow file may read the tables of the other flow files given, as if they were registered.
     """
     targets = tuple(FlowRef.targets(targets))
+    files = [Path(t) for t in targets if Path(t).is_file()]  # the others are errors of their own, below
     results, worst = [], 0
     for target in targets:
         try:
-            result = state.project.validate_flow(target, actions_dir=actions_dir, quick=quick)
+            result = state.project.validate_flow(
+                target, actions_dir=actions_dir, quick=quick, alongside=files
+            )
         except TidehouseError as exc:
             errors = exc.errors if isinstance(exc, TidehouseErrors) else [exc]
             worst = max([worst, exc.exit_code, *(e.exit_code for e in errors)])

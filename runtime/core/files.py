@@ -1,8 +1,9 @@
-"""Small file-system steps every layer's durable writes share (no third-party import: Spark's source runner
-processes load this)."""
+"""Small file-system steps every layer's durable writes share, and how a path is shown (no third-party
+import: Spark's source runner processes load this)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -16,4 +17,11 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["fsync_dir"]
+def shown_path(path: Path) -> Path:
+    """``path`` as the user would write it, from where they are (an error names its files so)."""
+    with contextlib.suppress(ValueError):
+        return path.relative_to(Path.cwd())
+    return path
+
+
+__all__ = ["fsync_dir", "shown_path"]

@@ -48,6 +48,7 @@ A [Tidehouse](https://github.com/) project: YAML flows over SQL actions, streami
 layers ODS -> DWD -> DWS -> ADS, with every table tiered into Apache Iceberg.
 
 ```bash
+tidehouse test                                                       # the actions' tests
 tidehouse action register actions/                                   # the SQL action library
 tidehouse flow trigger flows/ecommerce_activity.yaml --until-idle    # run a flow until its input is done
 tidehouse flow status ecommerce_activity                             # rows, hot delay, lake delay per table
@@ -55,8 +56,9 @@ tidehouse query "SELECT * FROM ads.top_users ORDER BY rank"          # hot tail 
 tidehouse info                                                       # catalog settings for other engines
 ```
 
-* `flows/` - flows (`ecommerce_activity.yaml`, `order_attribution.yaml`); source paths are relative to this
-  folder.
+* `flows/` - flows (`ecommerce_activity.yaml`, `order_attribution.yaml`, and `shop_trends.yaml`, which reads
+  ecommerce_activity's `dwd.events`: trigger that one first); source paths are relative to this folder.
+  `tidehouse flow validate flows/` checks them all.
 * `actions/` - the SQL actions the flows use (edit one, register it again: it becomes the next version).
 * `data/` - generated sample input; make more with `python -m runtime.scaffold.generate --help`.
 * `.tidehouse/` - the home: registry, hot storage, Iceberg warehouse, checkpoints (safe to delete to

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, dedent, write_actions
+from tests.registry._reg_helpers import ACTIONS, BASE_FLOW, OTHER_FLOW, dedent, write_actions
 
 
 def setup_project(project_dir):
@@ -160,6 +160,40 @@ def test_flow_validate_takes_several_flows_and_fails_if_one_does(run_cli, projec
         "error: flows/ is a folder, not a flow file (name one of its flow files: flows/bad.yaml, "
         "flows/more/again.yml, flows/shop.yaml)"
     ), err
+
+
+READER = BASE_FLOW + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}}\n"
+
+
+def test_flow_files_validated_together_may_read_each_others_tables(run_cli, project_dir):
+    """`tidehouse flow validate flows/` of the scaffold failed on shop_trends.yaml: it reads
+    ecommerce_activity's dwd.events, and only registered flows counted; files validated with it now count."""
+    setup_project(project_dir)
+    (project_dir / "flows" / "shop.yaml").write_text(READER)
+    (project_dir / "flows" / "other.yaml").write_text(OTHER_FLOW)
+    code, _, err = run_cli("flow", "validate", "--quick", "flows/shop.yaml")
+    assert code == 2 and "flows/shop.yaml:13:51: layers.ads.shared_view.inputs.events: unknown table " in err
+    # (not "did you mean 'ads.shared_view'?", itself: a typo is read as a table it may read)
+    assert "(neither this flow nor a registered one or one validated with it produces it) [TH232]" in err
+    for targets in (
+        ["flows/shop.yaml", "flows/other.yaml"],
+        ["flows/other.yaml", "flows/shop.yaml"],
+        ["flows"],
+    ):
+        code, out, err = run_cli("flow", "validate", "--quick", *targets)
+        assert code == 0 and sorted(out.splitlines()) == ["flows/other.yaml: ok", "flows/shop.yaml: ok"], err
+    # a file validated with it is a flow like a registered one: the same table from both is refused
+    (project_dir / "flows" / "other.yaml").write_text(
+        OTHER_FLOW + "  dws:\n    counts: {action: clean, inputs: {events: dwd.shared}}\n"
+    )
+    code, out, err = run_cli("flow", "validate", "--quick", "flows")
+    assert code == 2 and out.splitlines() == ["flows/other.yaml: 1 error", "flows/shop.yaml: 1 error"], err
+    assert "table 'dws.counts' is also produced by flow 'shop' (flows/shop.yaml:" in err, err
+    # one that does not parse is reported on its own line; the flow reading it, as before
+    (project_dir / "flows" / "other.yaml").write_text("flow: other\nlayers: [\n")
+    code, out, err = run_cli("flow", "validate", "--quick", "flows")
+    assert code == 2 and out.splitlines() == ["flows/other.yaml: 1 error", "flows/shop.yaml: 1 error"], err
+    assert "unknown table 'dwd.shared'" in err, err
 
 
 def test_a_trigger_by_name_notes_each_action_file_edited_since_its_pin(run_cli, project_dir, monkeypatch):

@@ -26,7 +26,9 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
     )
     for folder in ("events", "orders", "touches"):
         assert list((root / "data" / folder).glob("part-*.json")), folder
-    assert (root / "README.md").read_text().startswith("# shop")
+    readme = (root / "README.md").read_text()
+    assert readme.startswith("# shop")
+    assert all(f"`{p.name}`" in readme for p in (root / "flows").glob("*.yaml")), readme  # every flow named
     assert ".tidehouse/" in (root / ".gitignore").read_text()
 
     from registry.service import Registry
@@ -44,6 +46,12 @@ def test_init_scaffolds_a_valid_project(run_cli, tmp_path, monkeypatch):
             )  # shop_trends reads ecommerce_activity's dwd.events: register in order
     finally:
         registry.close()
+    # every scaffolded flow checked at once, before any is registered: shop_trends reads ecommerce_activity's
+    # dwd.events (it was "unknown table 'dwd.events'": only registered flows counted)
+    monkeypatch.chdir(root)
+    code, out, err = run_cli("flow", "validate", "--quick", "flows/")
+    assert code == 0, err
+    assert out.splitlines() == [f"flows/{p.name}: ok" for p in sorted((root / "flows").glob("*.yaml"))]
 
 
 def test_init_refuses_an_existing_project_unless_forced(run_cli, tmp_path):

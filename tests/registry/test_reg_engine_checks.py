@@ -230,6 +230,25 @@ def test_a_flow_reading_a_flow_that_has_not_run_is_analysed_against_its_producer
     )
 
 
+def test_flows_validated_together_are_analysed_against_each_others_plans(spark, run_cli, project_dir):
+    """A flow file reading a table of another flow file validated with it (`flow validate flows/`, neither
+    registered nor run) is analysed against that file's plan, with the project's unregistered actions."""
+    write_actions(project_dir / "actions")
+    (project_dir / "flows" / "other.yaml").write_text(OTHER_FLOW)
+    text = (
+        BASE_FLOW
+        + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}, primary_key: [%s]}\n"
+    )
+    (project_dir / "flows" / "shop.yaml").write_text(text % "user_id")
+    code, out, err = run_cli("flow", "validate", "flows/")
+    assert (code, out.splitlines()) == (0, ["flows/other.yaml: ok", "flows/shop.yaml: ok"]), err
+    (project_dir / "flows" / "shop.yaml").write_text(text % "order_id")  # not a column of dwd.shared
+    code, out, err = run_cli("flow", "validate", "flows/other.yaml", "flows/shop.yaml")
+    assert out.splitlines() == ["flows/other.yaml: ok", "flows/shop.yaml: 1 error"], err
+    _refused(code, err, "flows/shop.yaml:13:", "TH243")
+    assert run_cli("flow", "list", "--format", "json")[1].strip() == "[]"  # nothing was registered
+
+
 def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, monkeypatch):
     """The registry's checks come first: their errors are reported and the Spark checks never run."""
 
