@@ -331,7 +331,8 @@ MEANINGS = {  # a one-line meaning per code; an inline comment in runtime/core/e
     "PARAM_UNUSED": "an action declares a parameter its SQL never uses (a new or edited action)",
     "INPUT_UNUSED": "an action declares an input its SQL never names (a new or edited action)",
     "LAYER_VIOLATION": "a table reads a later layer, or a non-ODS table reads a source",
-    "FLOW_CYCLE": "tables read each other in a cycle (the cycle is printed `a --> b --> a`)",
+    "FLOW_CYCLE": "tables read each other in a cycle (the cycle is printed `a --> b --> a`), or flows"
+    " read each other's tables before any of them ran (neither can start)",
     "TABLE_DUPLICATE": "two tables (in this flow or another registered flow) have the same name",
     "PRIMARY_KEY_INVALID": "a primary key, bucket key or merge engine setting that does not fit the table",
     "SHAPE_UNSUPPORTED": (

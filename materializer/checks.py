@@ -11,7 +11,8 @@ here, through the public ``spark.sql(...)`` API (so it works over Spark Connect 
 * **a flow analyses**: the same dry run ``flow plan`` does (:func:`materializer.analyze.build_plan`), so a
   primary key, bucket key or aggregated column that the SQL does not output, an SQL that does not analyse
   against its upstream schemas, or a shape no strategy supports is refused with its location. A table read
-  from another flow that has not run yet is analysed against that flow's plan.
+  from another flow that has not run yet is analysed against that flow's plan; flows that read each other's
+  tables before any of them ran are refused (none could start).
 
 :class:`EngineChecks` is what ``tidehouse action register``, ``flow register`` and ``flow validate`` hand to
 the registry (``checks=``); ``--quick`` skips it. The registry runs it only after its own checks passed, so
@@ -207,26 +208,29 @@ class EngineChecks:
         if errors:
             return errors
         try:
-            self._plan(spec, resolved, seen=(spec.flow,))
+            self._plan(spec, resolved, root=spec, path=(spec.flow,))
         except TidehouseErrors as exc:
             return list(exc.errors)
         except TidehouseError as exc:
             return [exc]
         return []
 
-    def _plan(self, spec, resolved: Mapping[str, Any], seen: Sequence[str]):
+    def _plan(self, spec, resolved: Mapping[str, Any], root, path: Sequence[str]):
         from materializer.analyze import ResolvedFlow, build_plan
 
         return build_plan(
             self.project,
             ResolvedFlow(spec, None, dict(resolved)),
             self.spark,
-            upstream=self._upstream(spec, seen),
+            upstream=self._upstream(spec, root, path),
         )
 
-    def _upstream(self, spec, seen: Sequence[str]) -> dict[str, Any]:
+    def _upstream(self, spec, root, path: Sequence[str]) -> dict[str, Any]:
         """Plans of the tables ``spec`` reads from other flows that have not run yet (the hot store has no
-        schema for them): each is the plan of the registered flow producing it, analysed the same way."""
+        schema for them): each is the plan of the registered flow producing it, analysed the same way.
+        ``root``: the flow checked first; ``path``: how the check got here from it, the flows' names and
+        between them the table each reads from the next, ending with ``spec``'s (``("shop", "dwd.shared",
+        "other")``)."""
         own = {q for q, _ in spec.tables()}
         wanted = sorted({ref for _, t in spec.tables() for ref in t.inputs.values() if "." in ref} - own)
         if not wanted:
@@ -236,19 +240,53 @@ class EngineChecks:
         for table in wanted:
             if table in out or store.has_table(table):
                 continue
+            if table in dict(root.tables()):  # read back from the flow checked first
+                raise _circular_reads(root, (*path, table, root.flow))
             companion = next((f for f in self.alongside.values() if table in dict(f.tables())), None)
             if companion is not None:  # a file validated with it: its actions as they are now
                 producer, pins = companion, None
-                kwargs = {"local_actions": self.local_actions, "alongside": self.alongside}
+                kwargs = {
+                    "local_actions": self.local_actions,
+                    "alongside": {**self.alongside, root.flow: root},
+                }
             else:
                 registered = registry.producer_of(table)
                 if registered is None:
                     continue  # build_plan reports the table it cannot read
                 producer, pins, kwargs = registered.spec, registered.pins, {}
-            if producer.flow in seen:
-                continue
+            if producer.flow in path[::2]:
+                raise _circular_reads(root, (*path, table, producer.flow))
             check = registry.check_flow(producer, pins=pins, **kwargs)
             TidehouseErrors.raise_if_any(check.errors)
-            plan = self._plan(producer, check.resolved, seen=(*seen, producer.flow))
+            plan = self._plan(producer, check.resolved, root, path=(*path, table, producer.flow))
             out.update({t.name: t for t in plan.tables})
         return out
+
+
+def _circular_reads(root, path: Sequence[str]) -> TidehouseError:
+    """Flows that read each other's tables, none of which exists yet: a flow starts only once the tables it
+    reads from other flows exist, so none of them can run first. ``path`` alternates flows and the table
+    each reads from the next, and ends with a flow met before; located at the first read, in ``root``'s file
+    (the flow checked)."""
+    from registry.graph import node_location
+
+    start = path.index(path[-1])
+    loop = path[start:]
+    reads = ", ".join(f"{loop[i]} reads {loop[i + 1]} from {loop[i + 2]}" for i in range(0, len(loop) - 2, 2))
+    first = path[1]
+    field = next(
+        (
+            f"layers.{q}.inputs.{name}"
+            for q, t in root.tables()
+            for name, ref in t.inputs.items()
+            if ref == first
+        ),
+        None,
+    )
+    return TidehouseError(
+        ErrorCode.FLOW_CYCLE,
+        f"flows read each other's tables and none of them has run: {reads}",
+        location=node_location(getattr(root, "location_of", None), field, prefixed=True) if field else None,
+        hint="a flow starts once the tables it reads from other flows exist: move one of these tables into"
+        " the flow that reads it",
+    )

@@ -249,6 +249,29 @@ def test_flows_validated_together_are_analysed_against_each_others_plans(spark, 
     assert run_cli("flow", "list", "--format", "json")[1].strip() == "[]"  # nothing was registered
 
 
+def test_flows_reading_each_others_tables_before_either_ran_are_refused(spark, run_cli, project_dir):
+    """Two flow files that read each other's tables (the tables acyclic, the flows not), neither run: a
+    flow starts only once the tables it reads from other flows exist, so neither can start; each file is
+    refused at its read of the other's table, naming both reads."""
+    write_actions(project_dir / "actions")
+    other = OTHER_FLOW + "  dws:\n    back: {action: clean, inputs: {events: dwd.clean}}\n"
+    (project_dir / "flows" / "other.yaml").write_text(other)
+    shop = BASE_FLOW + "  ads:\n    shared_view: {action: clean, inputs: {events: dwd.shared}}\n"
+    (project_dir / "flows" / "shop.yaml").write_text(shop)
+    code, out, err = run_cli("flow", "validate", "flows/")
+    assert out.splitlines() == ["flows/other.yaml: 1 error", "flows/shop.yaml: 1 error"], err
+    message = "flows read each other's tables and none of them has run: "
+    _refused(code, err, "flows/other.yaml:11:", "TH241")
+    reads = "other reads dwd.clean from shop, shop reads dwd.shared from other"
+    assert f"other.yaml:11:44: layers.dws.back.inputs.events: {message}{reads}" in err
+    _refused(code, err, "flows/shop.yaml:13:", "TH241")
+    reads = "shop reads dwd.shared from other, other reads dwd.clean from shop"
+    assert f"shop.yaml:13:51: layers.ads.shared_view.inputs.events: {message}{reads}" in err
+    (project_dir / "flows" / "other.yaml").write_text(OTHER_FLOW)  # the reads go one way: both validate
+    code, out, err = run_cli("flow", "validate", "flows/")
+    assert (code, out.splitlines()) == (0, ["flows/other.yaml: ok", "flows/shop.yaml: ok"]), err
+
+
 def test_malformed_specs_are_refused_without_the_engine(run_cli, project_dir, monkeypatch):
     """The registry's checks come first: their errors are reported and the Spark checks never run."""
 
