@@ -236,11 +236,12 @@ class EngineChecks:
         if not wanted:
             return {}
         store, registry = self.project.store, self.project.registry
+        root_tables = {q for q, _ in root.tables()}
         out: dict[str, Any] = {}
         for table in wanted:
             if table in out or store.has_table(table):
                 continue
-            if table in dict(root.tables()):  # read back from the flow checked first
+            if table in root_tables:  # read back from the flow checked first
                 raise _circular_reads(root, (*path, table, root.flow))
             companion = next((f for f in self.alongside.values() if table in dict(f.tables())), None)
             if companion is not None:  # a file validated with it: its actions as they are now
