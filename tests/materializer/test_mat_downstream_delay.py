@@ -41,7 +41,9 @@ def test_tables_below_a_batch_that_wrote_nothing_are_as_fresh_as_it(spark, proje
         assert dwd["hot_delay_s"] == round(dwd["last_batch_time"] - dwd["last_batch_origin"], 3)
         for table in DOWNSTREAM:
             row = rows[table]
-            assert row["last_commit_at"] < dwd["last_batch_time"], f"{table} got a batch"
+            # an ADS table may never have committed (no user with fewer than 3 events, e.g. seed 2468470723)
+            committed = row["last_commit_at"]
+            assert committed is None or committed < dwd["last_batch_time"], f"{table} got a batch"
             assert row["input_offsets"], table
             assert hot_figures(project.store, table)["hot_delay_s"] != dwd["hot_delay_s"], (
                 table
