@@ -115,11 +115,35 @@ def _runs(shebang: str, executable: str) -> bool:
     return same_folder and os.path.exists(named) and os.path.realpath(named) == os.path.realpath(executable)
 
 
+def forked_module(args: list[str], pythonpath: str | None, server: str | None) -> str | None:
+    """The module the driver's fork server is to run for Spark's command line ``args``
+    (``-m pyspark.sql.streaming.python_streaming_source_runner``): one of :data:`runtime.spark.prefork.FORKED`
+    when a server is named and the installed PySpark is the one to run (no ``pyspark.zip`` left on
+    ``pythonpath``), else None."""
+    if not server or len(args) != 2 or args[0] != "-m":
+        return None
+    if any(os.path.basename(e) == SPARK_ZIP for e in (pythonpath or "").split(os.pathsep)):
+        return None
+    from runtime.spark.prefork import FORKED
+
+    return args[1] if args[1] in FORKED else None
+
+
 def main() -> None:
-    """The launcher: ``PYTHONPATH`` without a zip the installed PySpark replaces, then this interpreter."""
+    """The launcher: ``PYTHONPATH`` without a zip the installed PySpark replaces; then one of the driver's
+    runners forked by the driver's fork server (:mod:`runtime.spark.prefork`) when it runs and the installed
+    PySpark is the one to run, else this interpreter."""
     pythonpath = os.environ.get("PYTHONPATH")
     if pythonpath:
         own = set(pythonpath.split(os.pathsep))
         rest = [e for e in sys.path[1:] if e not in own]  # [0] is this script's folder, not a worker's
-        os.environ["PYTHONPATH"] = pythonpath_without_spark_zip(pythonpath, rest)
-    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+        os.environ["PYTHONPATH"] = pythonpath = pythonpath_without_spark_zip(pythonpath, rest)
+    args = sys.argv[1:]
+    module = forked_module(args, pythonpath, os.environ.get("TIDEHOUSE_PREFORK"))
+    if module is not None:
+        from runtime.spark import prefork
+
+        code = prefork.run_forked(os.environ["TIDEHOUSE_PREFORK"], module)
+        if code is not None:
+            prefork.exit_as(code)
+    os.execv(sys.executable, [sys.executable, *args])

@@ -36,8 +36,10 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.gateway import driver_ended, launch
-from runtime.spark.launcher import worker_python
+from runtime.spark.launcher import LAUNCHER, worker_python
 from runtime.spark.masters import connect_unreachable, unreachable
+from runtime.spark.prefork import ENV as PREFORK_ENV
+from runtime.spark.prefork import serve_this_driver
 from runtime.spark.reasons import java_cause, java_summary
 
 _LOCK = threading.Lock()
@@ -265,13 +267,18 @@ def get_spark(
             options = {"spark.master": master, "spark.app.name": app_name}
             options.update(session_conf(master, conf, log_dir, class_archive=class_archive))
             started = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+            if not started and os.path.basename(os.environ["PYSPARK_PYTHON"]) == LAUNCHER:
+                serve_this_driver()  # its Python runners fork from a process that imported PySpark once
             if log_dir is not None and not started:
                 launch(options, log_dir)  # the JVM's own output into log_dir, not onto the terminal
             builder = SparkSession.builder
             for key, value in options.items():
                 builder = builder.config(key, value)
-            with _sigint_kept():
-                spark = builder.getOrCreate()
+            try:
+                with _sigint_kept():
+                    spark = builder.getOrCreate()
+            finally:
+                os.environ.pop(PREFORK_ENV, None)  # the JVM has it; the programs this process starts do not
         except TidehouseError:
             raise
         except Exception as exc:  # Java missing, bad master URL, port clash...

@@ -60,7 +60,15 @@ class _NoPandasFinder(importlib.abc.MetaPathFinder):
 def keep_pandas_out() -> bool:
     """In a data-source process (:data:`SOURCE_PROCESSES`) that has not imported pandas, make it
     unimportable for the rest of the process's life. Returns whether it did."""
-    if spark_worker_module() not in SOURCE_PROCESSES or "pandas" in sys.modules:
+    if spark_worker_module() not in SOURCE_PROCESSES:
+        return False
+    return refuse_pandas()
+
+
+def refuse_pandas() -> bool:
+    """Make pandas unimportable in this process unless it is imported already (also in a runner forked by
+    the driver's fork server, runtime/spark/prefork.py). Returns whether it did."""
+    if "pandas" in sys.modules:
         return False
     if not any(isinstance(finder, _NoPandasFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _NoPandasFinder())
