@@ -53,13 +53,18 @@ def server(tmp_path):
 
 
 def _launch(path: str, modules: Path, cwd: Path, *, sigint: bool = True, **env: str) -> subprocess.Popen:
-    """A launcher as the JVM starts one; ``sigint=False``: with SIGINT ignored, as PySpark starts the JVM."""
+    """A launcher as the JVM starts one; ``sigint=False``: with SIGINT ignored, as PySpark starts the JVM
+    (``sigint=True`` sets its default: a test run in the background of a shell starts with it ignored)."""
     environment = dict(os.environ, PYTHONPATH=str(modules), **env)
     command = [sys.executable, "-c", LAUNCH, path]
-    ignore = None if sigint else (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    disposition = signal.SIG_DFL if sigint else signal.SIG_IGN
+
+    def set_sigint() -> None:
+        signal.signal(signal.SIGINT, disposition)
+
     return subprocess.Popen(
         command, cwd=cwd, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=ignore,
+        stderr=subprocess.PIPE, text=True, preexec_fn=set_sigint,
     )  # fmt: skip
 
 
