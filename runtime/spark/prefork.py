@@ -146,10 +146,9 @@ def start(folder: str) -> tuple[object, str]:
     """Start a fork server with its socket in ``folder`` (a short path: a Unix socket's is at most 107
     bytes); ``(process, socket path)`` once it listens."""
     import subprocess
-
-    path = os.path.join(folder, "prefork.sock")
     import time
 
+    path = os.path.join(folder, "prefork.sock")
     command = [sys.executable, "-m", "runtime.spark.prefork", path]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -220,6 +219,7 @@ def serve(path: str) -> None:
             _relay(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.unlink(path)
+            os.rmdir(os.path.dirname(path))  # the driver's folder for it, left behind by a driver's kill -9
 
 
 def _alive(conn: socket.socket) -> bool:

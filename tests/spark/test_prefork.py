@@ -179,7 +179,7 @@ def test_the_server_and_its_children_end_with_the_process_that_started_it(tmp_pa
     pid, path, child = out.stdout.split()
     assert _gone(int(pid)), "the fork server outlived its driver"
     assert _gone(int(child)), "a forked runner outlived the driver"
-    assert not os.path.exists(path)
+    assert not os.path.exists(path) and not os.path.exists(folder)
 
 
 def test_only_the_drivers_runners_of_the_installed_pyspark_are_forked():
