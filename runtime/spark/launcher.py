@@ -105,10 +105,22 @@ def worker_python(executable: str = sys.executable) -> str:
     return executable
 
 
+def spark_python(current: str | None, executable: str = sys.executable) -> str:
+    """``PYSPARK_PYTHON`` for a driver running ``executable`` where it is ``current`` now: unset or naming
+    this interpreter (by any of its names, :func:`same_interpreter`), :func:`worker_python`'s choice; else
+    the interpreter the user chose, as it is."""
+    if current is None or same_interpreter(current, executable):
+        return worker_python(executable)
+    return current
+
+
 def _runs(shebang: str, executable: str) -> bool:
-    if not shebang.startswith("#!"):
-        return False
-    named = shebang[2:].strip()
+    return shebang.startswith("#!") and same_interpreter(shebang[2:].strip(), executable)
+
+
+def same_interpreter(named: str, executable: str) -> bool:
+    """Whether ``named`` is ``executable`` or another name for it in the same folder (a venv's ``python``
+    for its ``python3``); the same file in another folder is another venv's interpreter, not this one."""
     if named == executable:
         return True
     same_folder = os.path.dirname(named) == os.path.dirname(executable)

@@ -36,7 +36,7 @@ from runtime.core.errors import ErrorCode, TidehouseError
 from runtime.core.settings import default
 from runtime.spark.classarchive import driver_options, dump_when_started
 from runtime.spark.gateway import driver_ended, launch
-from runtime.spark.launcher import LAUNCHER, worker_python
+from runtime.spark.launcher import LAUNCHER, spark_python
 from runtime.spark.masters import connect_unreachable, unreachable
 from runtime.spark.prefork import ENV as PREFORK_ENV
 from runtime.spark.prefork import serve_this_driver
@@ -233,7 +233,8 @@ def get_spark(
     """Return the process's SparkSession, creating it on first use.
 
     ``PYSPARK_PYTHON`` is set to the running interpreter (Spark's Python workers time out otherwise) when
-    unset, started through ``tidehouse-python`` when that is installed for it (:mod:`runtime.spark.launcher`:
+    unset or naming it (by any name in its folder: ``python`` for the ``python3`` a console script runs),
+    started through ``tidehouse-python`` when that is installed for it (:mod:`runtime.spark.launcher`:
     the workers then import PySpark with its byte code, not from Spark's zip); logs
     are quiet (into ``log_dir/spark.log`` when given), and the ``tidehouse`` data source is registered. A
     session that already runs is returned as it is (Spark has one per process). With ``remote`` (a Spark
@@ -245,8 +246,7 @@ def get_spark(
     if remote:
         return connect_session(remote, conf)
     with _LOCK:
-        if os.environ.get("PYSPARK_PYTHON", sys.executable) == sys.executable:
-            os.environ["PYSPARK_PYTHON"] = worker_python(sys.executable)  # this interpreter, PySpark compiled
+        os.environ["PYSPARK_PYTHON"] = spark_python(os.environ.get("PYSPARK_PYTHON"))  # PySpark compiled
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -17,6 +17,7 @@ from runtime.spark.launcher import (
     LAUNCHER,
     installed_pyspark_first,
     pythonpath_without_spark_zip,
+    spark_python,
     worker_python,
 )
 
@@ -109,6 +110,29 @@ def test_pyspark_python_names_the_launcher_only_when_it_runs_that_interpreter(tm
     script.write_text(f"#!{python}\nimport sys\n")
     script.chmod(0o644)
     assert worker_python(str(python)) == str(python)  # not executable
+
+
+def test_a_pyspark_python_naming_this_interpreter_by_another_name_gets_the_launcher(tmp_path, monkeypatch):
+    """A ``tidehouse`` console script runs ``.venv/bin/python3``; PYSPARK_PYTHON set to ``.venv/bin/python``
+    (the README's test command, scripts that export the running interpreter) is the same interpreter and
+    gets the launcher (and so the driver's fork server) as unset does; another venv's is the user's choice."""
+    monkeypatch.setattr(launcher.sysconfig, "get_path", lambda name: str(tmp_path / "nowhere"))
+    python3 = tmp_path / "venv" / "bin" / "python3"
+    python3.parent.mkdir(parents=True)
+    python3.write_text("")
+    (python3.parent / "python").symlink_to(python3)
+    script = python3.parent / LAUNCHER
+    script.write_text(f"#!{python3}\nimport sys\n")
+    script.chmod(0o755)
+    other = tmp_path / "other-venv" / "bin" / "python"  # the same file in another venv: not this one
+    other.parent.mkdir(parents=True)
+    other.symlink_to(python3)
+    assert spark_python(None, str(python3)) == str(script)
+    assert spark_python(str(python3), str(python3)) == str(script)
+    assert spark_python(str(python3.parent / "python"), str(python3)) == str(script)
+    assert spark_python(str(other), str(python3)) == str(other)
+    assert spark_python("/usr/bin/python3.12", str(python3)) == "/usr/bin/python3.12"
+    assert spark_python(str(script), str(python3)) == str(script)  # already the launcher (a child process)
 
 
 def _installed_launcher() -> str:
